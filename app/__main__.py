@@ -1,0 +1,7 @@
+"""``python -m app`` does what the ``simile`` command does."""
+
+import sys
+
+from app.cli import main
+
+sys.exit(main())

@@ -1,0 +1,68 @@
+"""The ``simile`` command.
+
+``simile`` with no sub-command, or with a folder, opens the desktop window.
+Sub-commands run headless; each lives in ``app/commands/<name>.py`` and exposes
+``add_parser(subparsers)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+from app import __version__
+
+# Order here is the order in ``simile --help``.
+COMMANDS = ("match", "index", "query", "duplicates", "eval", "cluster", "classify", "learn")
+
+
+def _command_modules():
+    for name in COMMANDS:
+        modname = f"app.commands.{name}"
+        if importlib.util.find_spec(modname) is not None:
+            yield name, importlib.import_module(modname)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="simile",
+        description="Search and organise a folder of photos by what is in them.",
+        epilog="Run 'simile FOLDER' (or plain 'simile') to open the desktop window.",
+    )
+    parser.add_argument("--version", action="version", version=f"simile {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for _name, module in _command_modules():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = {name for name, _ in _command_modules()}
+    if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help", "--version")):
+        # No sub-command: the GUI (``simile``, ``simile FOLDER``, ``simile FOLDER --screenshot``).
+        return gui_main(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(f"app.commands.{args.command}")
+    from app.commands._common import CommandError, print_error
+
+    try:
+        return int(module.run(args) or 0)
+    except CommandError as exc:
+        print_error(str(exc))
+        return exc.code
+    except KeyboardInterrupt:
+        print("simile: interrupted", file=sys.stderr)
+        return 130
+
+
+def gui_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the desktop window (also the ``simile-gui`` script)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from app.gui.main import run_gui  # Qt is imported only here
+
+    return run_gui(argv)

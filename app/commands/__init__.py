@@ -1,0 +1,1 @@
+"""Headless sub-commands of ``simile``; see :mod:`app.cli`."""
