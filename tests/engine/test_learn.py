@@ -1,0 +1,192 @@
+"""Tests for engine.learn: OASIS, threshold rates, SSC, Boosted SSC, BoostPro."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from engine.learn import (
+    OASIS,
+    SSC,
+    BoostedSSC,
+    BoostPro,
+    HammingEmbedding,
+    pairs_from_labels,
+    precision_at_k,
+    threshold_rates,
+    threshold_rates_semi,
+)
+
+
+def _brute_rates(v1, v2, labels, w, thresholds):
+    tp, fp = [], []
+    for t in thresholds:
+        same = (v1 <= t) == (v2 <= t)
+        pos, neg = labels > 0, labels < 0
+        tp.append(np.sum(w[pos] * same[pos]) / w[pos].sum())
+        fp.append(np.sum(w[neg] * same[neg]) / w[neg].sum())
+    return np.array(tp), np.array(fp)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_threshold_rates_match_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+    v1 = rng.integers(0, 8, n).astype(float)  # ties on purpose
+    v2 = rng.integers(0, 8, n).astype(float)
+    labels = np.where(rng.random(n) < 0.5, 1, -1)
+    w = rng.random(n)
+    t, tp, fp = threshold_rates(v1, v2, labels, w)
+    btp, bfp = _brute_rates(v1, v2, labels, w, t)
+    np.testing.assert_allclose(tp, btp, atol=1e-12)
+    np.testing.assert_allclose(fp, bfp, atol=1e-12)
+    # thresholds sit strictly between consecutive unique values
+    u = np.unique(np.concatenate([v1, v2]))
+    assert t[0] < u[0] and np.all((t[1:] > u[:-1]) & (t[1:] < u[1:]))
+
+
+def test_threshold_rates_figure_3_1_gap():
+    # Similar pairs close together, dissimilar pairs far apart: a perfect threshold exists.
+    v1 = np.array([0.0, 0.1, 5.0, 5.1, 0.0, 0.2])
+    v2 = np.array([0.05, 0.15, 5.05, 5.2, 5.0, 5.2])
+    labels = np.array([1, 1, 1, 1, -1, -1])
+    _, tp, fp = threshold_rates(v1, v2, labels)
+    assert np.max(tp - fp) == pytest.approx(1.0)
+
+
+def test_semi_supervised_fp_is_collision_probability():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal(2000)
+    t, _, fp = threshold_rates_semi(values, values[:10], values[:10] + 1e-3)
+    k = np.searchsorted(t, 0.0)
+    # at the median, a random pair falls on the same side with probability ~1/2
+    assert fp[k] == pytest.approx(0.5, abs=0.02)
+    assert fp.min() >= 0.5 - 1e-9 and fp.max() <= 1.0
+
+
+def _clusters(n_per=30, n_classes=4, dim=12, noise=0.3, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((n_classes, dim)) * 2
+    X = np.repeat(centres, n_per, axis=0) + noise * rng.standard_normal((n_classes * n_per, dim))
+    # half the dimensions are pure noise with a large spread: L1 is misled by them
+    X[:, dim // 2 :] = 6 * rng.standard_normal((X.shape[0], dim - dim // 2))
+    y = np.repeat(np.arange(n_classes), n_per)
+    return X, y
+
+
+def _p10(sim, y):
+    return precision_at_k(sim, y, y, 10, exclude_self=True)
+
+
+@pytest.mark.parametrize("method", ["ssc", "boostssc", "boostpro"])
+def test_embeddings_beat_l1_when_dimensions_mislead(method):
+    X, y = _clusters()
+    i, j, lab = pairs_from_labels(y, 3000, random_state=1)
+    if method == "ssc":
+        emb = SSC(gap=0.15).fit(X, i, j, lab).embedding_
+    elif method == "boostssc":
+        emb = BoostedSSC(n_bits=48).fit(X, i, j, lab).embedding_
+    else:
+        emb = BoostPro(n_bits=24, max_iter=30).fit(X, i, j, lab).embedding_
+    codes = emb.transform(X)
+    assert codes.dtype == np.uint8 and codes.shape == (len(X), emb.n_bits)
+    learned = _p10(emb.similarity(codes), y)
+    l1 = _p10(-np.abs(X[:, None, :] - X[None, :, :]).sum(-1), y)
+    assert learned > l1 + 0.1, (learned, l1)
+
+
+def test_boosted_ssc_semi_supervised_uses_only_similar_pairs():
+    X, y = _clusters(seed=3)
+    i, j, lab = pairs_from_labels(y, 2000, positive_fraction=1.0, random_state=2)
+    assert np.all(lab == 1)
+    emb = BoostedSSC(n_bits=32).fit(X, i, j, labels=None).embedding_
+    l1 = _p10(-np.abs(X[:, None, :] - X[None, :, :]).sum(-1), y)
+    assert _p10(emb.similarity(emb.transform(X)), y) > l1
+
+
+def test_boostpro_semi_supervised_runs_and_helps():
+    X, y = _clusters(seed=4)
+    i, j, _ = pairs_from_labels(y, 2000, positive_fraction=1.0, random_state=2)
+    emb = BoostPro(n_bits=16, max_iter=30).fit(X, i, j, labels=None).embedding_
+    l1 = _p10(-np.abs(X[:, None, :] - X[None, :, :]).sum(-1), y)
+    assert emb.n_bits > 0
+    assert _p10(emb.similarity(emb.transform(X)), y) > l1
+
+
+def test_boostpro_finds_oblique_direction():
+    # Similarity depends on x0 + x1 only: no axis-parallel stump captures it well.
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (400, 2))
+    s = X[:, 0] + X[:, 1]
+    y = np.digitize(s, [-1.0, -0.33, 0.33, 1.0])
+    i, j, lab = pairs_from_labels(y, 4000, random_state=0)
+    pro = BoostPro(n_bits=8).fit(X, i, j, lab).embedding_
+    d = pro.projections[0] / np.linalg.norm(pro.projections[0])
+    assert abs(abs(d[0]) - abs(d[1])) < 0.3, d  # close to the diagonal
+
+
+def test_weighted_hamming_distance_and_state_roundtrip():
+    emb = HammingEmbedding(
+        projections=np.eye(3, dtype=np.float32),
+        thresholds=np.array([0.0, 0.0, 0.0]),
+        alpha=np.array([1.0, 2.0, 4.0]),
+    )
+    A = emb.transform(np.array([[-1.0, -1.0, -1.0], [1.0, -1.0, 1.0]]))
+    np.testing.assert_array_equal(A, [[1, 1, 1], [0, 1, 0]])
+    np.testing.assert_allclose(emb.distance(A), [[0, 5], [5, 0]])
+    back = HammingEmbedding.from_state(emb.to_state())
+    np.testing.assert_array_equal(back.transform(np.eye(3)), emb.transform(np.eye(3)))
+    # sparse inputs give the same bits
+    Xs = sp.random(20, 3, density=0.5, random_state=0, format="csr")
+    np.testing.assert_array_equal(emb.transform(Xs), emb.transform(Xs.toarray()))
+
+
+def _sparse_topics(n_per=40, n_classes=5, n_words=300, seed=0):
+    """Bags of words: each class prefers its own words; a block of shared noisy
+    words dominates raw cosine similarity."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in range(n_classes):
+        own = np.arange(c * 20, c * 20 + 20)
+        for _ in range(n_per):
+            v = np.zeros(n_words, np.float32)
+            v[rng.choice(own, 4)] += 1
+            v[100 + rng.choice(200, 25)] += rng.random(25) * 2  # shared clutter
+            rows.append(v)
+    y = np.repeat(np.arange(n_classes), n_per)
+    return sp.csr_matrix(np.array(rows)), y
+
+
+def test_oasis_improves_precision_over_cosine():
+    X, y = _sparse_topics()
+    Xd = X.toarray()
+    Xd /= np.linalg.norm(Xd, axis=1, keepdims=True)
+    cos = Xd @ Xd.T
+    base = precision_at_k(cos, y, y, 10, exclude_self=True)
+    model = OASIS(n_steps=20_000, eval_every=2_000, random_state=0).fit(X, y)
+    learned = precision_at_k(model.similarity(X), y, y, 10, exclude_self=True)
+    assert learned > 1.2 * base, (learned, base)
+    # W is persisted through arrays only
+    state = model.to_state()
+    assert all(isinstance(v, np.ndarray | int | float | str) for v in state.values())
+    again = OASIS.from_state(state)
+    np.testing.assert_allclose(again.similarity(X[:5], X), model.similarity(X[:5], X))
+
+
+@pytest.mark.parametrize("variant", ["symmetric", "psd"])
+def test_oasis_variants(variant):
+    X, y = _sparse_topics(seed=1)
+    model = OASIS(n_steps=4_000, eval_every=4_000, variant=variant).fit(X, y)
+    W = model.W_
+    np.testing.assert_allclose(W, W.T, atol=1e-5)
+    if variant == "psd":
+        assert np.linalg.eigvalsh(W.astype(np.float64)).min() > -1e-4
+
+
+def test_oasis_rejects_bad_supervision():
+    X, _ = _sparse_topics()
+    with pytest.raises(ValueError, match="two classes"):
+        OASIS().fit(X, np.zeros(X.shape[0], int))
+    with pytest.raises(ValueError, match="rows"):
+        OASIS().fit(X, np.zeros(3, int))
+    with pytest.raises(ValueError, match="variant"):
+        OASIS(variant="bogus")
