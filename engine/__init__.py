@@ -16,6 +16,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "ImageLoadError": "imageio",
     "load_image": "imageio",
+    "load_gray": "imageio",
+    "image_size": "imageio",
     "is_image_file": "imageio",
     "Features": "features",
     "extract_features": "features",
@@ -47,7 +49,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features import PCA, Features, extract_features
-    from engine.imageio import ImageLoadError, is_image_file, load_image
+    from engine.imageio import ImageLoadError, image_size, is_image_file, load_gray, load_image
     from engine.optimal import optimal_partial_match
     from engine.pyramid import MatchResult, PyramidMatch
     from engine.vocabulary import VocabularyTree
