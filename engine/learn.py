@@ -324,11 +324,8 @@ class OASIS:
         X = sp.csr_matrix(X, dtype=np.float32)
         if X.shape[0] != labels.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but labels has {labels.shape[0]}")
-        df = np.bincount(X.indices, minlength=X.shape[1])
-        k = min(self.max_words, X.shape[1])
-        self.columns_ = np.sort(np.argsort(-df, kind="stable")[:k]).astype(np.int64)
+        self._select_columns(X)
         P = self._prepare(X)
-        d = P.shape[1]
         rng = np.random.default_rng(self.random_state)
 
         labelled = np.flatnonzero(labels >= 0)
@@ -348,11 +345,6 @@ class OASIS:
         if queries.size == 0:
             raise ValueError("no class has two training images after the validation split")
 
-        W = np.eye(d, dtype=np.float32)
-        indptr, indices, data = P.indptr, P.indices, P.data
-        sq = np.asarray(P.multiply(P).sum(axis=1)).ravel()
-        scratch = np.zeros(d, np.float32)
-
         def score(Wm: np.ndarray) -> float:
             if val.size == 0:
                 return float("nan")
@@ -360,14 +352,7 @@ class OASIS:
             S[np.arange(val.size), np.searchsorted(labelled, val)] = -np.inf
             return precision_at_k(S, labels[val], labels[labelled], 10)
 
-        best = score(W)
-        best_W = W.copy()
-        self.history_ = [(0, best)]
-        yield LearnProgress(0, self.n_steps, best, "identity (cosine) baseline")
-        since_best = 0
-        chunk = 1024
-        step = 0
-        while step < self.n_steps:
+        def sample(chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             qi = rng.choice(queries, size=chunk)
             pos = np.empty(chunk, np.int64)
             for c in np.unique(labels[qi]):
@@ -375,19 +360,85 @@ class OASIS:
                 m = tr_classes[int(c)]
                 pos[sel] = m[rng.integers(0, m.size, sel.size)]
             neg = train[rng.integers(0, train.size, chunk)]
+            ok = (pos != qi) & (labels[neg] != labels[qi])
+            return qi[ok], pos[ok], neg[ok]
+
+        yield from self._train(P, sample, score, "precision@10")
+
+    def fit_triplets(self, X, triplets) -> OASIS:
+        """Fit from explicit triplets; see :meth:`fit_triplets_iter`."""
+        for _ in self.fit_triplets_iter(X, triplets):
+            pass
+        return self
+
+    def fit_triplets_iter(self, X, triplets) -> Iterator[LearnProgress]:
+        """Fit from relevance feedback: triplets ``(query, relevant, not relevant)``.
+
+        Parameters
+        ----------
+        X : (N, D) sparse or dense bags of words
+        triplets : (T, 3) int
+            Row indices into ``X``. A fraction ``validation_fraction`` of the triplets
+            is held aside; the score is the fraction of held-aside triplets ranked
+            correctly, ``S_W(q, p⁺) > S_W(q, p⁻)``.
+        """
+        X = sp.csr_matrix(X, dtype=np.float32)
+        t = np.asarray(triplets, np.int64).reshape(-1, 3)
+        if t.shape[0] == 0:
+            raise ValueError("triplets must contain at least one (query, relevant, other) row")
+        if t.min() < 0 or t.max() >= X.shape[0]:
+            raise ValueError(f"triplet indices must lie in [0, {X.shape[0]})")
+        self._select_columns(X)
+        P = self._prepare(X)
+        rng = np.random.default_rng(self.random_state)
+        perm = rng.permutation(t.shape[0])
+        n_val = round(self.validation_fraction * t.shape[0]) if t.shape[0] >= 10 else 0
+        val, tr = t[perm[:n_val]], t[perm[n_val:]]
+
+        def score(Wm: np.ndarray) -> float:
+            if val.shape[0] == 0:
+                return float("nan")
+            QW = np.asarray(P[val[:, 0]] @ Wm)
+            sp_ = np.asarray(P[val[:, 1]].multiply(QW).sum(axis=1)).ravel()
+            sn_ = np.asarray(P[val[:, 2]].multiply(QW).sum(axis=1)).ravel()
+            return float(np.mean(sp_ > sn_))
+
+        def sample(chunk: int):
+            rows = tr[rng.integers(0, tr.shape[0], chunk)]
+            return rows[:, 0], rows[:, 1], rows[:, 2]
+
+        yield from self._train(P, sample, score, "triplet accuracy")
+
+    def _select_columns(self, X: sp.csr_matrix) -> None:
+        df = np.bincount(X.indices, minlength=X.shape[1])
+        k = min(self.max_words, X.shape[1])
+        self.columns_ = np.sort(np.argsort(-df, kind="stable")[:k]).astype(np.int64)
+
+    def _train(self, P: sp.csr_matrix, sample, score, score_name: str):
+        """Passive-aggressive steps (Eqs. 3–5) on triplets drawn by ``sample(chunk)``,
+        evaluated by ``score(W)`` every ``eval_every`` steps; keeps the best ``W``."""
+        d = P.shape[1]
+        W = np.eye(d, dtype=np.float32)
+        indptr, indices, data = P.indptr, P.indices, P.data
+        sq = np.asarray(P.multiply(P).sum(axis=1)).ravel()
+        scratch = np.zeros(d, np.float32)
+
+        best = score(W)
+        best_W = W.copy()
+        self.history_ = [(0, best)]
+        yield LearnProgress(0, self.n_steps, best, f"cosine baseline: {score_name} {best:.3f}")
+        since_best = 0
+        chunk = 1024
+        step = 0
+        next_eval = self.eval_every
+        while step < self.n_steps:
+            qi, pos, neg = sample(chunk)
             for q, p_, n_ in zip(qi, pos, neg, strict=True):
                 step += 1
-                if p_ == q or labels[n_] == labels[q]:
-                    continue
-                qidx, qval = indices[indptr[q] : indptr[q + 1]], data[indptr[q] : indptr[q + 1]]
-                pidx, pval = (
-                    indices[indptr[p_] : indptr[p_ + 1]],
-                    data[indptr[p_] : indptr[p_ + 1]],
-                )
-                nidx, nval = (
-                    indices[indptr[n_] : indptr[n_ + 1]],
-                    data[indptr[n_] : indptr[n_ + 1]],
-                )
+                rq, rp, rn = (slice(indptr[k], indptr[k + 1]) for k in (q, p_, n_))
+                qidx, qval = indices[rq], data[rq]
+                pidx, pval = indices[rp], data[rp]
+                nidx, nval = indices[rn], data[rn]
                 if qidx.size == 0:
                     continue
                 # p⁺ − p⁻ handled as two sparse blocks: no set union needed.
@@ -414,16 +465,17 @@ class OASIS:
                     W[np.ix_(nidx, qidx)] -= h * np.outer(nval, qval)
                 if step >= self.n_steps:
                     break
-            if step % self.eval_every < chunk or step >= self.n_steps:
+            if step >= next_eval or step >= self.n_steps:
+                next_eval = step + self.eval_every
                 if self.variant == "psd":
                     W = _project_psd(W)
                 s = score(W)
                 self.history_.append((step, s))
-                if s > best or val.size == 0:
+                if s > best or np.isnan(s):
                     best, best_W, since_best = s, W.copy(), 0
                 else:
                     since_best += 1
-                yield LearnProgress(step, self.n_steps, s, f"precision@10 {s:.3f}")
+                yield LearnProgress(step, self.n_steps, s, f"{score_name} {s:.3f}")
                 if since_best >= self.patience:
                     break
         self.W_ = best_W

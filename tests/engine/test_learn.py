@@ -190,3 +190,20 @@ def test_oasis_rejects_bad_supervision():
         OASIS().fit(X, np.zeros(3, int))
     with pytest.raises(ValueError, match="variant"):
         OASIS(variant="bogus")
+
+
+def test_oasis_from_feedback_triplets():
+    X, y = _sparse_topics(seed=2)
+    rng = np.random.default_rng(0)
+    q = rng.integers(0, len(y), 600)
+    pos = np.array([rng.choice(np.flatnonzero((y == y[k]) & (np.arange(len(y)) != k))) for k in q])
+    neg = np.array([rng.choice(np.flatnonzero(y != y[k])) for k in q])
+    model = OASIS(n_steps=8_000, eval_every=2_000).fit_triplets(X, np.c_[q, pos, neg])
+    assert model.history_[-1][1] >= model.history_[0][1]
+    S = model.similarity(X)
+    Xd = X.toarray()
+    Xd /= np.linalg.norm(Xd, axis=1, keepdims=True)
+    base = precision_at_k(Xd @ Xd.T, y, y, 10, exclude_self=True)
+    assert precision_at_k(S, y, y, 10, exclude_self=True) > base
+    with pytest.raises(ValueError, match="lie in"):
+        OASIS().fit_triplets(X, [[0, 1, 10_000]])
