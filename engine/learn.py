@@ -442,9 +442,9 @@ class OASIS:
                 if qidx.size == 0:
                     continue
                 # p⁺ − p⁻ handled as two sparse blocks: no set union needed.
-                Wq = W[qidx]  # (nnz_q, d) rows touched
-                qW = qval @ Wq
-                loss = 1.0 - float(qW[pidx] @ pval) + float(qW[nidx] @ nval)
+                ixp, ixn = np.ix_(qidx, pidx), np.ix_(qidx, nidx)
+                bp, bn = W[ixp], W[ixn]
+                loss = 1.0 - float(qval @ bp @ pval) + float(qval @ bn @ nval)
                 if loss <= 0:
                     continue
                 scratch[pidx] = pval
@@ -455,12 +455,12 @@ class OASIS:
                     continue
                 tau = min(self.C, loss / vnorm2)
                 if self.variant == "plain":
-                    W[np.ix_(qidx, pidx)] += tau * np.outer(qval, pval)
-                    W[np.ix_(qidx, nidx)] -= tau * np.outer(qval, nval)
+                    W[ixp] = bp + tau * np.outer(qval, pval)
+                    W[ixn] -= tau * np.outer(qval, nval)  # re-read: blocks may overlap
                 else:  # symmetric update (V + Vᵀ)/2
                     h = 0.5 * tau
-                    W[np.ix_(qidx, pidx)] += h * np.outer(qval, pval)
-                    W[np.ix_(qidx, nidx)] -= h * np.outer(qval, nval)
+                    W[ixp] = bp + h * np.outer(qval, pval)
+                    W[ixn] -= h * np.outer(qval, nval)
                     W[np.ix_(pidx, qidx)] += h * np.outer(pval, qval)
                     W[np.ix_(nidx, qidx)] -= h * np.outer(nval, qval)
                 if step >= self.n_steps:
