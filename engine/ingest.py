@@ -1,0 +1,480 @@
+"""Parallel feature extraction and incremental, crash-safe ingestion into an index.
+
+:func:`extract_parallel` runs :func:`engine.features.extract_features` in worker
+processes (``spawn`` start method: safe in a threaded GUI process and on every OS) with a
+bounded number of files in flight. A worker that dies (segfaulting decoder, OOM killer)
+breaks the pool; its files are then retried one at a time in a fresh pool so the culprit
+is identified and reported as failed while every other file is still indexed.
+
+:func:`ingest` is the incremental update: scan → drop removed files → extract new and
+changed files → write them in batches, each batch one chunk file + one SQLite
+transaction (:meth:`engine.store.IndexStore.write_batch`). A run stopped at any moment
+(cancel, Ctrl-C, ``kill -9``) keeps every finished batch; the next run sees the rest as
+new or changed and completes the index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.scan import FileStat, scan_folder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.features import Features
+    from engine.store import IndexStore
+
+__all__ = [
+    "ExtractResult",
+    "IngestProgress",
+    "IngestSummary",
+    "default_jobs",
+    "extract_parallel",
+    "feature_key",
+    "ingest",
+]
+
+CRASH_REASON = "the decoder crashed on this file (worker process died)"
+
+
+@dataclass(frozen=True)
+class ExtractResult:
+    """Outcome of extracting one file.
+
+    Attributes
+    ----------
+    path : str
+    features : Features or None
+        ``None`` when ``error`` is set or ``same_content`` is true.
+    error : str or None
+        Human-readable reason the file could not be indexed.
+    size, mtime_ns : int
+        File stat taken BEFORE reading it (a later edit is seen as a change next run).
+    content_hash : str or None
+        :func:`engine.scan.content_hash` of the file, ``None`` if it could not be read.
+    same_content : bool
+        The hash equals the known hash given for this path: extraction was skipped.
+    """
+
+    path: str
+    features: Features | None
+    error: str | None
+    size: int = 0
+    mtime_ns: int = 0
+    content_hash: str | None = None
+    same_content: bool = False
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """One progress event of :func:`ingest`.
+
+    ``status`` is ``"scanning"``, ``"removed"``, ``"indexed"``, ``"unchanged"`` (stat
+    changed, content did not), ``"failed"`` or ``"finalizing"``. ``done``/``total`` count
+    files to extract in this run.
+    """
+
+    done: int
+    total: int
+    path: str | None
+    status: str
+    message: str
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """Result of :func:`ingest`.
+
+    ``indexed``: images (re)extracted in this run; ``unchanged``: usable images not
+    re-extracted; ``failed``: EVERY file currently failing, ``(path, reason)``;
+    ``total = indexed + unchanged + len(failed)``; ``indexed + unchanged`` images are usable.
+    ``scan_errors``: folders (or entries) that could not be read, ``(path, reason)``; their
+    known images are kept, not dropped.
+    """
+
+    indexed: int
+    unchanged: int
+    removed: int
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    total: int = 0
+    seconds: float = 0.0
+    cancelled: bool = False
+    scan_errors: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` summary line of ``simile index``."""
+        return {
+            "indexed": self.indexed,
+            "unchanged": self.unchanged,
+            "removed": self.removed,
+            "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "total": self.total,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def default_jobs() -> int:
+    """Number of worker processes: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _init_worker() -> None:
+    """Worker set-up: leave Ctrl-C to the parent, one OpenCV thread per process."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    from engine.imageio import ImageLoadError
+
+    if isinstance(exc, ImageLoadError):
+        return exc.reason
+    if isinstance(exc, MemoryError):
+        return "out of memory while decoding"
+    if isinstance(exc, OSError):
+        return f"cannot read file: {exc.strerror or exc}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _stat_or_zero(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0, 0
+    return st.st_size, st.st_mtime_ns
+
+
+def _extract_one(
+    path: str,
+    known_hash: str | None,
+    feature_kwargs: Mapping[str, Any],
+    extractor: Callable[..., Features] | None,
+) -> ExtractResult:
+    """Stat, read, hash and (unless the hash is known) extract one file; never raises.
+
+    The file is read once: the same bytes are hashed and handed to the extractor
+    (:func:`engine.features.extract_features` accepts encoded bytes).
+    """
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return ExtractResult(path, None, f"cannot read file: {exc.strerror or exc}")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        reason = f"cannot read file: {exc.strerror or exc}"
+        return ExtractResult(path, None, reason, st.st_size, st.st_mtime_ns)
+    except MemoryError:
+        reason = "out of memory while reading the file"
+        return ExtractResult(path, None, reason, st.st_size, st.st_mtime_ns)
+    chash = hashlib.blake2b(data, digest_size=16).hexdigest()  # == scan.content_hash(path)
+    if known_hash is not None and chash == known_hash:
+        return ExtractResult(path, None, None, st.st_size, st.st_mtime_ns, chash, True)
+    if extractor is None:
+        from engine.features import extract_features as extractor
+    try:
+        feats = extractor(data, **feature_kwargs)
+    except Exception as exc:  # bad input never stops the run
+        return ExtractResult(path, None, _describe(exc), st.st_size, st.st_mtime_ns, chash)
+    return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash)
+
+
+def extract_parallel(
+    paths: Iterable[str],
+    *,
+    jobs: int | None = None,
+    cancel: threading.Event | None = None,
+    feature_kwargs: Mapping[str, Any] | None = None,
+    known_hashes: Mapping[str, str] | None = None,
+    max_in_flight: int | None = None,
+    extractor: Callable[..., Features] | None = None,
+    mp_context: Any = None,
+) -> Iterator[ExtractResult]:
+    """Extract features of ``paths`` in parallel, yielding results as they complete.
+
+    Parameters
+    ----------
+    paths : iterable of str
+        Files to process.
+    jobs : int, optional
+        Worker processes (default :func:`default_jobs`, capped at ``len(paths)``).
+        ``1`` runs in this process (no pool; used by tests and tiny updates).
+    cancel : threading.Event, optional
+        When set, no new file is submitted, pending ones are cancelled and the
+        iterator ends after at most ~0.2 s (results already finished are not yielded).
+    feature_kwargs : mapping, optional
+        Keyword arguments of :func:`engine.features.extract_features`.
+    known_hashes : mapping of str to str, optional
+        ``path -> content hash`` already indexed: a file whose hash matches is not
+        extracted (``same_content=True``).
+    max_in_flight : int, optional
+        Bound on submitted-but-unfinished files (default ``4 * jobs``), which bounds
+        memory whatever the number of paths.
+    extractor : callable, optional
+        Replacement for ``extract_features``, called as ``extractor(data: bytes, **kw)``
+        (a module-level function, so that worker processes can import it).
+    mp_context : multiprocessing context, optional
+        Default ``multiprocessing.get_context("spawn")``.
+
+    Yields
+    ------
+    ExtractResult
+        One per path (in completion order), unless cancelled.
+    """
+    todo = deque(paths)
+    kw = dict(feature_kwargs or {})
+    hashes = known_hashes or {}
+    n_jobs = default_jobs() if jobs is None else int(jobs)
+    if n_jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs!r}")
+    n_jobs = min(n_jobs, max(1, len(todo)))
+    if n_jobs == 1:
+        for path in todo:
+            if cancel is not None and cancel.is_set():
+                return
+            yield _extract_one(path, hashes.get(path), kw, extractor)
+        return
+
+    import multiprocessing
+
+    ctx = mp_context or multiprocessing.get_context("spawn")
+    limit = max_in_flight or 4 * n_jobs
+    suspects: deque[str] = deque()  # files in flight when a worker died: retried alone
+    in_flight: dict[Future, str] = {}
+    pool: ProcessPoolExecutor | None = None
+    finished = False
+
+    def new_pool() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
+
+    try:
+        while todo or suspects or in_flight:
+            if cancel is not None and cancel.is_set():
+                return
+            if pool is None:
+                pool = new_pool()
+            broken = False
+            try:
+                if suspects:
+                    if not in_flight:
+                        path = suspects[0]
+                        fut = pool.submit(_extract_one, path, hashes.get(path), kw, extractor)
+                        suspects.popleft()
+                        in_flight[fut] = path
+                else:
+                    while todo and len(in_flight) < limit:
+                        path = todo[0]
+                        fut = pool.submit(_extract_one, path, hashes.get(path), kw, extractor)
+                        todo.popleft()
+                        in_flight[fut] = path
+            except BrokenProcessPool:
+                broken = True
+            alone = len(in_flight) == 1  # a crash now is this file's fault
+            done, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
+            for fut in done:
+                path = in_flight.pop(fut)
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    if alone:  # record the stat so it is retried only once changed
+                        size, mtime_ns = _stat_or_zero(path)
+                        yield ExtractResult(path, None, CRASH_REASON, size, mtime_ns)
+                    else:
+                        suspects.append(path)
+                    continue
+                except Exception as exc:  # e.g. an unpicklable result
+                    result = ExtractResult(path, None, _describe(exc))
+                yield result
+            if broken:
+                suspects.extend(in_flight.values())
+                in_flight.clear()
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = None
+        finished = True
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=finished, cancel_futures=True)
+
+
+# --------------------------------------------------------------------------- ingest
+
+
+def feature_key(feature_kwargs: Mapping[str, Any] | None) -> str:
+    """Short key of the extraction settings (kwargs + ``engine.features`` version).
+
+    Rows indexed with another key are re-extracted by :func:`ingest`.
+    """
+    version = None
+    try:
+        import engine.features as features_mod
+
+        version = getattr(features_mod, "FEATURES_VERSION", None)
+    except ImportError:  # pragma: no cover
+        pass
+    text = json.dumps({"kw": dict(feature_kwargs or {}), "v": version}, sort_keys=True)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def ingest(
+    store: IndexStore,
+    folder: str | os.PathLike,
+    *,
+    jobs: int | None = None,
+    cancel: threading.Event | None = None,
+    feature_kwargs: Mapping[str, Any] | None = None,
+    batch_size: int = 64,
+    exclude: Iterable[str | os.PathLike] = (),
+    extractor: Callable[..., Features] | None = None,
+) -> Generator[IngestProgress, None, IngestSummary]:
+    """Bring the index in ``store`` up to date with ``folder``.
+
+    Parameters
+    ----------
+    store : IndexStore
+        A writable store (holds the writer lock).
+    folder : path-like
+        Photo folder, scanned recursively (the index directory is skipped).
+    jobs, cancel, feature_kwargs, extractor
+        See :func:`extract_parallel`. Changing ``feature_kwargs`` re-extracts every
+        image (tracked per row, so an interrupted re-extraction resumes).
+    batch_size : int
+        Files per write batch (one chunk file + one transaction each).
+    exclude : iterable of path-like
+        More directories not to scan.
+
+    Yields
+    ------
+    IngestProgress
+
+    Returns
+    -------
+    IngestSummary
+        As ``StopIteration.value`` (``summary = yield from ingest(...)``).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    if store.readonly:
+        from engine.store import ReadOnlyIndexError
+
+        raise ReadOnlyIndexError(f"index {store.index_dir} was opened read-only")
+    t0 = time.perf_counter()
+    kw = dict(feature_kwargs or {})
+    fkey = feature_key(kw)
+    folder = os.fspath(folder)
+    yield IngestProgress(0, 0, None, "scanning", f"scanning {folder}")
+    known = store.known_stats()
+    scan = scan_folder(folder, known, exclude=[store.index_dir, *exclude])
+
+    for path, reason in scan.errors:
+        yield IngestProgress(0, 0, path, "scanning", f"skipped {path}: {reason}")
+    n_removed = store.remove(scan.removed) if scan.removed else 0
+    if scan.removed:
+        yield IngestProgress(0, 0, None, "removed", f"dropped {n_removed} deleted files")
+
+    keys = store.feature_keys()
+    hashes = store.known_hashes()
+    work: list[FileStat] = list(scan.new) + list(scan.changed)
+    stale = [p for p in scan.unchanged if keys.get(p) != fkey]
+    work += [FileStat(p, *known[p]) for p in stale]
+    # skip extraction when only the stat changed, unless the settings changed too
+    known_hashes = {
+        f.path: hashes[f.path]
+        for f in scan.changed
+        if keys.get(f.path) == fkey and f.path in hashes
+    }
+    total = len(work)
+    yield IngestProgress(
+        0,
+        total,
+        None,
+        "scanning",
+        f"{scan.n_images} images: {len(scan.new)} new, {len(scan.changed)} changed, "
+        f"{len(stale)} to re-extract, {len(scan.unchanged) - len(stale)} unchanged, "
+        f"{len(scan.removed)} removed",
+    )
+
+    ok: list[tuple] = []
+    failed: list[tuple] = []
+    touched: list[tuple] = []
+    n_indexed = 0
+
+    def flush() -> None:
+        if ok or failed or touched:
+            store.write_batch(ok, failed, touched, fkey=fkey)
+            ok.clear()
+            failed.clear()
+            touched.clear()
+
+    done = 0
+    results = extract_parallel(
+        [w.path for w in work],
+        jobs=jobs,
+        cancel=cancel,
+        feature_kwargs=kw,
+        known_hashes=known_hashes,
+        extractor=extractor,
+    )
+    try:
+        for res in results:
+            done += 1
+            if res.error is not None:
+                failed.append((res.path, res.size, res.mtime_ns, res.content_hash, res.error))
+                status, message = "failed", res.error
+            elif res.same_content:
+                touched.append((res.path, res.size, res.mtime_ns))
+                status, message = "unchanged", "content unchanged"
+            else:
+                ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
+                n_indexed += 1
+                status, message = "indexed", f"{len(res.features)} features"
+            if len(ok) + len(failed) + len(touched) >= batch_size:
+                flush()
+            yield IngestProgress(done, total, res.path, status, message)
+        flush()
+    except GeneratorExit:
+        flush()  # the consumer stopped iterating: keep what is finished
+        raise
+    finally:
+        results.close()
+    cancelled = cancel is not None and cancel.is_set() and done < total
+    yield IngestProgress(done, total, None, "finalizing", "finalizing index")
+    if not cancelled:
+        store.compact()
+        store.set_setting("feature_kwargs", kw)
+    n_ok = store.count("ok")
+    failures = store.failures()
+    return IngestSummary(
+        indexed=n_indexed,
+        unchanged=n_ok - n_indexed,
+        removed=n_removed,
+        failed=failures,
+        total=n_ok + len(failures),
+        seconds=time.perf_counter() - t0,
+        cancelled=cancelled,
+        scan_errors=list(scan.errors),
+    )

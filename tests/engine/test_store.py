@@ -1,0 +1,368 @@
+"""Tests of engine.store.IndexStore: catalogue, feature chunks, arrays, states, locking."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from engine.features import Features
+from engine.store import (
+    SCHEMA_VERSION,
+    IndexCorruptError,
+    IndexFormatError,
+    IndexLockedError,
+    IndexNotFoundError,
+    IndexStore,
+    IndexVersionError,
+    ReadOnlyIndexError,
+    StoreError,
+)
+
+
+def _feats(n, seed=0, *, dim=128, rootsift=True, orient=True, size=(320, 240)):
+    rng = np.random.default_rng(seed)
+    if rootsift:
+        d = rng.random((n, dim), dtype=np.float32) ** 2
+        d = np.sqrt(d / d.sum(1, keepdims=True))
+    else:
+        d = rng.normal(0, 3, (n, dim)).astype(np.float32)
+    xy = (rng.random((n, 2)) * [size[0], size[1]]).astype(np.float32)
+    scale = (rng.random(n) * 20 + 1).astype(np.float32) if orient else None
+    angle = (rng.random(n) * 360).astype(np.float32) if orient else None
+    return Features(
+        descriptors=d.astype(np.float32),
+        xy=xy,
+        scale=scale,
+        angle=angle,
+        image_size=size,
+        kind="sift" if rootsift else "patch",
+    )
+
+
+def _assert_close(a: Features, b: Features, desc_atol):
+    assert a.descriptors.dtype == np.float32 and a.descriptors.shape == b.descriptors.shape
+    np.testing.assert_allclose(a.descriptors, b.descriptors, atol=desc_atol, rtol=0)
+    np.testing.assert_array_equal(a.xy, b.xy)
+    if b.scale is None:
+        assert a.scale is None and a.angle is None
+    else:
+        np.testing.assert_allclose(a.scale, b.scale, rtol=1e-3)
+        np.testing.assert_allclose(a.angle, b.angle, rtol=1e-3, atol=0.25)
+    assert tuple(a.image_size) == tuple(b.image_size) and a.kind == b.kind
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = IndexStore.open(tmp_path / "idx")
+    yield s
+    s.close()
+
+
+def test_create_layout_and_pragmas(tmp_path, store):
+    idx = tmp_path / "idx"
+    assert (idx / "catalog.sqlite").is_file() and (idx / "features").is_dir()
+    con = sqlite3.connect(idx / "catalog.sqlite")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    con.close()
+    assert store.count() == 0 and store.paths() == [] and store.ids().dtype == np.int64
+
+
+def test_roundtrip_u8_f16_and_empty(store):
+    f1, f2 = _feats(50, 1), _feats(7, 2, rootsift=False, orient=False)
+    f0 = _feats(0, 3)
+    store.write_batch(ok=[("/p/a.jpg", 10, 11, "h1", f1), ("/p/z.jpg", 5, 6, "h0", f0)])
+    store.write_batch(ok=[("/p/b.jpg", 12, 13, "h2", f2)])
+    # RootSIFT in [0, 1] -> uint8 codec: error <= 1/510
+    _assert_close(store.get_features("/p/a.jpg"), f1, 1 / 510 + 1e-7)
+    # other values -> float16: relative precision 2**-11
+    got = store.get_features("/p/b.jpg")
+    _assert_close(got, f2, desc_atol=np.abs(f2.descriptors).max() * 2**-10)
+    empty = store.get_features("/p/z.jpg")
+    assert len(empty) == 0 and empty.descriptors.shape == (0, 128)
+    assert store.paths() == ["/p/a.jpg", "/p/z.jpg", "/p/b.jpg"]
+    rec = store.record("/p/a.jpg")
+    assert (rec.size, rec.mtime_ns, rec.content_hash, rec.n_features) == (10, 11, "h1", 50)
+    assert (rec.width, rec.height, rec.status) == (320, 240, "ok")
+    assert store.record(rec.id) == rec
+    # chunks are compact: the u8 chunk stores 128 + 8 + 2 + 2 bytes per feature
+    sizes = sorted(os.path.getsize(e.path) for e in os.scandir(store.index_dir / "features"))
+    assert sizes[-1] < 50 * 140 + 512
+
+
+def test_iter_and_stacked(store):
+    feats = {f"/p/{i}.jpg": _feats(10 + i, i) for i in range(6)}
+    items = list(feats.items())
+    store.write_batch(ok=[(p, 1, 1, None, f) for p, f in items[:4]])
+    store.write_batch(ok=[(p, 1, 1, None, f) for p, f in items[4:]])
+    got = list(store.iter_features())
+    assert [i for i, _ in got] == list(store.ids())
+    for (_, f), (_, ref) in zip(got, items, strict=True):
+        _assert_close(f, ref, 1 / 510 + 1e-7)
+    ids = store.ids()[[4, 1]]
+    X, indptr = store.stacked_descriptors(ids)
+    assert X.dtype == np.float32 and indptr.tolist() == [0, 14, 14 + 11]
+    np.testing.assert_allclose(X[:14], items[4][1].descriptors, atol=1 / 500)
+
+
+def test_failed_upsert_keeps_id_and_generation(store):
+    g0 = store.generation
+    store.write_batch(ok=[("/p/a.jpg", 1, 1, "h", _feats(5))])
+    aid = store.id_of("/p/a.jpg")
+    store.write_batch(
+        failed=[("/p/a.jpg", 2, 2, "h2", "truncated file"), ("/p/b", 3, 3, None, "x")]
+    )
+    assert store.generation == g0 + 2
+    assert store.id_of("/p/a.jpg") == aid
+    assert store.failures() == [("/p/a.jpg", "truncated file"), ("/p/b", "x")]
+    assert store.count() == 0 and store.count("failed") == 2 and store.count(None) == 2
+    with pytest.raises(StoreError, match="failed"):
+        store.get_features("/p/a.jpg")
+    with pytest.raises(KeyError):
+        store.get_features("/p/nope.jpg")
+    assert store.known_stats() == {"/p/a.jpg": (2, 2), "/p/b": (3, 3)}
+    store.write_batch(ok=[("/p/a.jpg", 4, 4, "h3", _feats(3))], touched=[("/p/b", 9, 9)])
+    assert store.id_of("/p/a.jpg") == aid and len(store.get_features(aid)) == 3
+    assert store.known_stats()["/p/b"] == (9, 9)
+
+
+def test_remove_and_duplicates(store):
+    store.write_batch(
+        ok=[(f"/p/{i}", 1, 1, "same" if i < 3 else f"h{i}", _feats(4, i)) for i in range(5)]
+    )
+    assert store.duplicate_files() == [["/p/0", "/p/1", "/p/2"]]
+    assert store.remove(["/p/1", "/p/4", "/p/missing"]) == 2
+    assert store.paths() == ["/p/0", "/p/2", "/p/3"]
+    assert store.duplicate_files() == [["/p/0", "/p/2"]]
+
+
+def test_compaction_keeps_features_and_drops_dead_chunks(store):
+    ref = {}
+    for b in range(4):
+        batch = [(f"/p/{b}_{i}", 1, 1, None, _feats(20, 10 * b + i)) for i in range(5)]
+        ref.update({p: f for p, *_, f in batch})
+        store.write_batch(ok=batch)
+    store.remove([p for p in ref if not p.endswith("_0")])  # 16 of 20 images die
+    assert not store.compact()  # under min_dead_rows
+    assert store.compact(min_dead_rows=1)
+    files = list(os.scandir(store.index_dir / "features"))
+    assert len(files) == 1
+    for p in store.paths():
+        _assert_close(store.get_features(p), ref[p], 1 / 510 + 1e-7)
+
+
+def test_gc_removes_orphans_on_writer_open(tmp_path):
+    idx = tmp_path / "idx"
+    with IndexStore.open(idx) as s:
+        s.write_batch(ok=[("/p/a", 1, 1, None, _feats(5))])
+        s.save_state("m", {"w": np.ones(3)})
+    feat = idx / "features"
+    (feat / "c999-orphan.npy").write_bytes(b"x")
+    (feat / ".c1.npy.abc.tmp").write_bytes(b"x")
+    (idx / "states" / "m.deadbeef.npz").write_bytes(b"x")
+    with IndexStore.open(idx, readonly=True) as r:  # readers never clean up
+        assert len(list(feat.iterdir())) == 3
+        assert len(r.get_features("/p/a")) == 5
+    with IndexStore.open(idx) as s:
+        assert len(list(feat.iterdir())) == 1
+        assert len(s.get_features("/p/a")) == 5
+        assert s.load_state("m")["w"].tolist() == [1, 1, 1]
+        assert len(os.listdir(idx / "states")) == 2  # m.json + the npz it names
+
+
+def test_failed_commit_leaves_no_trace(store, monkeypatch):
+    store.write_batch(ok=[("/p/a", 1, 1, None, _feats(5))])
+    before = sorted(os.listdir(store.index_dir / "features"))
+
+    def boom():
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "_commit", boom)
+    with pytest.raises(sqlite3.OperationalError):
+        store.write_batch(ok=[("/p/b", 1, 1, None, _feats(5, 1))])
+    monkeypatch.undo()
+    assert store.paths() == ["/p/a"]
+    assert sorted(os.listdir(store.index_dir / "features")) == before
+
+
+def test_writer_lock_in_process_and_readers(tmp_path):
+    idx = tmp_path / "idx"
+    w = IndexStore.open(idx)
+    with pytest.raises(IndexLockedError, match=rf"another simile process .*pid {os.getpid()}"):
+        IndexStore.open(idx)
+    w.write_batch(ok=[("/p/a", 1, 1, None, _feats(5))])
+    r = IndexStore.open(idx, readonly=True)  # no lock needed
+    assert r.paths() == ["/p/a"]
+    w.write_batch(ok=[("/p/b", 1, 1, None, _feats(5))])
+    assert r.paths() == ["/p/a", "/p/b"]  # readers see each committed batch
+    with pytest.raises(ReadOnlyIndexError):
+        r.write_batch(ok=[("/p/c", 1, 1, None, _feats(5))])
+    with pytest.raises(ReadOnlyIndexError):
+        r.save_array("x", np.ones(2))
+    w.close()
+    IndexStore.open(idx).close()  # released
+    r.close()
+
+
+def test_writer_lock_across_processes(tmp_path):
+    idx = tmp_path / "idx"
+    IndexStore.open(idx).close()
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from engine.store import IndexStore
+        s = IndexStore.open({str(idx)!r})
+        print("locked", flush=True)
+        sys.stdin.readline()
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "locked"
+            with pytest.raises(IndexLockedError) as err:
+                IndexStore.open(idx)
+            assert err.value.pid == proc.pid
+        finally:
+            proc.kill()
+            proc.wait()
+    IndexStore.open(idx).close()  # a killed holder releases the lock
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(IndexNotFoundError):
+        IndexStore.open(tmp_path / "none", create=False)
+    with pytest.raises(IndexNotFoundError):
+        IndexStore.open(tmp_path / "none", readonly=True)
+    assert not (tmp_path / "none").exists()
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "catalog.sqlite").write_bytes(b"this is not a database at all" * 200)
+    with pytest.raises(IndexCorruptError):
+        IndexStore.open(bad)
+    with pytest.raises(IndexCorruptError):
+        IndexStore.open(bad, readonly=True)
+
+    empty = tmp_path / "empty"  # creation killed before the schema commit
+    empty.mkdir()
+    (empty / "catalog.sqlite").write_bytes(b"")
+    with pytest.raises(IndexNotFoundError):
+        IndexStore.open(empty, readonly=True)
+    IndexStore.open(empty).close()  # a writer just creates it
+    IndexStore.open(empty, readonly=True).close()
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    con = sqlite3.connect(foreign / "catalog.sqlite")
+    con.execute("CREATE TABLE photos (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(IndexFormatError):
+        IndexStore.open(foreign)
+
+    newer = tmp_path / "newer"
+    IndexStore.open(newer).close()
+    con = sqlite3.connect(newer / "catalog.sqlite")
+    con.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    con.commit()
+    con.close()
+    with pytest.raises(IndexVersionError, match="newer"):
+        IndexStore.open(newer)
+    # a failed open does not keep the lock
+    con = sqlite3.connect(newer / "catalog.sqlite")
+    con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    con.commit()
+    con.close()
+    IndexStore.open(newer).close()
+
+
+def test_damaged_chunk_is_a_clear_error(store):
+    store.write_batch(ok=[("/p/a", 1, 1, None, _feats(5))])
+    (chunk,) = list((store.index_dir / "features").iterdir())
+    chunk.write_bytes(b"\x93NUMPY garbage")
+    store._chunks.clear()
+    with pytest.raises(IndexCorruptError, match="damaged"):
+        store.get_features("/p/a")
+
+
+def test_arrays(store):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    store.save_array("codes.wta", a)
+    got = store.load_array("codes.wta")
+    assert isinstance(got, np.memmap) and not got.flags.writeable
+    np.testing.assert_array_equal(got, a)
+    np.testing.assert_array_equal(store.load_array("codes.wta", mmap=False), a)
+    store.save_array("codes.wta", a * 2)  # atomic replace
+    np.testing.assert_array_equal(store.load_array("codes.wta", mmap=False), a * 2)
+    assert store.has_array("codes.wta") and not store.has_array("nope")
+    with pytest.raises(KeyError):
+        store.load_array("nope")
+    for bad in ("../x", "a/b", "", ".hidden"):
+        with pytest.raises(ValueError, match="name"):
+            store.save_array(bad, a)
+    with pytest.raises(TypeError, match="object"):
+        store.save_array("obj", np.array([{}, 1], dtype=object))
+    store.delete_array("codes.wta")
+    assert not store.has_array("codes.wta")
+
+
+def test_states_no_pickle(store):
+    state = {
+        "W": np.eye(3, dtype=np.float32),
+        "ids": np.arange(4),
+        "n": 3,
+        "lr": 0.5,
+        "name": "oasis",
+        "flag": True,
+        "none": None,
+        "np_scalar": np.float64(2.5),
+    }
+    store.save_state("oasis", state)
+    got = store.load_state("oasis")
+    assert set(got) == set(state)
+    np.testing.assert_array_equal(got["W"], state["W"])
+    assert got["W"].dtype == np.float32 and got["ids"].dtype == state["ids"].dtype
+    assert (got["n"], got["lr"], got["name"], got["flag"], got["none"]) == (
+        3, 0.5, "oasis", True, None
+    )  # fmt: skip
+    assert got["np_scalar"] == 2.5
+    store.save_state("oasis", {"W": np.zeros(2)})
+    assert list(store.load_state("oasis")) == ["W"]
+    assert len([n for n in os.listdir(store.index_dir / "states") if n.endswith(".npz")]) == 1
+    with pytest.raises(TypeError, match="only arrays"):
+        store.save_state("bad", {"x": [1, 2]})
+    with pytest.raises(TypeError, match="object"):
+        store.save_state("bad", {"x": np.array([None])})
+    with pytest.raises(KeyError):
+        store.load_state("missing")
+    store.delete_state("oasis")
+    assert not store.has_state("oasis")
+
+
+def test_settings_and_kv(tmp_path, store):
+    store.set_setting("feature_kwargs", {"kind": "sift", "max_side": 640})
+    store.set_kv("vocab.meta", "branching=10")
+    store.set_kv("blob", b"\x00\x01")
+    with pytest.raises(KeyError):
+        store.set_kv("generation", b"1")
+    store.close()
+    with IndexStore.open(tmp_path / "idx", readonly=True) as r:
+        assert r.get_setting("feature_kwargs") == {"kind": "sift", "max_side": 640}
+        assert r.get_setting("missing", 7) == 7
+        assert r.get_kv("vocab.meta") == b"branching=10" and r.get_kv("blob") == b"\x00\x01"
+        assert r.get_kv("nope") is None
+
+
+def test_non_ascii_index_dir(tmp_path):
+    with IndexStore.open(tmp_path / "índice 索引") as s:
+        s.write_batch(ok=[("/fotos/café.jpg", 1, 1, None, _feats(3))])
+    with IndexStore.open(tmp_path / "índice 索引", readonly=True) as r:
+        assert r.paths() == ["/fotos/café.jpg"] and len(r.get_features("/fotos/café.jpg")) == 3
