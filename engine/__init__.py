@@ -28,6 +28,14 @@ _LAZY = {
     "VocabularyTree": "vocabulary",
     "WTAHash": "wta",
     "DensifiedWTAHash": "wta",
+    "code_agreement": "wta",
+    "pack_codes": "wta",
+    "wta_match_candidates": "wta",
+    "RandomHyperplaneHash": "lsh",
+    "BandedIndex": "lsh",
+    "choose_params": "lsh",
+    "L1SetEmbedding": "lsh",
+    "L1SetIndex": "lsh",
 }
 
 __all__ = sorted(_LAZY)
@@ -50,7 +58,20 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features import PCA, Features, extract_features
     from engine.imageio import ImageLoadError, image_size, is_image_file, load_gray, load_image
+    from engine.lsh import (
+        BandedIndex,
+        L1SetEmbedding,
+        L1SetIndex,
+        RandomHyperplaneHash,
+        choose_params,
+    )
     from engine.optimal import optimal_partial_match
     from engine.pyramid import MatchResult, PyramidMatch
     from engine.vocabulary import VocabularyTree
-    from engine.wta import DensifiedWTAHash, WTAHash
+    from engine.wta import (
+        DensifiedWTAHash,
+        WTAHash,
+        code_agreement,
+        pack_codes,
+        wta_match_candidates,
+    )
