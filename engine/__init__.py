@@ -26,6 +26,8 @@ _LAZY = {
     "MatchResult": "pyramid",
     "optimal_partial_match": "optimal",
     "VocabularyTree": "vocabulary",
+    "bag_of_words": "vocabulary",
+    "fit_idf": "vocabulary",
     "WTAHash": "wta",
     "DensifiedWTAHash": "wta",
     "code_agreement": "wta",
@@ -67,7 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from engine.optimal import optimal_partial_match
     from engine.pyramid import MatchResult, PyramidMatch
-    from engine.vocabulary import VocabularyTree
+    from engine.vocabulary import VocabularyTree, bag_of_words, fit_idf
     from engine.wta import (
         DensifiedWTAHash,
         WTAHash,
