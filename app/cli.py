@@ -66,3 +66,7 @@ def gui_main(argv: Sequence[str] | None = None) -> int:
     from app.gui.main import run_gui  # Qt is imported only here
 
     return run_gui(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

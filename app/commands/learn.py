@@ -32,18 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.collection import Collection
+    from app.commands._collection import open_collection
     from engine.feedback import add_marks, learn, read_feedback_file
-    from engine.store import IndexNotFoundError, StoreError
 
-    try:
-        coll = Collection.open(args.folder, args.index, create=False)
-    except IndexNotFoundError:
-        raise CommandError(
-            f"{args.folder}: no index yet; run 'simile index {args.folder}' first"
-        ) from None
-    except (FileNotFoundError, StoreError) as exc:
-        raise CommandError(str(exc)) from None
+    coll = open_collection(args.folder, args.index, create=False)
     with coll:
         if len(coll.paths()) == 0:
             raise CommandError(f"{args.folder}: the index holds no images; run 'simile index'")

@@ -129,7 +129,7 @@ def test_cli_learn_end_to_end(tmp_path, demo_folder, capsys):
         for src in sorted(demo_folder.glob(f"{g}*.jpg"))[:2]:
             shutil.copy(src, root / g / src.name)
     assert main(["learn", str(root), "--from-subfolders"]) == 2
-    assert "no index yet" in capsys.readouterr().err
+    assert "no index for" in capsys.readouterr().err
     with Collection.open(root) as c:
         for _ in c.update(jobs=1):
             pass

@@ -1,0 +1,90 @@
+"""``simile index FOLDER``: build or update the index of a photo folder."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from app.commands._collection import open_collection
+from app.commands._common import CommandError, Progress, emit_json
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "index",
+        help="build or update the index of a folder",
+        description=(
+            "Index every image under FOLDER (recursively, recognised by content). A second "
+            "run only processes new and changed files and drops deleted ones. The index goes "
+            "to FOLDER/.simile, or to ~/.cache/simile/<hash> when FOLDER is not writable. "
+            "Ctrl-C stops cleanly: what is finished stays usable and the next run completes it."
+        ),
+    )
+    p.add_argument("folder", metavar="FOLDER", help="photo folder")
+    p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
+    p.add_argument("--jobs", type=int, metavar="N", help="feature extraction processes")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON lines on stdout: progress, then the summary as the last line",
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
+    col = open_collection(args.folder, args.index, create=True)
+    cancel = threading.Event()
+    progress = Progress("indexing", json_lines=args.json)
+    summary = None
+    interrupted = False
+
+    def on_sigint(signum, frame):  # first Ctrl-C: stop after the current batch
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted = True
+        cancel.set()
+        print(
+            "\nsimile: stopping after the current batch (Ctrl-C again to abort)", file=sys.stderr
+        )
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
+    try:
+        gen = col.update(jobs=args.jobs, cancel=cancel)
+        while True:
+            try:
+                p = next(gen)
+            except StopIteration as stop:
+                summary = stop.value
+                break
+            if p.status == "finalizing":
+                progress.update(p.done, p.total, "finalizing")
+            elif p.total:
+                progress.update(p.done, p.total, p.path or "")
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        progress.close()
+        col.close()
+    out = summary.to_json()
+    if args.json:
+        emit_json(out)
+    else:
+        n_failed = len(out["failed"])
+        print(
+            f"{out['indexed']} indexed, {out['unchanged']} unchanged, {out['removed']} removed, "
+            f"{n_failed} failed ({out['total']} files) in {out['seconds']:.1f} s"
+        )
+        for f in out["failed"][:20]:
+            print(f"  failed: {f['path']}: {f['reason']}")
+        if n_failed > 20:
+            print(f"  ... and {n_failed - 20} more")
+    if interrupted or summary.cancelled:
+        print("simile: interrupted; the index holds what was finished", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,85 @@
+"""``simile query FOLDER IMAGE...``: the most similar images of an indexed folder."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from app.commands._collection import open_collection
+from app.commands._common import CommandError, emit_json
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from engine.collection import METHODS
+
+    p = subparsers.add_parser(
+        "query",
+        help="find the images most similar to query images",
+        description=(
+            "Rank the images of an indexed FOLDER by similarity to each IMAGE (inside or "
+            "outside the folder). Methods: hybrid (default; same object/place verified by "
+            "geometry), vocabulary (vocabulary-guided pyramid match), uniform (uniform-bin "
+            "pyramid match), wta (densified WTA hashing), learned (after 'simile learn')."
+        ),
+    )
+    p.add_argument("folder", metavar="FOLDER", help="indexed photo folder")
+    p.add_argument("images", metavar="IMAGE", nargs="+", help="query image(s)")
+    p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
+    p.add_argument("--method", default="hybrid", help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--top", type=int, default=10, metavar="K", help="hits per query")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.collection import _REGISTRY, METHODS
+    from engine.features import extract_features
+    from engine.imageio import ImageLoadError
+
+    if args.method not in METHODS and args.method not in _REGISTRY:
+        raise CommandError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
+    if args.top < 1:
+        raise CommandError(f"--top must be >= 1, got {args.top}")
+    col = open_collection(args.folder, args.index, create=False, readonly=True)
+    try:
+        # read every query first: an unreadable one fails the run before any output
+        queries = []
+        for img in args.images:
+            path = Path(os.path.abspath(img))
+            if not path.is_file():
+                raise CommandError(f"{img}: no such file")
+            rec = col.store.record(path)
+            if rec is not None and rec.status == "ok":
+                queries.append((path, path))
+                continue
+            try:
+                from engine.collection import FEATURE_KWARGS
+
+                queries.append((path, extract_features(path, **FEATURE_KWARGS)))
+            except ImageLoadError as exc:
+                raise CommandError(f"cannot read query image {exc}") from None
+        results = []
+        for path, q in queries:
+            try:
+                hits = col.query(q, method=args.method, top=args.top)
+            except LookupError as exc:
+                raise CommandError(str(exc)) from None
+            except ValueError as exc:
+                raise CommandError(f"{path}: {exc}") from None
+            results.append(
+                {
+                    "query": str(path),
+                    "hits": [{"path": str(h.path), "score": h.score} for h in hits],
+                }
+            )
+    finally:
+        col.close()
+    if args.json:
+        emit_json({"method": args.method, "results": results})
+    else:
+        for r in results:
+            print(r["query"])
+            for k, h in enumerate(r["hits"], 1):
+                print(f"  {k:3d}. {h['score']:8.4f}  {h['path']}")
+    return 0

@@ -1,0 +1,1009 @@
+"""The collection index: one photo folder, its persistent index and every way to search it.
+
+:class:`Collection` is the facade the CLI, the GUI, clustering and learning code use.
+It combines the store (:mod:`engine.store`, :mod:`engine.ingest`: catalogue + features),
+the matching models (:mod:`engine.pyramid`, :mod:`engine.vocabulary`), the hashing
+(:mod:`engine.wta`, :mod:`engine.lsh`) and the search structures (:mod:`engine.search`).
+
+Index location
+--------------
+By default the index lives in ``<folder>/.simile/``. When the folder is not writable
+(a read-only share, a CD, someone else's pictures) it goes to
+``~/.cache/simile/<first 16 hex of blake2b(absolute folder path)>/`` instead
+(``$XDG_CACHE_HOME`` is honoured). An existing index is always found in either place.
+``index_dir=`` (``--index DIR``) overrides both.
+
+Models and when they are fitted
+-------------------------------
+:meth:`Collection.update` first brings the catalogue and the stored features up to date,
+then refreshes the search data:
+
+- the models -- a vocabulary tree (hierarchical k-means, branching 10, 5 levels including
+  the root) as vocabulary-guided pyramid bins, its per-bin idf weights, a uniform-bin
+  pyramid match on 10-D PCA-SIFT, densified-WTA permutations and random-hyperplane seeds --
+  are fitted on the first index (from a random sample of at most ``SAMPLE_DESCRIPTORS``
+  descriptors, seeded), and refitted only when the collection has grown to more than
+  ``REFIT_GROWTH`` (2x) the number of images they were fitted on, or the features changed.
+  Otherwise new images are only encoded with the existing models (idf weights stay those
+  of the fit; bins never seen at fit time get the largest idf).
+- per image: the idf-weighted vocabulary pyramid (``vocabulary`` scores), the uniform
+  pyramid (``uniform``), the tf-idf bag of words over the tree's leaves and its densified
+  WTA codes, random-hyperplane bits of the pyramid-match embedding; banded inverted
+  indexes over the codes are built at load time.
+
+Everything is stored with the store's state API (arrays + JSON, no pickle) in one atomic
+write at the end of :meth:`Collection.update`. An interrupted run keeps the catalogue of
+what was finished; opening such an index encodes the images the search data does not yet
+hold in memory, so queries always cover everything that is held.
+
+Search methods
+--------------
+``hybrid`` (default)
+    ``vocabulary`` scores, then the best ``VERIFY_TOP`` hits are checked for the same
+    object: ratio-test correspondences and a robust homography; verified hits are ranked
+    first by ``score + inliers / (inliers + 20)``. Best on typical photo folders
+    (objects, places, near-duplicates); see ``tests/benchmarks/bench_ukbench.py``.
+``vocabulary``
+    Vocabulary-guided pyramid match with idf bin weights, L1-normalised (thesis ch. 4;
+    the scoring of Nistér & Stewénius): category / object similarity, no geometry.
+``uniform``
+    Normalised uniform-bin pyramid match (thesis Eq. 3.12) on PCA-SIFT.
+``wta``
+    Candidates from the densified-WTA hash of the tf-idf bag of words (always hashed),
+    scored exactly by the ``vocabulary`` score.
+``learned``
+    Provided by :mod:`engine.learn` through :func:`register_method`; without a learned
+    model a clear error says how to make one.
+
+Collections of up to ``EXHAUSTIVE_LIMIT`` images are scored exhaustively (exact); larger
+ones take candidates from the banded index over the densified-WTA codes (at most
+``CANDIDATE_FRACTION`` of the collection, at least ``MIN_CANDIDATES``; the bands are chosen
+by :func:`engine.lsh.choose_params` from the collection size for 95 % recall) and score
+those exactly. The random-hyperplane bits of the pyramid-match embedding are stored too
+(``_candidates("rh", ...)``); on the 10k benchmark they reached a lower recall at the same
+budget (0.89 vs 0.95), so the WTA bands are the default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from engine.features import Features, extract_features
+from engine.ingest import IngestProgress, IngestSummary, ingest
+from engine.search import (
+    IntersectionIndex,
+    fit_key_idf,
+    histograms_from_codes,
+    single_threaded_blas,
+    verify_pair,
+)
+from engine.store import INDEX_DIRNAME, IndexStore
+
+__all__ = [
+    "METHODS",
+    "Collection",
+    "DuplicateGroup",
+    "Hit",
+    "IndexProgress",
+    "IndexSummary",
+    "default_index_dir",
+    "register_method",
+]
+
+IndexProgress = IngestProgress
+IndexSummary = IngestSummary
+
+METHODS = ("hybrid", "vocabulary", "uniform", "wta", "learned")
+FEATURE_KWARGS: dict[str, Any] = {}  # extract_features defaults: RootSIFT, <= 500, side <= 1024
+EXHAUSTIVE_LIMIT = 3000
+CANDIDATE_FRACTION = 0.1
+MIN_CANDIDATES = 100
+VERIFY_TOP = 30
+VERIFY_MIN_INLIERS = 8
+DUPLICATE_NEIGHBOURS = 10
+REFIT_GROWTH = 2.0
+SAMPLE_DESCRIPTORS = 40_000
+ENCODE_BATCH = 256
+_STATE_VERSION = 1
+_MODELS = "search.models"
+_DATA = "search.data"
+
+_REGISTRY: dict[str, Callable[..., list[Hit]]] = {}
+
+
+def register_method(name: str, fn: Callable[..., list[Hit]]) -> None:
+    """Add a search method: ``fn(collection, features, top) -> list[Hit]``.
+
+    :mod:`engine.feedback` registers ``"learned"`` this way (imported on first use);
+    ``fn`` should raise ``LookupError`` with a helpful message when its model is missing.
+    """
+    _REGISTRY[name] = fn
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: an image of the collection and its score (higher = more similar)."""
+
+    path: Path
+    score: float
+
+
+@dataclass(frozen=True)
+class DuplicateGroup:
+    """Near-duplicate images.
+
+    Attributes
+    ----------
+    paths : list of Path
+        The first is the group's representative (the image most similar to the others).
+    scores : list of float
+        Similarity of each path to the representative (1.0 for itself); byte-identical
+        files score 1.0.
+    """
+
+    paths: list[Path]
+    scores: list[float]
+
+
+def _cache_home() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME")
+    return Path(base) if base else Path.home() / ".cache"
+
+
+def default_index_dir(folder: str | os.PathLike) -> Path:
+    """Where the index of ``folder`` lives by default (see the module docstring).
+
+    ``<folder>/.simile`` when it already holds an index or the folder is writable, else
+    ``~/.cache/simile/<hash of the absolute folder path>``.
+    """
+    folder = Path(os.path.abspath(os.fspath(folder)))
+    local = folder / INDEX_DIRNAME
+    digest = hashlib.blake2b(str(folder).encode("utf-8"), digest_size=8).hexdigest()
+    cached = _cache_home() / "simile" / digest
+    if (local / "catalog.sqlite").exists():
+        return local
+    if (cached / "catalog.sqlite").exists():
+        return cached
+    if local.is_dir() and os.access(local, os.W_OK):
+        return local
+    if not local.exists() and os.access(folder, os.W_OK | os.X_OK):
+        return local
+    return cached
+
+
+# --------------------------------------------------------------------------- models
+class _Models:
+    """Fitted models of the search data (arrays/scalars only through to_state)."""
+
+    def __init__(self) -> None:
+        self.vocab = None  # PyramidMatch("vocabulary"), global weights
+        self.uniform = None  # PyramidMatch("uniform")
+        self.idf_keys = np.zeros(0, np.int64)
+        self.idf = np.zeros(0, np.float32)
+        self.idf_unknown = 0.0
+        self.leaf_keys = np.zeros(0, np.int64)  # bag-of-words columns (sorted leaf keys)
+        self.leaf_idf = np.zeros(0, np.float32)
+        self.dwta = None
+        self.rh = None
+        self.n_fit = 0
+        self.dim = 0
+
+    def to_state(self) -> dict[str, Any]:
+        st: dict[str, Any] = {
+            "version": _STATE_VERSION,
+            "n_fit": self.n_fit,
+            "dim": self.dim,
+            "idf_keys": self.idf_keys,
+            "idf": self.idf,
+            "idf_unknown": float(self.idf_unknown),
+            "leaf_keys": self.leaf_keys,
+            "leaf_idf": self.leaf_idf,
+        }
+        for prefix, obj in (
+            ("vocab.", self.vocab),
+            ("uniform.", self.uniform),
+            ("dwta.", self.dwta),
+            ("rh.", self.rh),
+        ):
+            for k, v in obj.to_state().items():
+                st[prefix + k] = v
+        return st
+
+    @classmethod
+    def from_state(cls, st: dict[str, Any]) -> _Models:
+        from engine.lsh import RandomHyperplaneHash
+        from engine.pyramid import PyramidMatch
+        from engine.wta import DensifiedWTAHash
+
+        def sub(prefix: str) -> dict[str, Any]:
+            return {k[len(prefix) :]: v for k, v in st.items() if k.startswith(prefix)}
+
+        m = cls()
+        if int(st["version"]) != _STATE_VERSION:
+            raise ValueError("search models were written by another version")
+        m.n_fit = int(st["n_fit"])
+        m.dim = int(st["dim"])
+        m.idf_keys = np.asarray(st["idf_keys"], np.int64)
+        m.idf = np.asarray(st["idf"], np.float32)
+        m.idf_unknown = float(st["idf_unknown"])
+        m.leaf_keys = np.asarray(st["leaf_keys"], np.int64)
+        m.leaf_idf = np.asarray(st["leaf_idf"], np.float32)
+        m.vocab = PyramidMatch.from_state(sub("vocab."))
+        m.uniform = PyramidMatch.from_state(sub("uniform."))
+        m.dwta = DensifiedWTAHash.from_state(sub("dwta."))
+        m.rh = RandomHyperplaneHash.from_state(sub("rh."))
+        return m
+
+
+@dataclass
+class _Encoded:
+    """Per-image search data of a batch of images (rows in ``ids`` order)."""
+
+    ids: np.ndarray  # (n,) int64 store ids
+    vocab: IntersectionIndex  # idf-weighted, L1-normalised vocabulary pyramids
+    uniform: IntersectionIndex  # uniform pyramid (pm weights), unnormalised
+    bow: sp.csr_matrix  # (n, n_words) tf-idf, L2-normalised
+    wta: np.ndarray  # (n, m) uint8 densified WTA codes of bow
+    rh: np.ndarray  # (n, bytes) uint8 random-hyperplane bits of the vocab PM embedding
+
+    def to_state(self) -> dict[str, Any]:
+        st: dict[str, Any] = {"ids": self.ids}
+        for name in ("vocab", "uniform"):
+            ix: IntersectionIndex = getattr(self, name)
+            st[f"{name}.indptr"] = ix.indptr
+            st[f"{name}.keys"] = ix.keys
+            st[f"{name}.values"] = ix.values
+            uk, cols = ix.columns()
+            st[f"{name}.ukeys"] = uk
+            st[f"{name}.cols"] = cols
+        st["bow.indptr"] = self.bow.indptr.astype(np.int64)
+        st["bow.indices"] = self.bow.indices.astype(np.int64)
+        st["bow.data"] = self.bow.data.astype(np.float32)
+        st["bow.n_words"] = int(self.bow.shape[1])
+        st["wta"] = self.wta
+        st["rh"] = self.rh
+        return st
+
+    @classmethod
+    def from_state(cls, st: dict[str, Any]) -> _Encoded:
+        ids = np.asarray(st["ids"], np.int64)
+        ixs = {
+            name: IntersectionIndex(
+                st[f"{name}.indptr"],
+                st[f"{name}.keys"],
+                st[f"{name}.values"],
+                columns=(st[f"{name}.ukeys"], st[f"{name}.cols"])
+                if f"{name}.cols" in st
+                else None,
+            )
+            for name in ("vocab", "uniform")
+        }
+        bow = sp.csr_matrix(
+            (st["bow.data"], st["bow.indices"], st["bow.indptr"]),
+            shape=(ids.shape[0], int(st["bow.n_words"])),
+        )
+        return cls(
+            ids, ixs["vocab"], ixs["uniform"], bow, np.asarray(st["wta"]), np.asarray(st["rh"])
+        )
+
+    def subset(self, rows: np.ndarray) -> _Encoded:
+        return _Encoded(
+            self.ids[rows],
+            self.vocab.subset(rows),
+            self.uniform.subset(rows),
+            self.bow[rows],
+            self.wta[rows],
+            self.rh[rows],
+        )
+
+    @staticmethod
+    def concat(parts: list[_Encoded]) -> _Encoded:
+        return _Encoded(
+            np.concatenate([p.ids for p in parts]),
+            IntersectionIndex.concat([p.vocab for p in parts]),
+            IntersectionIndex.concat([p.uniform for p in parts]),
+            sp.vstack([p.bow for p in parts], format="csr"),
+            np.concatenate([p.wta for p in parts]),
+            np.concatenate([p.rh for p in parts]),
+        )
+
+
+def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int = 0) -> _Models:
+    """Fit the vocabulary tree and the uniform pyramid on a sample of the images' sets."""
+    from engine.lsh import RandomHyperplaneHash
+    from engine.pyramid import PyramidMatch
+
+    m = _Models()
+    nonempty = [s for s in sets if len(s)]
+    if not nonempty:
+        raise ValueError("no image in the collection has local features to fit models on")
+    m.dim = int(nonempty[0].shape[1])
+    m.vocab = PyramidMatch(
+        "vocabulary",
+        branching=10,
+        depth=5,
+        sample_size=SAMPLE_DESCRIPTORS,
+        random_state=random_state,
+    ).fit(nonempty)
+    m.uniform = PyramidMatch(
+        "uniform", sample_size=SAMPLE_DESCRIPTORS, random_state=random_state
+    ).fit(nonempty)
+    m.rh = RandomHyperplaneHash(256, random_state=random_state)
+    m.n_fit = int(n_images)
+    return m
+
+
+def _light_codes(codes) -> SimpleNamespace:
+    """The parts of PyramidCodes the search data needs (compact dtypes)."""
+    return SimpleNamespace(
+        row=codes.row.astype(np.int64),
+        key=codes.key,
+        count=codes.count.astype(np.int32),
+        level=codes.level.astype(np.int8),
+        sizes=codes.sizes,
+        n=len(codes),
+    )
+
+
+def _fit_weights(m: _Models, all_codes: list[SimpleNamespace], random_state: int = 0) -> None:
+    """idf of every vocabulary bin and of the leaves (bag of words) over the whole
+    collection, and the densified WTA permutations for that many words."""
+    from engine.wta import DensifiedWTAHash
+
+    n = sum(c.n for c in all_codes)
+    keys = np.concatenate([c.key for c in all_codes])
+    leaf = np.concatenate([c.level == 0 for c in all_codes])
+    m.idf_keys, m.idf = fit_key_idf(SimpleNamespace(key=keys), n_sets=n)
+    m.leaf_keys, m.leaf_idf = fit_key_idf(SimpleNamespace(key=keys), n_sets=n, mask=leaf)
+    m.idf_unknown = float(np.log(max(n, 2)))
+    m.dwta = DensifiedWTAHash(n_codes=256, window=8, random_state=random_state).fit(
+        max(len(m.leaf_keys), 8)
+    )
+
+
+_ALL_PARTS = frozenset({"uniform", "wta", "rh"})
+
+
+def _encode(
+    models: _Models,
+    ids: np.ndarray,
+    sets: list[np.ndarray],
+    codes: SimpleNamespace | None = None,
+    parts: frozenset[str] = _ALL_PARTS,
+) -> _Encoded:
+    """Encode a batch of images with fitted models (``codes``: their vocabulary pyramids;
+    ``parts``: which of the optional encodings to compute -- a query needs only some)."""
+    if codes is None:
+        codes = _light_codes(models.vocab.encode(sets))
+    indptr, keys, vals = histograms_from_codes(
+        codes,
+        weighting="idf",
+        idf=models.idf,
+        idf_keys=models.idf_keys,
+        idf_unknown=models.idf_unknown,
+    )
+    vocab = IntersectionIndex(indptr, keys, vals)
+    n = len(sets)
+    if "uniform" in parts:
+        ucodes = models.uniform.encode(sets)
+        uniform = IntersectionIndex(*histograms_from_codes(ucodes, weighting="pm"))
+    else:
+        uniform = IntersectionIndex(np.zeros(n + 1, np.int64), np.zeros(0), np.zeros(0))
+    bow = (
+        _bow_from_codes(models, codes)
+        if parts == _ALL_PARTS or "wta" in parts
+        else sp.csr_matrix((n, len(models.leaf_keys)), dtype=np.float32)
+    )
+    wta = np.zeros((n, models.dwta.n_codes), np.uint8)
+    if "wta" in parts and n:
+        wta = models.dwta.hash(bow)
+    # random hyperplanes over the embedding of the idf-weighted pyramid (Eqs. 5.8-5.11:
+    # values are square roots, so dot products approximate the weighted intersection)
+    rh = np.zeros((n, models.rh.n_bits // 8), np.uint8)
+    if "rh" in parts and n:
+        rh = models.rh.hash(_embedding(vocab))
+    return _Encoded(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
+
+
+def _embedding(ix: IntersectionIndex):
+    """Sparse vectors whose dot product approximates the intersection: sqrt of the values."""
+    from engine.pyramid import SparseEmbedding
+
+    return SparseEmbedding(ix.indptr, ix.keys, np.sqrt(ix.values).astype(np.float32))
+
+
+def _bow_from_codes(models: _Models, codes) -> sp.csr_matrix:
+    """tf-idf bag of words over the tree's leaves (level 0 of the vocabulary pyramid)."""
+    n = len(codes.sizes)
+    nw = len(models.leaf_keys)
+    leaf = np.flatnonzero(codes.level == 0)
+    k = codes.key[leaf]
+    pos = np.minimum(np.searchsorted(models.leaf_keys, k), max(nw - 1, 0))
+    ok = models.leaf_keys[pos] == k if nw else np.zeros(k.shape, bool)
+    rows = codes.row[leaf][ok]
+    cols = pos[ok]
+    tf = codes.count[leaf][ok] / np.maximum(codes.sizes[rows], 1)
+    data = tf * models.leaf_idf[cols]
+    bow = sp.csr_matrix((data.astype(np.float32), (rows, cols)), shape=(n, nw))
+    bow.sum_duplicates()
+    lens = np.diff(bow.indptr)
+    norms = np.sqrt(np.bincount(np.repeat(np.arange(n), lens), weights=bow.data**2, minlength=n))
+    bow.data = (bow.data / np.repeat(np.where(norms > 0, norms, 1.0), lens)).astype(np.float32)
+    return bow
+
+
+# --------------------------------------------------------------------------- collection
+class Collection:
+    """A photo folder with its persistent index. Open with :meth:`Collection.open`.
+
+    Attributes
+    ----------
+    folder : Path
+        The photo folder (absolute).
+    index_dir : Path
+        Where the index is stored.
+    """
+
+    def __init__(self, folder: Path, store: IndexStore) -> None:
+        self.folder = folder
+        self.store = store
+        self.index_dir = store.index_dir
+        self._models: _Models | None = None
+        self._data: _Encoded | None = None
+        self._generation: int | None = None
+        self._paths: list[Path] = []
+        self._row_of_id: dict[int, int] = {}
+        self._bands: dict[str, Any] = {}
+        self._uniform_self: np.ndarray | None = None
+        self._lock = threading.RLock()
+        self._last_scored = 0  # rows scored exactly by the last query (benchmarks)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(
+        cls,
+        folder: str | os.PathLike,
+        index_dir: str | os.PathLike | None = None,
+        *,
+        create: bool = True,
+        readonly: bool = False,
+    ) -> Collection:
+        """Open the index of ``folder`` (creating it unless ``create=False`` or ``readonly``).
+
+        Parameters
+        ----------
+        folder : path-like
+            The photo folder; must exist.
+        index_dir : path-like, optional
+            Index location; default :func:`default_index_dir`.
+        create : bool
+            Create an empty index when there is none.
+        readonly : bool
+            Open for queries only: no writer lock, :meth:`update` refused.
+
+        Raises
+        ------
+        FileNotFoundError
+            ``folder`` is not a directory, or (``engine.store.IndexNotFoundError``) there is
+            no index and it may not be created.
+        engine.store.IndexLockedError
+            Another process is updating the index (``readonly=False``).
+        """
+        path = Path(os.path.abspath(os.fspath(folder)))
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path}: not a folder")
+        idx = Path(index_dir).expanduser() if index_dir is not None else default_index_dir(path)
+        store = IndexStore.open(idx, create=create, readonly=readonly)
+        return cls(path, store)
+
+    def close(self) -> None:
+        """Release the index (and the writer lock)."""
+        self.store.close()
+
+    def __enter__(self) -> Collection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.paths())
+
+    def __repr__(self) -> str:
+        return f"Collection({str(self.folder)!r}, index_dir={str(self.index_dir)!r})"
+
+    # ------------------------------------------------------------------ indexing
+    def update(
+        self, *, jobs: int | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[IndexProgress]:
+        """Bring the index up to date with the folder: a generator of progress.
+
+        Scans the folder, extracts features of new and changed images in ``jobs``
+        processes (records unreadable files with their reason), drops deleted ones, then
+        refreshes the search models and data (see the module docstring).
+
+        Yields
+        ------
+        IndexProgress
+            ``(done, total, path, status, message)``; status is one of "scanning",
+            "indexed", "unchanged", "failed", "removed", "finalizing".
+
+        Returns
+        -------
+        IndexSummary
+            As ``StopIteration.value`` (``summary = yield from col.update()``).
+        Cancelling (``cancel.set()``) keeps every finished batch; the summary says
+        ``cancelled=True``.
+        """
+        summary = yield from ingest(
+            self.store, self.folder, jobs=jobs, cancel=cancel, feature_kwargs=FEATURE_KWARGS
+        )
+        if cancel is not None and cancel.is_set():
+            return summary
+        yield IndexProgress(0, 0, None, "finalizing", "fitting models and hashing")
+        t0 = time.perf_counter()
+        self._refresh(save=True, cancel=cancel)
+        seconds = summary.seconds + (time.perf_counter() - t0)
+        return IndexSummary(
+            indexed=summary.indexed,
+            unchanged=summary.unchanged,
+            removed=summary.removed,
+            failed=summary.failed,
+            total=summary.total,
+            seconds=seconds,
+            cancelled=bool(cancel is not None and cancel.is_set()),
+        )
+
+    def _sets(self, ids: np.ndarray) -> list[np.ndarray]:
+        return [f.descriptors for _, f in self.store.iter_features(ids)]
+
+    def _refresh(self, *, save: bool, cancel: threading.Event | None = None) -> None:
+        """Make the in-memory models/data cover exactly the store's usable images."""
+        with self._lock:
+            store = self.store
+            ids = store.ids("ok")
+            models = self._models
+            data = self._data
+            if models is None and store.has_state(_MODELS):
+                try:
+                    models = _Models.from_state(store.load_state(_MODELS))
+                    data = (
+                        _Encoded.from_state(store.load_state(_DATA))
+                        if store.has_state(_DATA)
+                        else None
+                    )
+                except (KeyError, ValueError):
+                    models, data = None, None
+            changed = False
+            if ids.size == 0:
+                self._install(None, None, ids)
+                return
+            refit = models is None or ids.size > REFIT_GROWTH * max(models.n_fit, 1)
+            if not refit:
+                # check feature dimension of one image
+                feats = store.get_features(int(ids[0]))
+                refit = feats.descriptors.shape[1] != models.dim and len(feats) > 0
+            if refit:
+                rng = np.random.default_rng(0)
+                n_est = max(
+                    int(np.mean([r.n_features for r in store.records("ok")[:200]] or [1])), 1
+                )
+                take = min(ids.size, max(50, SAMPLE_DESCRIPTORS // n_est))
+                sample_ids = np.sort(rng.choice(ids, take, replace=False))
+                models = _fit_binnings(self._sets(sample_ids), ids.size)
+                all_codes = []
+                for s0 in range(0, ids.size, ENCODE_BATCH):
+                    batch = ids[s0 : s0 + ENCODE_BATCH]
+                    all_codes.append(_light_codes(models.vocab.encode(self._sets(batch))))
+                _fit_weights(models, all_codes)
+                parts = []
+                for k, s0 in enumerate(range(0, ids.size, ENCODE_BATCH)):
+                    batch = ids[s0 : s0 + ENCODE_BATCH]
+                    parts.append(_encode(models, batch, self._sets(batch), all_codes[k]))
+                    all_codes[k] = None
+                data = _Encoded.concat(parts)
+                changed = True
+            if data is not None:
+                keep = np.flatnonzero(np.isin(data.ids, ids))
+                if keep.size != data.ids.size:
+                    data = data.subset(keep)
+                    changed = True
+            have = data.ids if data is not None else np.zeros(0, np.int64)
+            new_ids = ids[~np.isin(ids, have)]
+            parts = [data] if data is not None and len(data.ids) else []
+            for s in range(0, new_ids.size, ENCODE_BATCH):
+                if cancel is not None and cancel.is_set() and save:
+                    break
+                batch = new_ids[s : s + ENCODE_BATCH]
+                parts.append(_encode(models, batch, self._sets(batch)))
+                changed = True
+            data = _Encoded.concat(parts) if parts else _encode(models, new_ids[:0], [])
+            # rows in ascending id order (= store order)
+            order = np.argsort(data.ids, kind="stable")
+            if not np.array_equal(order, np.arange(order.size)):
+                data = data.subset(order)
+            if save and changed and not store.readonly:
+                store.save_state(_MODELS, models.to_state())
+                store.save_state(_DATA, data.to_state())
+            self._install(models, data, data.ids)
+
+    def _install(self, models: _Models | None, data: _Encoded | None, ids: np.ndarray) -> None:
+        self._models, self._data = models, data
+        self._generation = self.store.generation
+        recs = {r.id: r.path for r in self.store.records("ok")}
+        self._paths = [Path(recs[int(i)]) for i in ids]
+        self._row_of_id = {int(i): r for r, i in enumerate(ids)}
+        self._bands = {}
+        self._uniform_self = None
+
+    def _ensure(self) -> tuple[_Models, _Encoded]:
+        with self._lock:
+            if self._data is None or self._generation != self.store.generation:
+                self._refresh(save=False)
+            if self._models is None or self._data is None:
+                raise LookupError(
+                    f"the index of {self.folder} holds no usable image; run 'simile index'"
+                )
+            return self._models, self._data
+
+    # ------------------------------------------------------------------ catalogue
+    def paths(self) -> list[Path]:
+        """Usable images in stable order (the row order of :meth:`kernel_matrix` etc.)."""
+        with self._lock:
+            if self._generation != self.store.generation:
+                return [Path(p) for p in self.store.paths("ok")]
+            return list(self._paths)
+
+    def failures(self) -> list[tuple[Path, str]]:
+        """Files that could not be indexed, with the reason."""
+        return [(Path(p), r) for p, r in self.store.failures()]
+
+    def features(self, path: str | os.PathLike) -> Features:
+        """Stored features of an indexed image (KeyError if it is not indexed)."""
+        return self.store.get_features(Path(os.path.abspath(os.fspath(path))))
+
+    def load_array(self, name: str) -> np.ndarray:
+        """A named array saved with :meth:`save_array` (KeyError if absent)."""
+        return np.asarray(self.store.load_array(name, mmap=False))
+
+    def save_array(self, name: str, arr: np.ndarray) -> None:
+        """Persist an array in the index (atomic), e.g. a learned metric or clusters."""
+        self.store.save_array(name, np.asarray(arr))
+
+    # ------------------------------------------------------------------ querying
+    def _query_features(self, image: Any) -> tuple[Features, int | None]:
+        """Features of a query and its row in the collection (None if outside)."""
+        if isinstance(image, Features):
+            return image, None
+        if isinstance(image, np.ndarray):
+            return extract_features(image, **FEATURE_KWARGS), None
+        path = Path(os.path.abspath(os.fspath(image)))
+        rec = self.store.record(path)
+        if rec is not None and rec.status == "ok":
+            return self.store.get_features(rec.id), self._row_of_id.get(rec.id)
+        return extract_features(path, **FEATURE_KWARGS), None
+
+    def query(self, image: Any, *, method: str = "hybrid", top: int = 20) -> list[Hit]:
+        """Most similar images of the collection, best first.
+
+        Parameters
+        ----------
+        image : path, (H, W[, 3]) uint8 ndarray or Features
+            A query inside or outside the collection. Nothing is excluded: an image of
+            the collection normally finds itself first.
+        method : {"hybrid", "vocabulary", "uniform", "wta", "learned"}
+            See the module docstring.
+        top : int
+            Number of hits.
+
+        Returns
+        -------
+        list of Hit
+            Higher score = more similar.
+
+        Raises
+        ------
+        ValueError
+            Unknown method or ``top < 1``.
+        LookupError
+            Empty index, or ``"learned"`` without a learned model.
+        engine.imageio.ImageLoadError
+            The query image cannot be read.
+        """
+        if method not in METHODS and method not in _REGISTRY:
+            raise ValueError(
+                f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}"
+            )
+        if int(top) != top or top < 1:
+            raise ValueError(f"top must be a positive integer, got {top!r}")
+        if method == "learned" and method not in _REGISTRY:
+            import engine.feedback  # noqa: F401  (registers the "learned" method)
+        if method in _REGISTRY:
+            if method == "learned":
+                from engine.feedback import load_model
+
+                load_model(self)  # LookupError saying how to learn, before any extraction
+            feats, _ = self._query_features(image)
+            return _REGISTRY[method](self, feats, int(top))
+        models, data = self._ensure()
+        feats, _row = self._query_features(image)
+        rows, scores = self._search(models, data, feats, method, int(top))
+        return [Hit(self._paths[r], float(s)) for r, s in zip(rows, scores, strict=True)]
+
+    def _query_encoding(
+        self, models: _Models, feats: Features, parts: frozenset[str] = _ALL_PARTS
+    ) -> _Encoded:
+        d = feats.descriptors
+        if len(d) and d.shape[1] != models.dim:
+            raise ValueError(
+                f"query features have {d.shape[1]} dimensions, the index {models.dim}"
+            )
+        return _encode(models, np.array([-1]), [d.reshape(-1, models.dim)], parts=parts)
+
+    def _candidates(self, kind: str, q: _Encoded, data: _Encoded, n_want: int) -> np.ndarray:
+        """Rows proposed by the banded hash index of ``kind`` ("wta" or "rh")."""
+        from engine.lsh import band_keys, choose_params
+
+        n = len(data.ids)
+        codes = data.wta if kind == "wta" else data.rh
+        qcodes = q.wta if kind == "wta" else q.rh
+        if kind not in self._bands:
+            # the banded inverted index of engine.lsh.BandedIndex (one sorted key array per
+            # table); its vote join is done here with one bincount for a single query
+            near, far = (0.35, 0.12) if kind == "wta" else (0.25, 0.02)
+            p = choose_params(n, codes.shape[1], 0.95, s_near=near, s_far=far)
+            keys = band_keys(codes, p.n_tables, p.band_size)  # (n, T)
+            order = np.argsort(keys, axis=0, kind="stable")
+            skeys = np.take_along_axis(keys, order, axis=0).T.copy()
+            self._bands[kind] = (p, skeys, order.T.copy())
+        p, skeys, sids = self._bands[kind]
+        qk = band_keys(qcodes[:1], p.n_tables, p.band_size)[0]
+        hits = [
+            sids[t, np.searchsorted(skeys[t], qk[t]) : np.searchsorted(skeys[t], qk[t], "right")]
+            for t in range(p.n_tables)
+        ]
+        votes = np.bincount(np.concatenate(hits), minlength=n) if n else np.zeros(0, np.int64)
+        ids = np.flatnonzero(votes)
+        ids = ids[np.lexsort((ids, -votes[ids]))]  # most shared bands first, then id
+        if ids.size > n_want:
+            ids = ids[:n_want]
+        elif ids.size < n_want:
+            # too few colliding: fill with the best by code agreement (bulk, cheap)
+            from engine.wta import code_agreement
+
+            agree = (
+                code_agreement(qcodes, codes)[0]
+                if kind == "wta"
+                else _bit_agreement(qcodes, codes)
+            )
+            agree[ids] = np.inf
+            more = np.argsort(-agree, kind="stable")[:n_want]
+            ids = more
+        return np.asarray(ids, np.int64)
+
+    def _search(
+        self, models: _Models, data: _Encoded, feats: Features, method: str, top: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        n = len(data.ids)
+        n_cand = min(n, max(MIN_CANDIDATES, top, int(CANDIDATE_FRACTION * n)))
+        hashed = method == "wta" or n > EXHAUSTIVE_LIMIT
+        parts = {"uniform"} if method == "uniform" else set()
+        if hashed:
+            parts |= {"wta"}
+        q = self._query_encoding(models, feats, frozenset(parts))
+        if not hashed:
+            rows = None
+        else:
+            # densified-WTA bands gave the best recall at 10 % scored (bench_scale.py);
+            # the pyramid-match hyperplane bits stay available as "rh" candidates
+            rows = self._candidates("wta", q, data, n_cand)
+        self._last_scored = n if rows is None else int(rows.size)
+        if method == "uniform":
+            qk, qv = q.uniform.row(0)
+            raw = data.uniform.score(qk, qv, rows)
+            if self._uniform_self is None:
+                self._uniform_self = data.uniform.self_similarity()
+            sx = self._uniform_self if rows is None else self._uniform_self[rows]
+            den = np.sqrt(sx * float(qv.sum()))
+            scores = np.where(den > 0, raw / np.where(den > 0, den, 1.0), 0.0)
+        else:
+            qk, qv = q.vocab.row(0)
+            scores = data.vocab.score(qk, qv, rows)
+        all_rows = np.arange(n) if rows is None else rows
+        k = min(top if method != "hybrid" else max(top, VERIFY_TOP), scores.size)
+        best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
+        best = best[np.lexsort((all_rows[best], -scores[best]))]
+        out_rows, out_scores = all_rows[best], scores[best]
+        if method == "hybrid":
+            out_scores = self._verify(feats, out_rows, out_scores.copy())
+            order = np.lexsort((out_rows, -out_scores))
+            out_rows, out_scores = out_rows[order], out_scores[order]
+        return out_rows[:top], out_scores[:top]
+
+    def _verify(self, feats: Features, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """Re-rank the first ``VERIFY_TOP`` rows by geometric inliers (same object)."""
+        if len(feats) < 4:
+            return scores
+        ids = self._data.ids[rows[:VERIFY_TOP]]
+        with single_threaded_blas():
+            for j, (_i, f) in enumerate(self.store.iter_features(ids)):
+                v = verify_pair(
+                    feats.descriptors, feats.xy, f.descriptors, f.xy, image_size=f.image_size
+                )
+                if v.n_inliers >= VERIFY_MIN_INLIERS:
+                    scores[j] += 1.0 + v.n_inliers / (v.n_inliers + 40.0)
+        return scores
+
+    # ------------------------------------------------------------------ pairs
+    def match(self, a: Any, b: Any):
+        """Explicit correspondences of two images and their geometric verification.
+
+        Parameters
+        ----------
+        a, b : path (in or outside the collection), ndarray image or Features
+
+        Returns
+        -------
+        engine.pyramid.MatchResult
+            Vocabulary-guided pyramid-match score and correspondences (thesis 3.2.3),
+            with an extra ``inliers`` attribute: (P,) bool, pairs consistent with a
+            robust homography.
+        """
+        models, _ = self._ensure()
+        fa, _ = self._query_features(a)
+        fb, _ = self._query_features(b)
+        res = models.vocab.match(fa.descriptors, fb.descriptors, fa.xy, fb.xy)
+        from engine.geometry import verify
+
+        size = max(fb.image_size) if fb.image_size else 0
+        thr = max(3.0, 0.015 * size) if size else 6.0
+        if len(res) >= 4:
+            g = verify(res.xy_a, res.xy_b, model="homography", threshold=thr)
+            res.inliers = g.inliers
+        else:
+            res.inliers = np.zeros(len(res), bool)
+        return res
+
+    def kernel_matrix(self, method: str = "vocabulary") -> np.ndarray:
+        """(n, n) float64 normalised affinities of all images (rows = :meth:`paths`).
+
+        ``"vocabulary"``: idf-weighted vocabulary pyramid intersection, symmetric, in
+        [0, 1], diagonal 1. ``"uniform"``: normalised uniform pyramid match (Eq. 3.12).
+        """
+        if method not in ("vocabulary", "uniform"):
+            raise ValueError(f"method must be 'vocabulary' or 'uniform', got {method!r}")
+        _, data = self._ensure()
+        ix = data.vocab if method == "vocabulary" else data.uniform
+        with single_threaded_blas():
+            K = ix.pairwise()
+        d = np.diag(K).copy()
+        if method == "uniform":
+            den = np.sqrt(np.outer(d, d))
+            K = np.where(den > 0, K / np.where(den > 0, den, 1.0), 0.0)
+        np.fill_diagonal(K, (d > 0).astype(np.float64))
+        return K
+
+    def bow_matrix(self) -> sp.csr_matrix:
+        """(n, n_words) float32 tf-idf bag of visual words, L2-normalised rows (:meth:`paths`)."""
+        _, data = self._ensure()
+        return data.bow.copy()
+
+    def duplicates(self, threshold: float = 0.3) -> list[DuplicateGroup]:
+        """Groups of near-duplicate images (the same picture resized, recompressed,
+        retouched, cropped a little).
+
+        For each image, its ``DUPLICATE_NEIGHBOURS`` best ``vocabulary`` neighbours are
+        verified geometrically (ratio-test correspondences + robust homography). The
+        near-duplicate score of a pair is the fraction of the smaller image's features
+        that are geometric inliers; pairs scoring at least ``threshold`` are linked, as
+        are byte-identical files (score 1). Groups are the connected components
+        (union-find).
+
+        Parameters
+        ----------
+        threshold : float
+            In (0, 1]. 0.3 accepts rescaled / recompressed copies; different photos of
+            the same object usually score below 0.2.
+
+        Returns
+        -------
+        list of DuplicateGroup
+            Largest groups first; in a group the representative (most links) comes first
+            with score 1.0, the others with their best link score.
+        """
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+        _, data = self._ensure()
+        n = len(data.ids)
+        link: dict[tuple[int, int], float] = {}
+        row_of_path = {str(p): r for r, p in enumerate(self._paths)}
+        for group in self.store.duplicate_files():
+            rs = sorted(row_of_path[p] for p in group if p in row_of_path)
+            for r in rs[1:]:
+                link[(rs[0], r)] = 1.0
+        k_nb = min(n, DUPLICATE_NEIGHBOURS + 1)
+        pairs: set[tuple[int, int]] = set()
+        for i in range(n):
+            k, v = data.vocab.row(i)
+            rows = None
+            if n > EXHAUSTIVE_LIMIT:
+                rows = self._candidates("wta", data.subset(np.array([i])), data, MIN_CANDIDATES)
+            s = data.vocab.score(k, v, rows)
+            allr = np.arange(n) if rows is None else rows
+            best = allr[np.argsort(-s, kind="stable")[:k_nb]]
+            pairs.update((min(i, int(j)), max(i, int(j))) for j in best if j != i)
+        cache: dict[int, Features] = {}
+
+        def feats(r: int) -> Features:
+            if r not in cache:
+                cache[r] = self.store.get_features(int(data.ids[r]))
+            return cache[r]
+
+        with single_threaded_blas():
+            for i, j in sorted(pairs):
+                if (i, j) in link:
+                    continue
+                fa, fb = feats(i), feats(j)
+                if min(len(fa), len(fb)) < 4:
+                    continue
+                v = verify_pair(
+                    fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size
+                )
+                score = v.n_inliers / min(len(fa), len(fb))
+                if v.n_inliers >= VERIFY_MIN_INLIERS and score >= threshold:
+                    link[(i, j)] = min(1.0, score)
+        parent = np.arange(n)
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = int(parent[x])
+            return x
+
+        for i, j in link:
+            ri, rj = find(i), find(j)
+            if ri != rj:
+                parent[max(ri, rj)] = min(ri, rj)
+        roots = np.array([find(r) for r in range(n)], dtype=np.int64)
+        out = []
+        for root in np.flatnonzero(np.bincount(roots, minlength=n) > 1):
+            members = np.flatnonzero(roots == root).tolist()
+            degree = {m: 0 for m in members}
+            best = {m: 0.0 for m in members}
+            for (i, j), sc in link.items():
+                if i in degree:
+                    degree[i] += 1
+                    degree[j] += 1
+                    best[i] = max(best[i], sc)
+                    best[j] = max(best[j], sc)
+            rep = max(members, key=lambda m: (degree[m], -m))
+            rest = sorted((m for m in members if m != rep), key=lambda m: (-best[m], m))
+            out.append(
+                DuplicateGroup(
+                    [self._paths[rep]] + [self._paths[m] for m in rest],
+                    [1.0] + [float(best[m]) for m in rest],
+                )
+            )
+        out.sort(key=lambda g: (-len(g.paths), str(g.paths[0])))
+        return out
+
+
+_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1)
+
+
+def _bit_agreement(q: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Fraction of equal bits between packed bit rows ``q (1, B)`` and ``codes (n, B)``."""
+    x = np.bitwise_xor(codes, q[0])
+    diff = _POPCOUNT[x].sum(axis=1, dtype=np.int64)
+    return 1.0 - diff / (8.0 * codes.shape[1])

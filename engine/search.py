@@ -1,0 +1,426 @@
+"""Search structures of a collection: exact histogram-intersection scoring, hashed
+candidate generation and same-object verification.
+
+The pieces, and the papers they come from:
+
+- :class:`IntersectionIndex` -- exact scoring of one query against any subset of the
+  collection by a weighted histogram intersection ``sum_b min(q_b, x_b)``. A pyramid
+  match with global bin weights is exactly such an intersection once each bin's count is
+  multiplied by its weight ``w_b - w_parent(b)`` (thesis Eq. 3.10 / 5.5: ``min(c_q, c_x) v
+  = min(c_q v, c_x v)`` for ``v >= 0``). The ``vocabulary`` method uses the vocabulary-
+  guided pyramid (thesis ch. 4) with idf-weighted bins and L1-normalised pyramids, which
+  is also the hierarchical scoring of Nistér & Stewénius; the ``uniform`` method the
+  normalised uniform-bin pyramid match (Eq. 3.12).
+- Candidates for large collections come from banded inverted indexes
+  (:class:`engine.lsh.BandedIndex`) over densified WTA codes of tf-idf bags of words
+  (Chen & Shrivastava Eq. 7) and over random-hyperplane bits of the pyramid-match
+  embedding (thesis Eqs. 5.8-5.11); candidates are then scored exactly.
+- :func:`verify_pair` -- explicit correspondences (nearest neighbours with Lowe's ratio
+  test) checked by a robust homography (:mod:`engine.geometry`): the "same object"
+  re-ranking of the ``hybrid`` method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.geometry import verify
+
+__all__ = [
+    "IntersectionIndex",
+    "Verification",
+    "descriptor_matches",
+    "fit_key_idf",
+    "histograms_from_codes",
+    "single_threaded_blas",
+    "verify_pair",
+]
+
+
+_CONTROLLER = None
+
+
+def single_threaded_blas():
+    """Context limiting BLAS to one thread: many small products (per-pair matching) are
+    far faster without thread hand-offs, above all on a loaded machine."""
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+# --------------------------------------------------------------------------- histograms
+def histograms_from_codes(
+    codes,
+    *,
+    weighting: str = "pm",
+    idf: np.ndarray | None = None,
+    idf_keys: np.ndarray | None = None,
+    idf_unknown: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Turn :class:`engine.pyramid.PyramidCodes` into weighted sparse histograms.
+
+    Parameters
+    ----------
+    codes : PyramidCodes
+        From ``PyramidMatch.encode`` (global weights).
+    weighting : {"pm", "idf"}
+        ``"pm"``: value ``count * (w_b - w_parent(b)) / T`` so the intersection of two rows
+        is the unnormalised pyramid match (Eq. 3.10 averaged over ``T`` shifts).
+        ``"idf"``: value ``count * idf_b``, rows L1-normalised (Nistér & Stewénius scoring on
+        every tree level; idf looked up by key in ``idf_keys`` / ``idf``).
+    idf, idf_keys : (K,) float32 / (K,) int64 sorted, optional
+        Bin idf weights by key (``"idf"`` only).
+    idf_unknown : float
+        idf of keys absent from ``idf_keys`` (bins no image had when idf was fitted).
+
+    Returns
+    -------
+    indptr : (n + 1,) int64
+    keys : (nnz,) int64
+        Sorted within each row.
+    values : (nnz,) float32
+    """
+    n = len(codes.sizes)
+    if weighting == "pm":
+        vals = codes.count * np.maximum(codes.w - codes.wp, 0.0) / codes.n_shifts
+    elif weighting == "idf":
+        pos = np.searchsorted(idf_keys, codes.key)
+        pos = np.minimum(pos, max(len(idf_keys) - 1, 0))
+        known = (idf_keys[pos] == codes.key) if len(idf_keys) else np.zeros(len(pos), bool)
+        vals = codes.count * np.where(known, idf[pos] if len(idf_keys) else 0.0, idf_unknown)
+        tot = np.bincount(codes.row, weights=vals, minlength=n)
+        vals = vals / np.where(tot > 0, tot, 1.0)[codes.row]
+    else:
+        raise ValueError(f"weighting must be 'pm' or 'idf', got {weighting!r}")
+    keep = vals > 0
+    row, key, vals = codes.row[keep], codes.key[keep], vals[keep]
+    order = np.lexsort((key, row))
+    counts = np.bincount(row, minlength=n)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return indptr, key[order].astype(np.int64), vals[order].astype(np.float32)
+
+
+def fit_key_idf(
+    codes, *, n_sets: int | None = None, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bin inverse document frequency ``idf_b = ln(N / N_b)`` (Nistér & Stewénius).
+
+    Parameters
+    ----------
+    codes : PyramidCodes
+        Pyramids of ``N`` sets; a set holds each bin at most once, so ``N_b`` is the
+        number of entries with key ``b``.
+    n_sets : int, optional
+        ``N`` (default ``len(codes)``).
+    mask : (G,) bool, optional
+        Only these entries (e.g. one level).
+
+    Returns
+    -------
+    keys : (K,) int64, sorted
+    idf : (K,) float32
+    """
+    key = codes.key if mask is None else codes.key[mask]
+    keys, df = np.unique(key, return_counts=True)
+    n = max(len(codes.sizes) if n_sets is None else int(n_sets), 1)
+    return keys.astype(np.int64), np.log(n / df).astype(np.float32)
+
+
+class IntersectionIndex:
+    """Exact weighted histogram intersection of a query with any rows of a collection.
+
+    Rows are sparse non-negative histograms over int64 bin keys. Bins held by many rows
+    ("heavy": the coarse pyramid levels) are kept as a dense ``(n, H)`` float32 matrix,
+    the others as postings sorted by key, so scoring a query costs
+    ``O(|cand| x heavy bins of q + postings of q's light bins)`` -- no Python loop over
+    rows or bins.
+
+    Parameters
+    ----------
+    indptr : (n + 1,) int64
+    keys : (nnz,) int64
+    values : (nnz,) float32, >= 0
+    max_heavy : int
+        At most this many dense columns.
+    """
+
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray,
+        *,
+        max_heavy: int = 2048,
+        columns: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        self.indptr = np.asarray(indptr, np.int64)
+        self.keys = np.asarray(keys, np.int64)
+        self.values = np.asarray(values, np.float32)
+        self.max_heavy = int(max_heavy)
+        self._built = False
+        self._columns = columns  # (unique keys (K,), column of every entry (nnz,) int32)
+        self._csr = None
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Compact column ids: sorted unique keys ``(K,) int64`` and each entry's
+        column ``(nnz,) int32`` (computed once; persisted with the index)."""
+        if self._columns is None:
+            uk, inv = np.unique(self.keys, return_inverse=True)
+            self._columns = (uk.astype(np.int64), inv.ravel().astype(np.int32))
+        return self._columns
+
+    def _score_rows(
+        self, q_keys: np.ndarray, q_values: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """Row-major scoring of a few rows: work proportional to their entries."""
+        uk, cols = self.columns()
+        q = np.zeros(uk.shape[0] + 1, np.float32)  # last slot: keys absent from the index
+        pos = np.searchsorted(uk, q_keys)
+        pos = np.minimum(pos, uk.shape[0] - 1) if uk.size else pos
+        hit = uk[pos] == q_keys if uk.size else np.zeros(q_keys.shape, bool)
+        q[pos[hit]] = q_values[hit]
+        if getattr(self, "_csr", None) is None:
+            import scipy.sparse as sp
+
+            self._csr = sp.csr_matrix(
+                (self.values, cols, self.indptr), shape=(len(self), uk.shape[0] + 1)
+            )
+        sub = self._csr[rows]  # C-level row gather
+        if sub.nnz == 0:
+            return np.zeros(rows.shape[0])
+        contrib = np.minimum(sub.data, q[sub.indices])
+        lens = np.diff(sub.indptr)
+        out = np.zeros(rows.shape[0])
+        nz = lens > 0
+        out[nz] = np.add.reduceat(contrib, sub.indptr[:-1][nz], dtype=np.float64)
+        return out
+
+    def __len__(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def row_of(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.indptr))
+
+    def self_similarity(self) -> np.ndarray:
+        """(n,) float64 ``sum_b x_b`` = intersection of each row with itself."""
+        return np.bincount(self.row_of, weights=self.values, minlength=len(self))
+
+    def _build(self) -> None:
+        n = len(self)
+        row = self.row_of
+        uk, inv, df = np.unique(self.keys, return_inverse=True, return_counts=True)
+        inv = inv.ravel()
+        thresh = max(8, n // 32)
+        cand = np.flatnonzero(df >= thresh)
+        if cand.size > self.max_heavy:
+            cand = cand[np.argsort(-df[cand], kind="stable")[: self.max_heavy]]
+            cand.sort()
+        heavy_col = np.full(uk.shape[0], -1, np.int64)
+        heavy_col[cand] = np.arange(cand.size)
+        self._heavy_keys = uk[cand]
+        hc = heavy_col[inv]
+        is_heavy = hc >= 0
+        self._dense = np.zeros((n, cand.size), np.float32)
+        self._dense[row[is_heavy], hc[is_heavy]] = self.values[is_heavy]
+        light = np.flatnonzero(~is_heavy)
+        order = light[np.argsort(self.keys[light], kind="stable")]
+        self._pkeys = self.keys[order]
+        self._prows = row[order]
+        self._pvals = self.values[order]
+        self._built = True
+
+    def score(
+        self, q_keys: np.ndarray, q_values: np.ndarray, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``sum_b min(q_b, x_b)`` for the given rows (all rows if None).
+
+        Parameters
+        ----------
+        q_keys : (k,) int64, unique
+        q_values : (k,) float32
+        rows : (c,) int64, optional
+
+        Returns
+        -------
+        (c,) or (n,) float64
+        """
+        n = len(self)
+        q_keys = np.asarray(q_keys, np.int64)
+        q_values = np.asarray(q_values, np.float32)
+        if rows is not None and (len(rows) < n // 4 or not self._built):
+            return self._score_rows(q_keys, q_values, np.asarray(rows, np.int64))
+        if not self._built:
+            self._build()
+        out_rows = np.arange(n) if rows is None else np.asarray(rows, np.int64)
+        out = np.zeros(out_rows.shape[0])
+        if q_keys.size == 0 or n == 0:
+            return out
+        # heavy bins: dense gather
+        if self._heavy_keys.size:
+            pos = np.searchsorted(self._heavy_keys, q_keys)
+            pos = np.minimum(pos, self._heavy_keys.size - 1)
+            hit = self._heavy_keys[pos] == q_keys
+            if hit.any():
+                cols = pos[hit]
+                block = (
+                    self._dense[np.ix_(out_rows, cols)]
+                    if rows is not None
+                    else (self._dense[:, cols])
+                )
+                out += np.minimum(block, q_values[hit]).sum(axis=1, dtype=np.float64)
+        # light bins: postings
+        lo = np.searchsorted(self._pkeys, q_keys, side="left")
+        hi = np.searchsorted(self._pkeys, q_keys, side="right")
+        cnt = hi - lo
+        total = int(cnt.sum())
+        if total:
+            starts = np.repeat(lo - np.cumsum(cnt) + cnt, cnt)
+            idx = np.arange(total) + starts
+            contrib = np.minimum(self._pvals[idx], np.repeat(q_values, cnt))
+            full = np.bincount(self._prows[idx], weights=contrib, minlength=n)
+            out += full[out_rows]
+        return out
+
+    def pairwise(self) -> np.ndarray:
+        """(n, n) float64 intersections of all pairs (row by row, vectorised per row)."""
+        n = len(self)
+        K = np.zeros((n, n))
+        for i in range(n):
+            s = slice(self.indptr[i], self.indptr[i + 1])
+            K[i] = self.score(self.keys[s], self.values[s])
+        return np.maximum(K, K.T)
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        s = slice(self.indptr[i], self.indptr[i + 1])
+        return self.keys[s], self.values[s]
+
+    def subset(self, rows: np.ndarray) -> IntersectionIndex:
+        """A new index holding only ``rows`` (in that order)."""
+        rows = np.asarray(rows, np.int64)
+        lens = np.diff(self.indptr)[rows]
+        indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        starts = np.repeat(self.indptr[rows] - indptr[:-1], lens)
+        idx = np.arange(indptr[-1]) + starts
+        return IntersectionIndex(
+            indptr, self.keys[idx], self.values[idx], max_heavy=self.max_heavy
+        )
+
+    @staticmethod
+    def concat(parts: list[IntersectionIndex]) -> IntersectionIndex:
+        indptrs, keys, vals, off = [np.zeros(1, np.int64)], [], [], 0
+        for p in parts:
+            indptrs.append(p.indptr[1:] + off)
+            off += int(p.indptr[-1])
+            keys.append(p.keys)
+            vals.append(p.values)
+        return IntersectionIndex(
+            np.concatenate(indptrs),
+            np.concatenate(keys) if keys else np.zeros(0, np.int64),
+            np.concatenate(vals) if vals else np.zeros(0, np.float32),
+        )
+
+
+# --------------------------------------------------------------------------- verification
+def descriptor_matches(
+    desc_a: np.ndarray, desc_b: np.ndarray, *, ratio: float = 0.8
+) -> np.ndarray:
+    """Nearest-neighbour correspondences passing Lowe's ratio test.
+
+    Parameters
+    ----------
+    desc_a : (Ma, D) float32, rows of unit L2 norm (SIFT / RootSIFT)
+    desc_b : (Mb, D) float32
+    ratio : float
+        Keep ``a_i -> b_j`` when ``d(a_i, b_j) < ratio * d(a_i, second nearest b)``.
+
+    Returns
+    -------
+    pairs : (P, 2) int64
+        Indices into ``desc_a`` and ``desc_b``.
+    """
+    ma, mb = desc_a.shape[0], desc_b.shape[0]
+    if ma == 0 or mb < 2:
+        return np.zeros((0, 2), np.int64)
+    sim = desc_a @ desc_b.T  # cosine = 1 - d^2 / 2 for unit vectors
+    ar = np.arange(ma)
+    best = sim.argmax(axis=1)
+    s1 = sim[ar, best].copy()
+    sim[ar, best] = -np.inf
+    s2 = sim.max(axis=1)
+    d1 = np.maximum(2.0 - 2.0 * s1, 0.0)
+    d2 = np.maximum(2.0 - 2.0 * s2, 0.0)
+    keep = d1 < (ratio * ratio) * d2
+    ia = np.flatnonzero(keep)
+    return np.stack([ia, best[ia]], axis=1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Outcome of :func:`verify_pair`.
+
+    Attributes
+    ----------
+    pairs : (P, 2) int64
+        Putative correspondences (indices into the two feature sets).
+    inliers : (P,) bool
+        Pairs consistent with the fitted homography.
+    n_inliers : int
+    """
+
+    pairs: np.ndarray
+    inliers: np.ndarray
+    n_inliers: int
+
+
+def verify_pair(
+    desc_a: np.ndarray,
+    xy_a: np.ndarray,
+    desc_b: np.ndarray,
+    xy_b: np.ndarray,
+    *,
+    ratio: float = 0.85,
+    threshold: float | None = None,
+    image_size: tuple[int, int] | None = None,
+) -> Verification:
+    """Same-object check: ratio-test correspondences, then a robust homography.
+
+    Parameters
+    ----------
+    desc_a, desc_b : (M, D) float32
+    xy_a, xy_b : (M, 2) float32
+    ratio : float
+        Lowe ratio.
+    threshold : float, optional
+        Reprojection threshold in pixels; default 1.5 % of the larger side of
+        ``image_size`` (at least 3 px), 6 px without a size.
+    image_size : (width, height), optional
+        Size of image b.
+
+    Returns
+    -------
+    Verification
+    """
+    pairs = descriptor_matches(desc_a, desc_b, ratio=ratio)
+    if threshold is None:
+        threshold = max(3.0, 0.015 * max(image_size)) if image_size else 6.0
+    g = verify(xy_a[pairs[:, 0]], xy_b[pairs[:, 1]], model="homography", threshold=threshold)
+    n = g.n_inliers
+    if n:
+        # many-to-one matches inflate the count: count distinct points on both sides, and
+        # require the inliers to cover some area of image b (not a collapsed cluster)
+        ia, ib = pairs[g.inliers, 0], pairs[g.inliers, 1]
+        n = min(np.unique(ia).size, np.unique(ib).size)
+        side = max(image_size) if image_size else float(np.ptp(xy_b, axis=0).max() or 1.0)
+        spread = np.ptp(xy_b[ib], axis=0).min() if ib.size else 0.0
+        if spread < 0.05 * side:
+            n = 0
+    return Verification(pairs, g.inliers if n else np.zeros(len(pairs), bool), int(n))

@@ -1,0 +1,120 @@
+"""UKBench dev benchmark: indexing cost and retrieval quality of every search method.
+
+Run::
+
+    nice python tests/benchmarks/bench_ukbench.py [--data ../shared/data/ukbench]
+        [--index /tmp/simile_ukb] [--methods hybrid,vocabulary,uniform,wta] [--jobs 2]
+
+1. Floor: decode + SIFT (``extract_features`` with the index's settings) of every image,
+   in the same number of processes as indexing.
+2. ``Collection.update()`` into a fresh index (``--index``, deleted first): total time
+   and ratio to the floor (target <= 1.3).
+3. Every image is a query against the whole collection: N-S score (target >= 3.5 with the
+   default method), mAP, P@4, normalised average rank (thesis Eq. 6.4), 1-NN accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _extract(path: str) -> int:
+    from engine.collection import FEATURE_KWARGS
+    from engine.features import extract_features
+
+    return len(extract_features(path, **FEATURE_KWARGS))
+
+
+def floor_seconds(files: list[Path], jobs: int) -> float:
+    t = time.perf_counter()
+    if jobs <= 1:
+        for f in files:
+            _extract(str(f))
+    else:
+        with ProcessPoolExecutor(jobs) as ex:
+            list(ex.map(_extract, map(str, files), chunksize=8))
+    return time.perf_counter() - t
+
+
+def score_matrix(col, method: str, paths: list[Path]) -> tuple[np.ndarray, float]:
+    n = len(paths)
+    row = {p: i for i, p in enumerate(paths)}
+    S = np.full((n, n), -np.inf)
+    t = time.perf_counter()
+    for i, p in enumerate(paths):
+        for h in col.query(p, method=method, top=n):
+            S[i, row[h.path]] = h.score
+    # unreturned items: below everything returned, tie-broken by order
+    S[np.isinf(S)] = -1e9
+    return S, (time.perf_counter() - t) / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "ukbench"))
+    ap.add_argument("--index", default="/tmp/simile_bench_ukbench")
+    ap.add_argument("--methods", default="hybrid,vocabulary,uniform,wta")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--skip-floor", action="store_true")
+    ap.add_argument("--reuse", action="store_true", help="keep an existing index")
+    args = ap.parse_args(argv)
+
+    from engine import metrics
+    from engine.collection import Collection
+
+    data = Path(args.data)
+    files = sorted(p for p in data.iterdir() if p.suffix.lower() == ".jpg")
+    print(f"{len(files)} images in {data}")
+    if not args.skip_floor:
+        fl = floor_seconds(files, args.jobs)
+        print(f"floor decode+SIFT ({args.jobs} procs): {fl:.2f} s")
+    if not args.reuse:
+        shutil.rmtree(args.index, ignore_errors=True)
+    col = Collection.open(data, args.index)
+    t = time.perf_counter()
+    gen = col.update(jobs=args.jobs)
+    t_final = None
+    try:
+        while True:
+            p = next(gen)
+            if p.status == "finalizing" and t_final is None and "fitting" in p.message:
+                t_final = time.perf_counter()
+    except StopIteration as stop:
+        summary = stop.value
+    total = time.perf_counter() - t
+    print(
+        f"index: {total:.2f} s total, {summary.indexed} indexed, "
+        f"models+encoding {time.perf_counter() - (t_final or t):.2f} s"
+    )
+    if not args.skip_floor:
+        print(f"indexing / floor = {total / fl:.2f}  (target <= 1.3)")
+    paths = col.paths()
+    labels = metrics.group_labels([p.name for p in paths], 4)
+    for method in args.methods.split(","):
+        S, per_q = score_matrix(col, method, paths)
+        print(
+            f"{method:10s} N-S {metrics.ns_score(S, labels):.3f}  "
+            f"mAP {metrics.mean_average_precision(S, labels):.3f}  "
+            f"P@4 {metrics.precision_at_k(S, labels, 4, exclude_self=False):.3f}  "
+            f"nrank {metrics.normalized_average_rank(S, labels):.4f}  "
+            f"1-NN {metrics.knn_accuracy(S, labels, 1):.3f}  "
+            f"({per_q * 1000:.1f} ms/query)",
+            flush=True,
+        )
+    col.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Collection: incremental index, queries of every method, duplicates, matrices, recovery."""
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.collection import (
+    METHODS,
+    Collection,
+    DuplicateGroup,
+    Hit,
+    default_index_dir,
+)
+from engine.imageio import load_image
+
+GROUPS = ("astronaut", "brick", "coffee")
+
+
+def _run(gen):
+    events = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return stop.value, events
+
+
+@pytest.fixture(scope="module")
+def photo_dir(tmp_path_factory, demo_folder):
+    root = tmp_path_factory.mktemp("photos")
+    (root / "sub").mkdir()
+    for name in sorted(os.listdir(demo_folder)):
+        if name.split("_")[0].split(".")[0] in GROUPS and name.endswith(".jpg"):
+            dest = root / ("sub" if "crop" in name else "") / name
+            shutil.copy(demo_folder / name, dest)
+    (root / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    (root / "notes.txt").write_text("not an image")
+    return root
+
+
+@pytest.fixture(scope="module")
+def indexed(photo_dir):
+    col = Collection.open(photo_dir)
+    summary, events = _run(col.update(jobs=1))
+    yield col, summary, events
+    col.close()
+
+
+def test_index_summary_and_failures(indexed, photo_dir):
+    col, summary, events = indexed
+    n_images = len([p for p in photo_dir.rglob("*.jpg")]) - 1
+    assert summary.indexed == n_images and summary.unchanged == 0
+    assert summary.total == n_images + 1
+    assert [Path(p).name for p, _ in summary.failed] == ["broken.jpg"]
+    assert col.failures()[0][0].name == "broken.jpg" and col.failures()[0][1]
+    assert {e.status for e in events} >= {"scanning", "indexed", "failed", "finalizing"}
+    paths = col.paths()
+    assert len(paths) == n_images == len(col)
+    assert all(p.is_absolute() and p.suffix == ".jpg" for p in paths)
+    assert col.index_dir == photo_dir / ".simile"
+    assert len(col.features(paths[0])) > 50
+
+
+@pytest.mark.parametrize("method", ["hybrid", "vocabulary", "uniform", "wta"])
+def test_every_image_finds_itself_and_its_group(indexed, method):
+    col, _, _ = indexed
+    paths = col.paths()
+    group_hits = 0
+    for p in paths:
+        hits = col.query(p, method=method, top=4)
+        assert all(isinstance(h, Hit) for h in hits) and len(hits) == 4
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+        assert hits[0].path == p
+        g = p.name.split("_")[0].split(".")[0]
+        group_hits += sum(h.path.name.startswith(g) for h in hits)
+    # 4 images per group: a perfect method scores 4 per query
+    floor = {"uniform": 2.5}.get(method, 3.0)
+    assert group_hits / len(paths) >= floor
+
+
+def test_hybrid_verifies_same_object(indexed):
+    col, _, _ = indexed
+    q = next(p for p in col.paths() if p.name == "astronaut_rotate.jpg")
+    hits = col.query(q, method="hybrid", top=len(col))
+    names = [h.path.name.split("_")[0].split(".")[0] for h in hits]
+    assert names[:4] == ["astronaut"] * 4
+    # verified hits get the geometric bonus (> 1), unrelated ones do not
+    assert hits[3].score > 1.0 > hits[4].score
+
+
+def test_query_outside_collection_array_and_features(indexed, demo_folder):
+    col, _, _ = indexed
+    img = load_image(demo_folder / "coffee.jpg")
+    crop = np.ascontiguousarray(img[40:330, 60:520])
+    hits = col.query(crop, method="hybrid", top=3)
+    assert hits[0].path.name.startswith("coffee")
+    feats = col.features(hits[0].path)
+    assert col.query(feats, method="vocabulary", top=1)[0].path == hits[0].path
+
+
+def test_method_errors(indexed):
+    col, _, _ = indexed
+    p = col.paths()[0]
+    with pytest.raises(ValueError, match="method"):
+        col.query(p, method="nope")
+    with pytest.raises(ValueError, match="top"):
+        col.query(p, top=0)
+    with pytest.raises(LookupError, match="simile learn"):
+        col.query(p, method="learned")
+    assert "learned" in METHODS
+
+
+def test_matrices(indexed):
+    col, _, _ = indexed
+    n = len(col)
+    for method in ("vocabulary", "uniform"):
+        K = col.kernel_matrix(method)
+        assert K.shape == (n, n)
+        np.testing.assert_allclose(K, K.T)
+        np.testing.assert_allclose(np.diag(K), 1.0)
+        assert K.min() >= 0 and K.max() <= 1 + 1e-9
+        # kernel rows agree with the query scores of the same method (exhaustive)
+        hits = col.query(col.paths()[2], method=method, top=n)
+        row = {h.path: h.score for h in hits}
+        np.testing.assert_allclose([row[p] for p in col.paths()], K[2], rtol=1e-5, atol=1e-6)
+    B = col.bow_matrix()
+    assert B.shape[0] == n and B.dtype == np.float32
+    np.testing.assert_allclose(np.sqrt(B.multiply(B).sum(axis=1)).A.ravel(), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="method"):
+        col.kernel_matrix("wta")
+
+
+def test_match_has_inlier_mask(indexed, photo_dir):
+    col, _, _ = indexed
+    a, b = photo_dir / "brick.jpg", photo_dir / "brick_light.jpg"
+    r = col.match(a, b)
+    assert r.inliers.dtype == bool and r.inliers.shape == (len(r),)
+    assert r.inliers.sum() >= 20
+    unrelated = col.match(a, photo_dir / "coffee.jpg")
+    assert unrelated.inliers.sum() < r.inliers.sum() / 2
+
+
+def test_save_load_array(indexed):
+    col, _, _ = indexed
+    col.save_array("test.clusters", np.arange(5))
+    np.testing.assert_array_equal(col.load_array("test.clusters"), np.arange(5))
+
+
+def test_duplicates(tmp_path, demo_folder):
+    for name in ("camera.jpg", "camera_jpeg.jpg", "coins.jpg", "rocket.jpg", "grass.jpg"):
+        shutil.copy(demo_folder / name, tmp_path / name)
+    shutil.copy(demo_folder / "coins.jpg", tmp_path / "coins_copy.jpg")
+    with Collection.open(tmp_path) as col:
+        _run(col.update(jobs=1))
+        groups = col.duplicates()
+    assert all(isinstance(g, DuplicateGroup) for g in groups)
+    found = sorted(sorted(p.name for p in g.paths) for g in groups)
+    assert ["coins.jpg", "coins_copy.jpg"] in found
+    assert ["camera.jpg", "camera_jpeg.jpg"] in found
+    assert len(found) == 2
+    for g in groups:
+        assert g.scores[0] == 1.0 and all(0 < s <= 1 for s in g.scores)
+    with pytest.raises(ValueError, match="threshold"):
+        col.duplicates(threshold=0)
+
+
+def test_incremental_update_and_interrupted_run(tmp_path, demo_folder):
+    names = ["astronaut.jpg", "astronaut_light.jpg", "brick.jpg", "brick_crop.jpg", "coffee.jpg"]
+    for name in names[:4]:
+        shutil.copy(demo_folder / name, tmp_path / name)
+    with Collection.open(tmp_path) as col:
+        s1, _ = _run(col.update(jobs=1))
+        assert (s1.indexed, s1.unchanged, s1.removed) == (4, 0, 0)
+        s2, _ = _run(col.update(jobs=1))
+        assert (s2.indexed, s2.unchanged, s2.removed) == (0, 4, 0)
+        (tmp_path / "brick_crop.jpg").unlink()
+        shutil.copy(demo_folder / "coffee.jpg", tmp_path / "coffee.jpg")
+        s3, _ = _run(col.update(jobs=1))
+        assert (s3.indexed, s3.unchanged, s3.removed) == (1, 3, 1)
+        assert sorted(p.name for p in col.paths()) == sorted(
+            ["astronaut.jpg", "astronaut_light.jpg", "brick.jpg", "coffee.jpg"]
+        )
+        assert col.query(tmp_path / "coffee.jpg", top=1)[0].path.name == "coffee.jpg"
+        # a run cancelled before finalizing: new images are held and still queryable
+        shutil.copy(demo_folder / "brick_light.jpg", tmp_path / "brick_light.jpg")
+        cancel = threading.Event()
+        gen = col.update(jobs=1, cancel=cancel)
+        for ev in gen:
+            if ev.status == "indexed":
+                cancel.set()
+        # the generator returned the summary at StopIteration; reopen read-only
+    with Collection.open(tmp_path, readonly=True) as ro:
+        paths = [p.name for p in ro.paths()]
+        assert "brick_light.jpg" in paths
+        hits = ro.query(tmp_path / "brick_light.jpg", method="vocabulary", top=2)
+        assert hits[0].path.name == "brick_light.jpg"
+        assert hits[1].path.name == "brick.jpg"
+
+
+def test_default_index_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    assert default_index_dir(photos) == photos / ".simile"
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if Path(p) == photos else real_access(p, mode)
+    )
+    d = default_index_dir(photos)
+    assert d.parent == tmp_path / "cache" / "simile" and len(d.name) == 16
+    assert default_index_dir(photos) == default_index_dir(str(photos) + "/")
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Collection.open(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError):
+        Collection.open(tmp_path, readonly=True)

@@ -1,0 +1,114 @@
+"""engine.search: exact intersection scoring, pyramid histograms, correspondences."""
+
+import numpy as np
+import pytest
+
+from engine.pyramid import PyramidMatch
+from engine.search import (
+    IntersectionIndex,
+    descriptor_matches,
+    fit_key_idf,
+    histograms_from_codes,
+    verify_pair,
+)
+
+
+def _random_rows(rng, n, n_keys=300, max_len=40):
+    indptr, keys, vals = [0], [], []
+    for _ in range(n):
+        k = np.sort(rng.choice(n_keys, rng.integers(0, max_len), replace=False))
+        keys.append(k)
+        vals.append(rng.random(k.size).astype(np.float32))
+        indptr.append(indptr[-1] + k.size)
+    return np.array(indptr), np.concatenate(keys).astype(np.int64), np.concatenate(vals)
+
+
+def _dense(indptr, keys, vals, n_keys=300):
+    D = np.zeros((len(indptr) - 1, n_keys))
+    for i in range(len(indptr) - 1):
+        D[i, keys[indptr[i] : indptr[i + 1]]] = vals[indptr[i] : indptr[i + 1]]
+    return D
+
+
+@pytest.mark.parametrize("max_heavy", [0, 5, 2048])
+def test_intersection_matches_bruteforce(max_heavy):
+    rng = np.random.default_rng(0)
+    indptr, keys, vals = _random_rows(rng, 120, n_keys=60)
+    ix = IntersectionIndex(indptr, keys, vals, max_heavy=max_heavy)
+    D = _dense(indptr, keys, vals, 60)
+    qk = np.array([1, 5, 7, 30, 59], np.int64)
+    qv = rng.random(5).astype(np.float32)
+    q = np.zeros(60)
+    q[qk] = qv
+    want = np.minimum(D, q).sum(axis=1)
+    np.testing.assert_allclose(ix.score(qk, qv), want, rtol=1e-5)
+    rows = np.array([3, 100, 7])
+    np.testing.assert_allclose(ix.score(qk, qv, rows), want[rows], rtol=1e-5)
+    np.testing.assert_allclose(ix.self_similarity(), D.sum(axis=1), rtol=1e-5)
+    K = ix.pairwise()
+    np.testing.assert_allclose(K[4], np.minimum(D[4], D).sum(axis=1), rtol=1e-5)
+    sub = ix.subset(np.array([5, 2]))
+    np.testing.assert_allclose(sub.score(qk, qv), want[[5, 2]], rtol=1e-5)
+    cat = IntersectionIndex.concat([sub, ix.subset(np.array([9]))])
+    np.testing.assert_allclose(cat.score(qk, qv), want[[5, 2, 9]], rtol=1e-5)
+    assert ix.score(np.zeros(0, np.int64), np.zeros(0, np.float32)).sum() == 0
+
+
+@pytest.mark.parametrize("bins", ["uniform", "vocabulary"])
+def test_pm_histograms_reproduce_the_pyramid_match(bins):
+    rng = np.random.default_rng(1)
+    sets = [rng.normal(size=(rng.integers(5, 60), 8)).astype(np.float32) for _ in range(12)]
+    pm = PyramidMatch(bins, normalize="none", branching=4, depth=3).fit(sets)
+    codes = pm.encode(sets)
+    ix = IntersectionIndex(*histograms_from_codes(codes, weighting="pm"))
+    np.testing.assert_allclose(ix.pairwise(), pm.kernel(codes), rtol=1e-4, atol=1e-6)
+
+
+def test_idf_histograms_are_l1_normalised():
+    rng = np.random.default_rng(2)
+    centres = 3 * rng.normal(size=(6, 8))
+    sets = [(c + rng.normal(size=(30, 8))).astype(np.float32) for c in centres]
+    pm = PyramidMatch("vocabulary", branching=3, depth=3).fit(sets)
+    codes = pm.encode(sets)
+    keys, idf = fit_key_idf(codes)
+    assert np.all(np.diff(keys) > 0) and np.all(idf >= 0)
+    # the root bin is in every set: idf 0
+    assert np.isclose(idf.min(), 0.0)
+    indptr, k, v = histograms_from_codes(codes, weighting="idf", idf=idf, idf_keys=keys)
+    assert np.all(np.diff(indptr) > 0)
+    sums = np.bincount(np.repeat(np.arange(6), np.diff(indptr)), weights=v)
+    np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
+    K = IntersectionIndex(indptr, k, v).pairwise()
+    np.testing.assert_allclose(np.diag(K), 1.0, rtol=1e-5)
+    assert K.max() <= 1 + 1e-5
+
+
+def test_descriptor_matches_bruteforce_ratio():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(50, 16)).astype(np.float32)
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b = np.concatenate([a[:30] + 0.02 * rng.normal(size=(30, 16)), rng.normal(size=(40, 16))])
+    b = (b / np.linalg.norm(b, axis=1, keepdims=True)).astype(np.float32)
+    pairs = descriptor_matches(a, b, ratio=0.8)
+    d = np.linalg.norm(a[:, None] - b[None], axis=2)
+    srt = np.sort(d, axis=1)
+    want = np.flatnonzero(srt[:, 0] < 0.8 * srt[:, 1])
+    np.testing.assert_array_equal(pairs[:, 0], want)
+    np.testing.assert_array_equal(pairs[:, 1], d[want].argmin(axis=1))
+    assert set(range(30)) <= set(pairs[:, 0].tolist())
+    assert descriptor_matches(a[:0], b).shape == (0, 2)
+
+
+def test_verify_pair_finds_a_warped_copy():
+    rng = np.random.default_rng(4)
+    n = 80
+    desc = rng.normal(size=(n, 32)).astype(np.float32)
+    desc /= np.linalg.norm(desc, axis=1, keepdims=True)
+    xy = rng.uniform(0, 400, (n, 2)).astype(np.float32)
+    h = np.array([[0.9, 0.1, 15.0], [-0.1, 0.9, 5.0], [0.0, 0.0, 1.0]])
+    xy2 = (np.c_[xy, np.ones(n)] @ h.T)[:, :2].astype(np.float32)
+    perm = rng.permutation(n)
+    v = verify_pair(desc, xy, desc[perm], xy2[perm], image_size=(400, 400))
+    assert v.n_inliers >= 0.95 * n and v.inliers.sum() >= 0.95 * n
+    other = rng.uniform(0, 400, (n, 2)).astype(np.float32)
+    assert verify_pair(desc, xy, desc[perm], other, image_size=(400, 400)).n_inliers == 0
