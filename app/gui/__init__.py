@@ -1,0 +1,16 @@
+"""Simile's PySide6 desktop window (entry point: :func:`app.gui.main.run_gui`).
+
+Qt-free state lives in :mod:`app.gui.state`; models, views and the single
+threading helper (:mod:`app.gui.workers`) are Qt.
+"""
+
+import sys
+
+from app.gui import _pyside_fix
+
+_pyside_fix.install()
+
+# The GUI thread waits for the GIL at most this long when a worker thread runs
+# Python code (default 5 ms): a shorter slice keeps the event loop responsive.
+if sys.getswitchinterval() > 0.001:
+    sys.setswitchinterval(0.001)

@@ -1,0 +1,309 @@
+"""Near-duplicate groups: threshold, side-by-side comparison, suggested best copy.
+
+Nothing is ever deleted silently: the only destructive action is “Move to trash”,
+after a confirmation, through ``QFile.moveToTrash``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QFile, QSize, Qt, Signal
+from PySide6.QtGui import QIcon, QImage, QPixmap
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.thumbnails import array_to_qimage
+
+__all__ = ["CopyInfo", "DuplicatesView", "describe_copies", "sharpness"]
+
+CARD_SIDE = 768
+
+
+def sharpness(gray: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian of a (H, W) gray image (higher = sharper).
+
+    Computed on images resized to the same longest side, so values are comparable
+    between copies of one photo.
+    """
+    g = np.asarray(gray, dtype=np.float32)
+    if g.ndim != 2 or min(g.shape) < 3:
+        return 0.0
+    lap = 4.0 * g[1:-1, 1:-1] - g[:-2, 1:-1] - g[2:, 1:-1] - g[1:-1, :-2] - g[1:-1, 2:]
+    return float(lap.var())
+
+
+@dataclass
+class CopyInfo:
+    path: str
+    width: int
+    height: int
+    file_size: int
+    sharpness: float
+    score: float | None
+    image: QImage | None
+    error: str | None = None
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+
+def _best(infos: list[CopyInfo]) -> int:
+    """Index of the suggested copy: most pixels first (within 5 %), then sharpest."""
+    ok = [i for i, c in enumerate(infos) if c.error is None]
+    if not ok:
+        return -1
+    most = max(infos[i].pixels for i in ok)
+    near = [i for i in ok if infos[i].pixels >= 0.95 * most]
+    return max(near, key=lambda i: (infos[i].sharpness, infos[i].pixels))
+
+
+def describe_copies(paths, scores=None) -> tuple[list[CopyInfo], int]:
+    """Worker side: size, resolution and sharpness of each copy, and the best one."""
+    from engine.imageio import image_size, load_image
+
+    infos = []
+    for k, p in enumerate(paths):
+        p = str(p)
+        score = None if scores is None or k >= len(scores) else float(scores[k])
+        try:
+            w, h = image_size(p)
+            img = load_image(p, max_side=CARD_SIDE)
+            gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+            infos.append(
+                CopyInfo(
+                    p,
+                    int(w),
+                    int(h),
+                    os.path.getsize(p),
+                    sharpness(gray),
+                    score,
+                    array_to_qimage(img),
+                )
+            )
+        except Exception as exc:  # one broken copy must not hide the others
+            infos.append(CopyInfo(p, 0, 0, 0, 0.0, score, None, str(exc)))
+    return infos, _best(infos)
+
+
+def _human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+class _Card(QFrame):
+    trash_requested = Signal(str)
+    open_requested = Signal(str)
+
+    def __init__(self, info: CopyInfo, best: bool, height: int = 400) -> None:
+        super().__init__()
+        self.setObjectName("bestCard" if best else "copyCard")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        lay = QVBoxLayout(self)
+        badge = QLabel("★ Suggested best copy" if best else " ")
+        badge.setObjectName("bestBadge" if best else "")
+        lay.addWidget(badge)
+        pic = QLabel()
+        pic.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        pic.setFixedHeight(height)
+        pic.setMinimumWidth(240)
+        if info.image is not None:
+            pm = QPixmap.fromImage(info.image).scaled(
+                height * 4 // 3,
+                height,
+                Qt.AspectRatioMode.KeepAspectRatio,
+                Qt.TransformationMode.SmoothTransformation,
+            )
+            pic.setPixmap(pm)
+        else:
+            pic.setText(info.error or "unreadable")
+        lay.addWidget(pic)
+        name = QLabel(f"<b>{Path(info.path).name}</b>")
+        name.setToolTip(info.path)
+        lay.addWidget(name)
+        if info.error is None:
+            bits = [
+                f"{info.width}×{info.height}",
+                _human_size(info.file_size),
+                f"sharpness {info.sharpness:.0f}",
+            ]
+            if info.score is not None:
+                bits.append(f"similarity {info.score:.2f}")
+            detail = QLabel(" · ".join(bits))
+            detail.setObjectName("detail")
+            lay.addWidget(detail)
+        row = QHBoxLayout()
+        open_btn = QPushButton("Open")
+        open_btn.clicked.connect(lambda: self.open_requested.emit(info.path))
+        trash = QPushButton("Move to Trash…")
+        trash.setToolTip("Moves this file to the system trash after asking you")
+        trash.clicked.connect(lambda: self.trash_requested.emit(info.path))
+        row.addWidget(open_btn)
+        row.addStretch(1)
+        row.addWidget(trash)
+        lay.addLayout(row)
+
+
+class DuplicatesView(QWidget):
+    """Groups on the left, the selected group's copies side by side on the right."""
+
+    find_requested = Signal(float)  # threshold
+    group_selected = Signal(int)
+    open_requested = Signal(str)
+    trashed = Signal(str)
+    message = Signal(str)
+
+    def __init__(self, default_threshold: float = 0.5, parent=None) -> None:
+        super().__init__(parent)
+        self.groups: list = []
+        self.threshold = QDoubleSpinBox()
+        self.threshold.setRange(0.05, 1.0)
+        self.threshold.setSingleStep(0.01)
+        self.threshold.setDecimals(2)
+        self.threshold.setValue(default_threshold)
+        self.threshold.setToolTip("Minimum similarity for two photos to count as duplicates")
+        self.find_btn = QPushButton("Find duplicates")
+        self.find_btn.clicked.connect(lambda: self.find_requested.emit(self.threshold.value()))
+        self.threshold.editingFinished.connect(
+            lambda: self.find_requested.emit(self.threshold.value())
+        )
+        self.summary = QLabel("Open a folder, then find duplicates.")
+        top = QHBoxLayout()
+        top.setContentsMargins(8, 6, 8, 6)
+        top.addWidget(QLabel("Similarity threshold:"))
+        top.addWidget(self.threshold)
+        top.addWidget(self.find_btn)
+        top.addSpacing(16)
+        top.addWidget(self.summary, 1)
+
+        self.group_list = QListWidget()
+        self.group_list.setMinimumWidth(220)
+        self.group_list.setIconSize(QSize(56, 56))
+        self.group_list.setSpacing(3)
+        self.thumbs = None  # set by the window: ThumbnailProvider for group icons
+        self.group_list.currentRowChanged.connect(self._on_row)
+        self.cards_host = QWidget()
+        self.cards = QHBoxLayout(self.cards_host)
+        self.cards.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.cards.setContentsMargins(12, 12, 12, 12)
+        self.cards.setSpacing(14)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.cards_host)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        split = QSplitter()
+        split.addWidget(self.group_list)
+        split.addWidget(scroll)
+        split.setStretchFactor(1, 1)
+        split.setSizes([260, 900])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(top)
+        lay.addWidget(split, 1)
+        self.infos: list[CopyInfo] = []
+
+    def set_busy(self, text: str) -> None:
+        self.summary.setText(text)
+        self.find_btn.setEnabled(False)
+
+    def set_groups(self, groups) -> None:
+        self.find_btn.setEnabled(True)
+        self.groups = list(groups)
+        self.group_list.blockSignals(True)
+        self.group_list.clear()
+        for i, g in enumerate(self.groups):
+            n = len(g.paths)
+            scores = list(getattr(g, "scores", []) or [])
+            sim = f" · ≥ {min(scores):.2f}" if scores else ""
+            item = QListWidgetItem(f"Group {i + 1}: {n} photos{sim}\n{Path(g.paths[0]).name}")
+            item.setToolTip("\n".join(str(p) for p in g.paths))
+            item.setData(Qt.ItemDataRole.UserRole, str(g.paths[0]))
+            self.group_list.addItem(item)
+            self._set_icon(item)
+        self.group_list.blockSignals(False)
+        n_photos = sum(len(g.paths) for g in self.groups)
+        if self.groups:
+            self.summary.setText(
+                f"{len(self.groups)} groups, {n_photos} photos at similarity ≥ "
+                f"{self.threshold.value():.2f}"
+            )
+            self.group_list.setCurrentRow(0)
+        else:
+            self.summary.setText(
+                f"No near-duplicates at similarity ≥ {self.threshold.value():.2f}. "
+                "Lower the threshold to find looser matches."
+            )
+            self._clear_cards()
+
+    def _set_icon(self, item: QListWidgetItem) -> None:
+        if self.thumbs is None:
+            return
+        pm = self.thumbs.pixmap(item.data(Qt.ItemDataRole.UserRole))
+        if pm is not None:
+            item.setIcon(QIcon(pm))
+
+    def on_thumbnail(self, path: str) -> None:
+        for i in range(self.group_list.count()):
+            item = self.group_list.item(i)
+            if item.data(Qt.ItemDataRole.UserRole) == path:
+                self._set_icon(item)
+
+    def set_copies(self, infos: list[CopyInfo], best: int) -> None:
+        self._clear_cards()
+        self.infos = infos
+        for i, info in enumerate(infos):
+            card = _Card(info, i == best)
+            card.trash_requested.connect(self._confirm_trash)
+            card.open_requested.connect(self.open_requested)
+            self.cards.addWidget(card)
+        self.cards.addStretch(1)
+
+    def _clear_cards(self) -> None:
+        while self.cards.count():
+            item = self.cards.takeAt(0)
+            w = item.widget()
+            if w is not None:
+                w.deleteLater()
+
+    def _on_row(self, row: int) -> None:
+        if 0 <= row < len(self.groups):
+            self.group_selected.emit(row)
+
+    def _confirm_trash(self, path: str) -> None:
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("Move to Trash")
+        box.setText(f"Move “{Path(path).name}” to the trash?")
+        box.setInformativeText(f"{path}\n\nYou can restore it from the system trash.")
+        box.setStandardButtons(QMessageBox.StandardButton.Cancel)
+        move = box.addButton("Move to Trash", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is not move:
+            return
+        ok = QFile.moveToTrash(path)
+        ok = ok[0] if isinstance(ok, tuple) else ok
+        if not ok:
+            self.message.emit(f"Could not move {Path(path).name} to the trash (no trash here?).")
+            return
+        self.trashed.emit(path)

@@ -1,0 +1,189 @@
+"""The results panel: query preview, method and count, ranked results with scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QListView,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.models import PATH_ROLE, ResultDelegate, ResultsModel, item_data
+from app.gui.state import DEFAULT_METHOD, MAX_RESULTS, METHODS
+
+__all__ = ["ResultsPanel"]
+
+
+class ResultsPanel(QWidget):
+    """Renders a :class:`ResultsModel`; emits what the user asks for."""
+
+    search_changed = Signal(str, int)  # method, top
+    why_requested = Signal(str)  # result path
+    open_requested = Signal(str)
+    export_requested = Signal()
+
+    def __init__(self, model: ResultsModel, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.setMinimumWidth(300)
+
+        self.query_pic = QLabel()
+        self.query_pic.setFixedSize(96, 96)
+        self.query_pic.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.query_pic.setObjectName("queryPic")
+        self.query_name = QLabel("<b>No query yet</b>")
+        self.query_name.setWordWrap(True)
+        self.query_hint = QLabel("Click a photo, press Enter, or drop/paste an image.")
+        self.query_hint.setWordWrap(True)
+        self.query_hint.setObjectName("hint")
+        qtext = QVBoxLayout()
+        qtext.addWidget(QLabel("QUERY"))
+        qtext.addWidget(self.query_name)
+        qtext.addWidget(self.query_hint)
+        qtext.addStretch(1)
+        qrow = QHBoxLayout()
+        qrow.addWidget(self.query_pic)
+        qrow.addLayout(qtext, 1)
+
+        self.method = QComboBox()
+        self.method.setToolTip("How similarity is measured (Ctrl+1 … Ctrl+5 in the Search menu)")
+        self.set_methods([m for m in METHODS if m != "learned"])
+        self.top = QSpinBox()
+        self.top.setRange(1, MAX_RESULTS)
+        self.top.setValue(20)
+        self.top.setToolTip("Number of results")
+        self.top.setSuffix(" results")
+        self.method.currentIndexChanged.connect(self._emit_change)
+        self._debounce = QTimer(self)  # typing "50" must not search for 5 first
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(350)
+        self._debounce.timeout.connect(self._emit_change)
+        self.top.valueChanged.connect(self._debounce.start)
+        srow = QHBoxLayout()
+        srow.addWidget(self.method, 1)
+        srow.addWidget(self.top)
+
+        self.list = QListView()
+        self.list.setModel(model)
+        self.delegate = ResultDelegate(model.thumbs, self.list)
+        self.list.setItemDelegate(self.delegate)
+        self.list.setUniformItemSizes(True)
+        self.list.setMouseTracking(True)
+        self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.list.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.list.setFrameShape(QFrame.Shape.NoFrame)
+        self.list.doubleClicked.connect(
+            lambda idx: self.why_requested.emit(item_data(idx, PATH_ROLE))
+        )
+        self.list.activated.connect(lambda idx: self.why_requested.emit(item_data(idx, PATH_ROLE)))
+        self.list.setIconSize(QSize(72, 72))
+
+        self.why_btn = QPushButton("Why do they match?")
+        self.why_btn.setToolTip(
+            "Show corresponding features of the query and this result (Ctrl+M)"
+        )
+        self.why_btn.clicked.connect(self._why)
+        self.open_btn = QPushButton("Open")
+        self.open_btn.setToolTip("Open the selected result full size (Space)")
+        self.open_btn.clicked.connect(self._open)
+        self.export_btn = QPushButton("Export…")
+        self.export_btn.setToolTip("Save the ranked results as CSV or JSON (Ctrl+E)")
+        self.export_btn.clicked.connect(self.export_requested)
+        brow = QHBoxLayout()
+        brow.addWidget(self.why_btn, 1)
+        brow.addWidget(self.open_btn)
+        brow.addWidget(self.export_btn)
+
+        self.status = QLabel("")
+        self.status.setObjectName("hint")
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 8)
+        lay.addLayout(qrow)
+        lay.addLayout(srow)
+        lay.addWidget(self.status)
+        lay.addWidget(self.list, 1)
+        lay.addLayout(brow)
+        model.modelReset.connect(self._on_reset)
+        self._on_reset()
+
+    # -- API -------------------------------------------------------------------------------
+    def set_methods(self, methods: list[str]) -> None:
+        current = self.current_method() if self.method.count() else DEFAULT_METHOD
+        self.method.blockSignals(True)
+        self.method.clear()
+        for m in methods:
+            self.method.addItem(METHODS[m], m)
+        i = self.method.findData(current)
+        self.method.setCurrentIndex(max(0, i))
+        self.method.blockSignals(False)
+
+    def current_method(self) -> str:
+        return self.method.currentData() or DEFAULT_METHOD
+
+    def set_method(self, method: str) -> None:
+        i = self.method.findData(method)
+        if i >= 0:
+            self.method.setCurrentIndex(i)
+
+    def set_query(self, name: str, pixmap: QPixmap | None, hint: str = "") -> None:
+        self.query_name.setText(f"<b>{name}</b>")
+        self.query_hint.setText(hint)
+        if pixmap is not None and not pixmap.isNull():
+            self.query_pic.setPixmap(
+                pixmap.scaled(
+                    96,
+                    96,
+                    Qt.AspectRatioMode.KeepAspectRatio,
+                    Qt.TransformationMode.SmoothTransformation,
+                )
+            )
+        else:
+            self.query_pic.clear()
+
+    def selected_path(self) -> str | None:
+        idx = self.list.currentIndex()
+        if idx.isValid():
+            return item_data(idx, PATH_ROLE)
+        return self.model.best_other()
+
+    # -- internals -------------------------------------------------------------------------
+    def _on_reset(self) -> None:
+        self.delegate.max_score = self.model.max_score() or 1.0
+        self.delegate.query_path = self.model.query
+        has = self.model.rowCount() > 0
+        for b in (self.why_btn, self.open_btn, self.export_btn):
+            b.setEnabled(has)
+        if has:
+            best = self.model.best_other()
+            if best is not None:
+                self.list.setCurrentIndex(self.model.index(self.model.row_of(best)))
+
+    def _emit_change(self, *_a) -> None:
+        self._debounce.stop()
+        self.search_changed.emit(self.current_method(), self.top.value())
+
+    def _why(self) -> None:
+        p = self.selected_path()
+        if p:
+            self.why_requested.emit(p)
+
+    def _open(self) -> None:
+        p = self.selected_path()
+        if p:
+            self.open_requested.emit(p)
+
+
+def short(path: str | Path) -> str:
+    return Path(path).name

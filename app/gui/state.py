@@ -1,0 +1,182 @@
+"""Qt-free pieces of the desktop app: search settings, progress/ETA, export, paths.
+
+Nothing here imports Qt, so it is testable and reusable without a display.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_METHOD",
+    "METHODS",
+    "EtaEstimator",
+    "SearchSettings",
+    "demo_folder",
+    "export_results",
+    "format_duration",
+    "plain_error",
+]
+
+#: Retrieval methods offered in the GUI: id -> label. ``learned`` is shown only
+#: when the collection reports a trained model.
+METHODS: dict[str, str] = {
+    "hybrid": "Hybrid (recommended)",
+    "uniform": "Pyramid match · uniform bins",
+    "vocabulary": "Pyramid match · vocabulary-guided",
+    "wta": "WTA hashing (fast)",
+    "learned": "Learned similarity",
+}
+DEFAULT_METHOD = "hybrid"
+MAX_RESULTS = 500
+
+
+@dataclass
+class SearchSettings:
+    """What a search uses: method id and number of results (validated)."""
+
+    method: str = DEFAULT_METHOD
+    top: int = 20
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"method must be one of {', '.join(map(repr, METHODS))}, got {self.method!r}"
+            )
+        if not 1 <= int(self.top) <= MAX_RESULTS:
+            raise ValueError(f"top must be in [1, {MAX_RESULTS}], got {self.top!r}")
+
+
+@dataclass
+class EtaEstimator:
+    """Estimate the time left of a job from its progress.
+
+    Uses the average rate since the first item that needed work (items that are
+    skipped quickly — e.g. already indexed — would otherwise make the first
+    estimate far too optimistic, so the rate is a smoothed per-item time).
+    """
+
+    alpha: float = 0.15
+    _t0: float | None = None
+    _last_t: float | None = None
+    _last_done: int = 0
+    _per_item: float | None = None
+    clock: object = field(default=time.monotonic, repr=False)
+
+    def reset(self) -> None:
+        self._t0 = self._last_t = None
+        self._last_done = 0
+        self._per_item = None
+
+    def update(self, done: int, total: int) -> float | None:
+        """Record progress; return the estimated seconds left, or None if unknown."""
+        now = self.clock()  # type: ignore[operator]
+        if self._last_t is None:
+            self._t0 = self._last_t = now
+            self._last_done = done
+            return None
+        step = done - self._last_done
+        if step > 0:
+            per = (now - self._last_t) / step
+            self._per_item = (
+                per
+                if self._per_item is None
+                else (1 - self.alpha) * self._per_item + self.alpha * per
+            )
+            self._last_t = now
+            self._last_done = done
+        if self._per_item is None or total <= 0:
+            return None
+        return max(0.0, (total - done) * self._per_item)
+
+
+def format_duration(seconds: float | None) -> str:
+    """``75`` -> ``"1 min 15 s"``; None -> ``"estimating…"``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "estimating…"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m} min {s:02d} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min"
+
+
+def export_results(
+    path: str | Path,
+    query: str | Path,
+    method: str,
+    hits: Sequence[tuple[str | Path, float]],
+) -> Path:
+    """Write ranked results to CSV or JSON, chosen by the file suffix.
+
+    CSV columns: ``rank, path, score``; JSON: ``{"query", "method", "results": [...]}``.
+    """
+    path = Path(path)
+    rows = [{"rank": i + 1, "path": str(p), "score": float(s)} for i, (p, s) in enumerate(hits)]
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        doc = {"query": str(query), "method": method, "results": rows}
+        path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    elif suffix == ".csv":
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["rank", "path", "score"])
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        raise ValueError(f"path must end in .csv or .json, got {path.name!r}")
+    return path
+
+
+def demo_folder() -> Path | None:
+    """The bundled demo photos: ``<repo>/assets/demo`` (editable install / source
+    checkout) or ``app/resources/demo`` (installed package data); None if absent."""
+    here = Path(__file__).resolve()
+    candidates = [
+        here.parents[2] / "assets" / "demo",
+        here.parents[1] / "resources" / "demo",
+    ]
+    for cand in candidates:
+        if cand.is_dir() and any(cand.iterdir()):
+            return cand
+    return None
+
+
+def licences_file() -> Path | None:
+    """The demo photos' licence statement (``assets/demo/LICENSES.md``), if present."""
+    demo = demo_folder()
+    if demo is None:
+        return None
+    f = demo / "LICENSES.md"
+    return f if f.is_file() else None
+
+
+def plain_error(exc: BaseException, context: str = "") -> str:
+    """One sentence for the user, never a traceback."""
+    prefix = f"{context}: " if context else ""
+    name = type(exc).__name__
+    if isinstance(exc, FileNotFoundError):
+        what = exc.filename or str(exc)
+        return f"{prefix}the file or folder {what} does not exist (any more)."
+    if isinstance(exc, PermissionError):
+        what = exc.filename or str(exc)
+        return f"{prefix}permission denied for {what}."
+    if isinstance(exc, MemoryError):
+        return f"{prefix}not enough memory."
+    msg = str(exc).strip() or name
+    if name in ("ValueError", "RuntimeError", "OSError", "ImageLoadError") or name.endswith(
+        "Error"
+    ):
+        return f"{prefix}{msg}"
+    return f"{prefix}{msg} ({name})"

@@ -1,0 +1,1149 @@
+"""The main window: collection, grid, search, correspondences, duplicates."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import importlib.util
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QAction,
+    QActionGroup,
+    QDesktopServices,
+    QGuiApplication,
+    QIcon,
+    QImage,
+    QKeySequence,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QListView,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSplitter,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui import workers
+from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
+from app.gui.duplicates import DuplicatesView, describe_copies
+from app.gui.matches import CorrespondenceView, compute_match
+from app.gui.models import (
+    PATH_ROLE,
+    Hit,
+    PhotoListModel,
+    ResultsModel,
+    ThumbnailDelegate,
+    item_data,
+)
+from app.gui.results import ResultsPanel
+from app.gui.state import (
+    DEFAULT_METHOD,
+    METHODS,
+    EtaEstimator,
+    SearchSettings,
+    export_results,
+    format_duration,
+    plain_error,
+)
+from app.gui.thumbnails import ThumbnailProvider, array_to_qimage, default_cache_dir
+from app.gui.views import PLUGIN_MODULES, register_view, registered_views
+
+__all__ = ["MainWindow", "PhotoGridView"]
+
+log = logging.getLogger(__name__)
+
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
+THUMB_MIN, THUMB_MAX, THUMB_STEP = 64, 320, 24
+MAX_RECENT = 8
+
+
+def icon(name: str) -> QIcon:
+    f = RESOURCES / f"{name}.svg"
+    return QIcon(str(f)) if f.is_file() else QIcon()
+
+
+class PhotoGridView(QListView):
+    """Virtualised thumbnail grid; click or Enter makes the photo the query."""
+
+    query_requested = Signal(str)
+    open_requested = Signal(str)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setViewMode(QListView.ViewMode.IconMode)
+        self.setResizeMode(QListView.ResizeMode.Adjust)
+        self.setMovement(QListView.Movement.Static)
+        self.setUniformItemSizes(True)
+        self.setLayoutMode(QListView.LayoutMode.Batched)
+        self.setBatchSize(400)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setMouseTracking(True)
+        self.setSpacing(2)
+        self.setWordWrap(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.clicked.connect(self._emit_query)
+
+    def _emit_query(self, index) -> None:
+        if index.isValid():
+            self.query_requested.emit(item_data(index, PATH_ROLE))
+
+    def keyPressEvent(self, event) -> None:
+        idx = self.currentIndex()
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and idx.isValid():
+            self.query_requested.emit(item_data(idx, PATH_ROLE))
+            return
+        if event.key() == Qt.Key.Key_Space and idx.isValid():
+            self.open_requested.emit(item_data(idx, PATH_ROLE))
+            return
+        super().keyPressEvent(event)
+
+
+class Banner(QFrame):
+    """A dismissable one-line message above the views (errors in plain words)."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.hide)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(10, 4, 4, 4)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(close)
+        self.hide()
+
+    def show_message(self, text: str, kind: str = "error") -> None:
+        self.setProperty("kind", kind)
+        self.style().unpolish(self)
+        self.style().polish(self)
+        self.label.setText(text)
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    """Simile's main window.
+
+    Parameters
+    ----------
+    settings : QSettings, optional
+        Where preferences persist (tests pass a throw-away INI file).
+    persist : bool
+        Save settings on close (False for headless screenshots).
+    """
+
+    collection_opened = Signal(object)
+    indexing_finished = Signal(object)  # the Collection (or None if it failed)
+    results_changed = Signal()
+    match_shown = Signal()
+    duplicates_shown = Signal()
+    error_shown = Signal(str)
+
+    def __init__(self, settings: QSettings | None = None, *, persist: bool = True) -> None:
+        super().__init__()
+        self.settings = settings if settings is not None else QSettings()
+        self.persist = persist
+        self.collection = None
+        self.folder: Path | None = None
+        self.index_dir: Path | None = None
+        self.problems: list[tuple[str, str]] = []
+        self.query_path: str | None = None
+        self._query_source = None  # str path or QImage
+        self._pending_query = None
+        self._query_token = 0
+        self._match_token = 0
+        self._dup_token = 0
+        self._index_worker: workers.Worker | None = None
+        self._eta = EtaEstimator()
+        self._arrived: list[str] = []
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="simile-query-")
+        self._viewers: list[ImageViewer] = []
+        self._refresh_duplicates = False
+
+        _preload_engine()
+        self.setWindowTitle("Simile")
+        self.setWindowIcon(icon("simile"))
+        self.setAcceptDrops(True)
+        self.thumbs = ThumbnailProvider(default_cache_dir(), parent=self)
+        self.photos = PhotoListModel(self.thumbs, self)
+        self.results = ResultsModel(self.thumbs, self)
+
+        self._build_views()
+        self._build_status_bar()
+        self._build_menus()
+        self._restore_settings()
+
+        self._flush_timer = QTimer(self)  # batch grid insertions while indexing
+        self._flush_timer.setInterval(120)
+        self._flush_timer.timeout.connect(self._flush_arrived)
+
+    # ======================================================================== construction
+    def _build_views(self) -> None:
+        register_view(
+            "library",
+            "Library",
+            MainWindow._make_library,
+            order=10,
+            tooltip="All photos and the results of the current search",
+        )
+        register_view(
+            "matches",
+            "Why they match",
+            MainWindow._make_matches,
+            order=20,
+            tooltip="Corresponding features of the query and a result",
+        )
+        register_view(
+            "duplicates",
+            "Duplicates",
+            MainWindow._make_duplicates,
+            order=30,
+            tooltip="Groups of near-identical photos",
+        )
+        for mod in PLUGIN_MODULES:
+            try:
+                if importlib.util.find_spec(mod) is not None:
+                    importlib.import_module(mod)
+            except Exception as exc:  # a broken optional view must not stop the app
+                log.warning("could not load view module %s: %s", mod, exc)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.views: dict[str, QWidget] = {}
+        for spec in registered_views():
+            try:
+                w = spec.factory(self)
+            except Exception as exc:
+                log.warning("view %s failed to build: %s", spec.name, exc)
+                continue
+            self.views[spec.name] = w
+            i = self.tabs.addTab(w, spec.title)
+            self.tabs.setTabToolTip(i, spec.tooltip)
+        self.banner = Banner()
+        host = QWidget()
+        lay = QVBoxLayout(host)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        lay.addWidget(self.banner)
+        lay.addWidget(self.tabs, 1)
+        self.setCentralWidget(host)
+
+    def _make_library(self) -> QWidget:
+        self.grid = PhotoGridView()
+        self.grid.setModel(self.photos)
+        self.grid_delegate = ThumbnailDelegate(self.thumbs, 160, self.grid)
+        self.grid.setItemDelegate(self.grid_delegate)
+        self.grid.query_requested.connect(self.query_photo)
+        self.grid.open_requested.connect(self.open_full_size)
+        self.grid.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        self.empty_hint = QLabel(
+            "<h2>No photos yet</h2><p>Open a folder (Ctrl+O) or drop one here.</p>"
+        )
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setObjectName("hint")
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(self.empty_hint)
+        ll.addWidget(self.grid, 1)
+        self.photos.modelReset.connect(self._update_empty_hint)
+        self.photos.rowsInserted.connect(self._update_empty_hint)
+        self.results_panel = ResultsPanel(self.results)
+        self.results_panel.search_changed.connect(self._on_search_changed)
+        self.results_panel.why_requested.connect(self.show_matches)
+        self.results_panel.open_requested.connect(self.open_full_size)
+        self.results_panel.export_requested.connect(self.export_results_dialog)
+        self.splitter = QSplitter()
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.results_panel)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([900, 380])
+        self._update_empty_hint()
+        return self.splitter
+
+    def _make_matches(self) -> QWidget:
+        self.matches_view = CorrespondenceView()
+        self.matches_view.result_chosen.connect(self.show_matches)
+        return self.matches_view
+
+    def _make_duplicates(self) -> QWidget:
+        self.dup_view = DuplicatesView()
+        self.dup_view.thumbs = self.thumbs
+        self.thumbs.ready.connect(self.dup_view.on_thumbnail)
+        self.dup_view.find_requested.connect(self.find_duplicates)
+        self.dup_view.group_selected.connect(self._show_group)
+        self.dup_view.open_requested.connect(self.open_full_size)
+        self.dup_view.trashed.connect(self._on_trashed)
+        self.dup_view.message.connect(lambda m: self.show_error(m, kind="warning"))
+        return self.dup_view
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.status_label = QLabel("Ready")
+        self.progress = QProgressBar()
+        self.progress.setFixedWidth(220)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("%v / %m")
+        self.progress.hide()
+        self.eta_label = QLabel()
+        self.eta_label.hide()
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setToolTip("Stop indexing (Esc); photos indexed so far stay searchable")
+        self.cancel_btn.clicked.connect(self.cancel_indexing)
+        self.cancel_btn.hide()
+        self.problems_btn = QToolButton()
+        self.problems_btn.setAutoRaise(True)
+        self.problems_btn.setToolTip("Show the files that were skipped and why")
+        self.problems_btn.clicked.connect(self.show_problems)
+        self.problems_btn.hide()
+        self.size_slider = QSlider(Qt.Orientation.Horizontal)
+        self.size_slider.setRange(THUMB_MIN, THUMB_MAX)
+        self.size_slider.setSingleStep(8)
+        self.size_slider.setPageStep(THUMB_STEP)
+        self.size_slider.setFixedWidth(120)
+        self.size_slider.setToolTip("Thumbnail size (Ctrl+= / Ctrl+-)")
+        self.size_slider.valueChanged.connect(self.set_thumbnail_size)
+        sb.addWidget(self.status_label, 1)
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.eta_label)
+        sb.addPermanentWidget(self.cancel_btn)
+        sb.addPermanentWidget(self.problems_btn)
+        sb.addPermanentWidget(QLabel("Size"))
+        sb.addPermanentWidget(self.size_slider)
+
+    def _act(self, menu, text, slot, shortcut=None, tip="", icon_name=None) -> QAction:
+        a = QAction(text, self)
+        if shortcut is not None:
+            if isinstance(shortcut, list | tuple):
+                a.setShortcuts([QKeySequence(s) for s in shortcut])
+            else:
+                a.setShortcut(QKeySequence(shortcut))
+        if tip:
+            a.setStatusTip(tip)
+            a.setToolTip(tip)
+        if icon_name:
+            a.setIcon(icon(icon_name))
+        a.triggered.connect(slot)
+        menu.addAction(a)
+        return a
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        m = mb.addMenu("&File")
+        self._act(
+            m,
+            "&Open Folder…",
+            self.open_folder_dialog,
+            QKeySequence.StandardKey.Open,
+            "Open a folder of photos",
+            "folder",
+        )
+        self.recent_menu = m.addMenu("Open &Recent")
+        self._act(m, "Open &Demo Photos", self.open_demo, None, "The bundled demo collection")
+        m.addSeparator()
+        self.reindex_act = self._act(
+            m, "&Re-index Folder", self.reindex, "F5", "Look for new, changed and removed photos"
+        )
+        self.export_act = self._act(
+            m,
+            "&Export Results…",
+            self.export_results_dialog,
+            "Ctrl+E",
+            "Save the ranked results as CSV or JSON",
+            "export",
+        )
+        m.addSeparator()
+        self._act(m, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+
+        m = mb.addMenu("&Edit")
+        self._act(
+            m, "&Copy Path", self.copy_path, "Ctrl+Shift+C", "Copy the selected photo's path"
+        )
+        self._act(
+            m,
+            "&Paste Image as Query",
+            self.paste_query,
+            QKeySequence.StandardKey.Paste,
+            "Search with the image (or image file) on the clipboard",
+        )
+
+        m = mb.addMenu("&View")
+        for i, name in enumerate(self.views):
+            title = self.tabs.tabText(self.tabs.indexOf(self.views[name]))
+            self._act(m, title, lambda _=False, n=name: self.show_view(n), f"Alt+{i + 1}")
+        m.addSeparator()
+        self._act(
+            m, "&Larger Thumbnails", lambda: self.step_thumbnail_size(+1), ["Ctrl+=", "Ctrl++"]
+        )
+        self._act(m, "&Smaller Thumbnails", lambda: self.step_thumbnail_size(-1), "Ctrl+-")
+        self._act(
+            m, "S&kipped Files…", self.show_problems, None, "Files that could not be indexed"
+        )
+
+        m = mb.addMenu("&Search")
+        self.method_group = QActionGroup(self)
+        self.method_actions: dict[str, QAction] = {}
+        for i, (mid, label) in enumerate(METHODS.items()):
+            a = self._act(m, label, lambda _=False, k=mid: self.set_method(k), f"Ctrl+{i + 1}")
+            a.setCheckable(True)
+            self.method_group.addAction(a)
+            self.method_actions[mid] = a
+        self.method_actions["learned"].setVisible(False)
+        m.addSeparator()
+        self._act(
+            m,
+            "&Why Do They Match?",
+            lambda: self.show_matches(None),
+            "Ctrl+M",
+            "Corresponding features of the query and the selected result",
+        )
+        self._act(
+            m, "&Open Full Size", lambda: self.open_full_size(self._selected_path()), "Ctrl+Return"
+        )
+        self._act(
+            m, "Show in &File Manager", lambda: self.reveal(self._selected_path()), "Ctrl+Shift+R"
+        )
+        self._act(m, "Find &Duplicates", lambda: self.find_duplicates(None), "Ctrl+D")
+        esc = QAction(self)
+        esc.setShortcut(QKeySequence("Esc"))
+        esc.triggered.connect(self.cancel_indexing)
+        self.addAction(esc)
+
+        m = mb.addMenu("&Help")
+        self._act(m, "&About Simile", self.show_about, "F1")
+
+        for text, slot in (
+            ("Search Similar", lambda: self.query_photo(self._selected_path())),
+            ("Open Full Size", lambda: self.open_full_size(self._selected_path())),
+            ("Show in File Manager", lambda: self.reveal(self._selected_path())),
+            ("Copy Path", self.copy_path),
+        ):
+            a = QAction(text, self.grid)
+            a.triggered.connect(slot)
+            self.grid.addAction(a)
+        self._rebuild_recent_menu()
+
+    # ======================================================================== settings
+    def _restore_settings(self) -> None:
+        s = self.settings
+        geo = s.value("geometry")
+        if isinstance(geo, QByteArray | bytes) and self.restoreGeometry(QByteArray(geo)):
+            pass
+        else:
+            self._first_start_geometry()
+        split = s.value("splitter")
+        if isinstance(split, QByteArray | bytes):
+            self.splitter.restoreState(QByteArray(split))
+        size = _int(s.value("thumbSize"), 160)
+        self.size_slider.setValue(max(THUMB_MIN, min(THUMB_MAX, size)))
+        self.set_thumbnail_size(self.size_slider.value())
+        method = str(s.value("method", DEFAULT_METHOD))
+        self.set_method(method if method in METHODS else DEFAULT_METHOD, rerun=False)
+        top = _int(s.value("top"), 20)
+        self.results_panel.top.blockSignals(True)
+        self.results_panel.top.setValue(max(1, min(500, top)))
+        self.results_panel.top.blockSignals(False)
+
+    def _first_start_geometry(self) -> None:
+        screen = QGuiApplication.primaryScreen()
+        avail = screen.availableGeometry() if screen is not None else None
+        if avail is None or avail.width() < 400:
+            self.resize(1280, 800)
+            return
+        w = min(1440, int(avail.width() * 0.8))
+        h = min(900, int(avail.height() * 0.8))
+        self.resize(w, h)
+        self.move(avail.center().x() - w // 2, avail.center().y() - h // 2)
+
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("splitter", self.splitter.saveState())
+        s.setValue("thumbSize", self.size_slider.value())
+        s.setValue("method", self.results_panel.current_method())
+        s.setValue("top", self.results_panel.top.value())
+        if self.folder is not None:
+            s.setValue("lastFolder", str(self.folder))
+        s.sync()
+
+    def recent_folders(self) -> list[str]:
+        v = self.settings.value("recentFolders", [])
+        if isinstance(v, str):
+            v = [v]
+        return [str(x) for x in (v or [])]
+
+    def _remember_folder(self, folder: Path) -> None:
+        rec = [str(folder)] + [f for f in self.recent_folders() if f != str(folder)]
+        self.settings.setValue("recentFolders", rec[:MAX_RECENT])
+        if self.persist:
+            self.settings.setValue("lastFolder", str(folder))
+        self._rebuild_recent_menu()
+
+    def _rebuild_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        rec = self.recent_folders()
+        for i, f in enumerate(rec):
+            a = self.recent_menu.addAction(f"&{i + 1}  {f}")
+            a.triggered.connect(lambda _=False, p=f: self.open_folder(p))
+        if not rec:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+        else:
+            self.recent_menu.addSeparator()
+            clr = self.recent_menu.addAction("Clear Menu")
+            clr.triggered.connect(self._clear_recent)
+
+    def _clear_recent(self) -> None:
+        self.settings.setValue("recentFolders", [])
+        self._rebuild_recent_menu()
+
+    # ======================================================================== messages
+    def show_error(self, text: str, kind: str = "error") -> None:
+        """Tell the user what went wrong, in plain words (never a traceback)."""
+        log.info("%s: %s", kind, text)
+        short = _one_line(text)
+        self.banner.show_message(short, kind)
+        self.banner.setToolTip(text if short != text else "")
+        self.status_label.setText(short)
+        self.error_shown.emit(text)
+
+    def _worker_error(self, context: str):
+        def handler(exc: BaseException) -> None:
+            self.show_error(plain_error(exc, context))
+
+        return handler
+
+    def run_worker(self, func, *args, connect=None, context="Background task", **kwargs):
+        """Start ``func`` in the shared worker helper; errors go to :meth:`show_error`."""
+        connect = dict(connect or {})
+        user_err = connect.pop("errored", None)
+        w = workers.create_worker(func, *args, connect=connect, start=False, **kwargs)
+        w.errored.connect(user_err or self._worker_error(context))
+        return w.start()
+
+    # ======================================================================== collection
+    def open_demo(self) -> None:
+        from app.gui.state import demo_folder
+
+        demo = demo_folder()
+        if demo is None:
+            self.show_error("The demo photos are not installed; open a folder instead.")
+            return
+        self.open_folder(demo)
+
+    def open_folder_dialog(self) -> None:
+        start = str(self.folder or Path.home())
+        folder = QFileDialog.getExistingDirectory(self, "Open a folder of photos", start)
+        if folder:
+            self.open_folder(folder)
+
+    def open_folder(self, folder, index_dir=None) -> None:
+        """Open ``folder`` (index in ``index_dir`` or the default place) and index it."""
+        folder = Path(folder).expanduser()
+        if not folder.is_dir():
+            self.show_error(f"{folder} is not a folder.")
+            return
+        self.cancel_indexing()
+        self._close_collection()
+        self.banner.hide()
+        self.folder = folder.resolve()
+        self.index_dir = None if index_dir is None else Path(index_dir)
+        self.setWindowTitle(f"{self.folder.name} — Simile")
+        self.results_panel.delegate.root = self.folder
+        self.photos.set_paths([])
+        self.results.set_hits(None, "", [])
+        self.results_panel.set_query(
+            "No query yet", None, "Click a photo, press Enter, or drop/paste an image."
+        )
+        self.query_path = None
+        self._query_source = None
+        self._pending_query = None
+        self.problems = []
+        self._update_problems_button()
+        if hasattr(self, "matches_view"):
+            self.matches_view.clear()
+        self._remember_folder(self.folder)
+        self._start_indexing()
+
+    def reindex(self) -> None:
+        if self.folder is None:
+            self.open_folder_dialog()
+            return
+        if self.is_indexing():
+            return
+        self._start_indexing()
+
+    def is_indexing(self) -> bool:
+        return self._index_worker is not None
+
+    def _start_indexing(self) -> None:
+        self._eta.reset()
+        self._arrived = []
+        self.status_label.setText(f"Opening {self.folder}…")
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.eta_label.setText("")
+        self.eta_label.show()
+        self.cancel_btn.show()
+        self._index_started = time.monotonic()
+        self._close_collection()  # the indexing process takes the index's writer lock
+        w = workers.create_worker(
+            _open_and_index,
+            self.folder,
+            self.index_dir,
+            pass_cancel=True,
+            abort_on_quit=False,  # cancelling still opens what was indexed so far
+            start=False,
+        )
+
+        def current(slot):  # a superseded run (another folder was opened) is ignored
+            return lambda *a: slot(*a) if w is self._index_worker else None
+
+        def stale_done(result) -> None:
+            if w is not self._index_worker:
+                result[-1].close()
+
+        w.yielded.connect(current(self._on_index_progress))
+        w.returned.connect(current(self._on_index_done))
+        w.returned.connect(stale_done)
+        w.aborted.connect(current(self._on_index_aborted))
+        w.errored.connect(current(self._on_index_error))
+        w.finished.connect(current(self._on_index_finished))
+        self._index_worker = w
+        self._flush_timer.start()
+        w.start()
+
+    def cancel_indexing(self) -> None:
+        if self._index_worker is not None:
+            self.status_label.setText("Cancelling…")
+            self._index_worker.quit()
+
+    def _on_index_progress(self, item) -> None:
+        kind = item[0]
+        if kind == "opened":
+            _, paths, index_dir = item
+            self.index_dir = Path(index_dir)
+            self.thumbs.set_cache_dir(_thumb_cache(self.index_dir))
+            self.photos.append_paths(paths)
+            return
+        p = item[1]
+        total = int(getattr(p, "total", 0) or 0)
+        done = int(getattr(p, "done", 0) or 0)
+        status = getattr(p, "status", "")
+        path = getattr(p, "path", None)
+        if status in ("indexed", "unchanged") and path:
+            self._arrived.append(str(path))
+        elif status == "failed" and path:
+            self.problems.append((str(path), getattr(p, "message", "") or "could not be read"))
+            self._update_problems_button()
+        if status == "finalizing":
+            self.progress.setRange(0, 0)  # busy: the last step has no count
+            self.eta_label.setText("")
+            msg = getattr(p, "message", "") or "building the search index"
+            self.status_label.setText(f"Finishing {self.folder.name}: {msg}…")
+        elif total > 0 and status not in ("scanning",):
+            self.progress.setRange(0, total)
+            self.progress.setValue(done)
+            eta = self._eta.update(done, total)
+            self.eta_label.setText(f"{format_duration(eta)} left")
+            self.status_label.setText(f"Indexing {self.folder.name}: {done} of {total} photos")
+        else:
+            self.status_label.setText(getattr(p, "message", "") or "Looking for photos…")
+
+    def _flush_arrived(self) -> None:
+        if self._arrived:
+            batch, self._arrived = self._arrived, []
+            self.photos.append_paths(batch)
+
+    def _on_index_done(self, result) -> None:
+        summary, paths, failures, methods, coll = result
+        self.collection = coll
+        self._flush_arrived()
+        if [str(p) for p in paths] != self.photos.paths():
+            self.photos.set_paths(paths)
+        self.problems = [(str(p), str(r)) for p, r in failures]
+        self._update_problems_button()
+        n = len(paths)
+        self._set_methods(methods)
+        self.collection_opened.emit(coll)
+        secs = getattr(summary, "seconds", time.monotonic() - self._index_started)
+        new = getattr(summary, "indexed", 0)
+        msg = f"{n} photos in {self.folder.name}"
+        if getattr(summary, "cancelled", False):
+            msg = f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
+        elif new:
+            msg += f" · {new} indexed in {format_duration(secs)}"
+        self.status_label.setText(msg)
+
+    def _on_index_aborted(self) -> None:
+        self._flush_arrived()
+        n = self.photos.rowCount()
+        self.status_label.setText(
+            f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
+        )
+
+    def _on_index_error(self, exc) -> None:
+        self.show_error(plain_error(exc, f"Could not index {self.folder}"))
+
+    def _on_index_finished(self) -> None:
+        self._flush_timer.stop()
+        self._flush_arrived()
+        self._index_worker = None
+        self.progress.hide()
+        self.eta_label.hide()
+        self.cancel_btn.hide()
+        self.indexing_finished.emit(self.collection)
+        if self._refresh_duplicates and self.collection is not None:
+            self._refresh_duplicates = False
+            self.find_duplicates(None)
+        if self._pending_query is not None and self.collection is not None:
+            src, self._pending_query = self._pending_query, None
+            self._run_query(src)
+
+    def _close_collection(self) -> None:
+        coll, self.collection = self.collection, None
+        if coll is not None:
+            try:
+                coll.close()
+            except Exception as exc:
+                log.debug("close failed: %s", exc)
+
+    def _update_problems_button(self) -> None:
+        n = len(self.problems)
+        self.problems_btn.setVisible(n > 0)
+        self.problems_btn.setText(f"⚠ {n} skipped")
+
+    def _set_methods(self, available: list[str]) -> None:
+        self.results_panel.set_methods(available)
+        for mid, a in self.method_actions.items():
+            a.setVisible(mid in available)
+
+    # ======================================================================== search
+    def query_photo(self, path) -> None:
+        if not path:
+            return
+        self._query_source = str(path)
+        self._run_query(str(path))
+
+    def query_image(self, image: QImage) -> None:
+        """Search with an image that is not a file (pasted / dropped pixels)."""
+        f = Path(self._tmpdir.name) / f"pasted-{time.time_ns()}.png"
+        if not image.save(str(f), "PNG"):
+            self.show_error("The pasted image could not be read.")
+            return
+        self.query_photo(str(f))
+
+    def set_method(self, method: str, rerun: bool = True) -> None:
+        SearchSettings(method=method)  # validates
+        a = self.method_actions.get(method)
+        if a is not None:
+            a.setChecked(True)
+        if self.results_panel.current_method() != method:
+            self.results_panel.set_method(method)  # emits search_changed -> rerun
+        elif rerun:
+            self._on_search_changed(method, self.results_panel.top.value())
+
+    def _on_search_changed(self, method: str, top: int) -> None:
+        a = self.method_actions.get(method)
+        if a is not None and not a.isChecked():
+            a.setChecked(True)
+        if self._query_source is not None:
+            self._run_query(self._query_source)
+
+    def search_settings(self) -> SearchSettings:
+        return SearchSettings(self.results_panel.current_method(), self.results_panel.top.value())
+
+    def _run_query(self, source: str) -> None:
+        self.query_path = source
+        self.grid_delegate.query_path = source
+        self.grid.viewport().update()
+        pm = self.thumbs.pixmap(source)
+        name = Path(source).name if not Path(source).name.startswith("pasted-") else "Pasted image"
+        if self.collection is None or self.is_indexing():
+            self._pending_query = source
+            self.results_panel.set_query(name, pm, "Searching when indexing finishes…")
+            return
+        st = self.search_settings()
+        self._query_token += 1
+        token = self._query_token
+        self.results_panel.set_query(name, pm, f"Searching ({METHODS[st.method]})…")
+        self.results_panel.status.setText("")
+        t0 = time.monotonic()
+        coll = self.collection
+
+        def done(hits) -> None:
+            if token != self._query_token:
+                return  # a newer search superseded this one
+            self.results.set_hits(
+                source, st.method, [Hit(str(h.path), float(h.score)) for h in hits]
+            )
+            dt = time.monotonic() - t0
+            self.results_panel.set_query(
+                name, self.thumbs.pixmap(source), f"{len(hits)} results · {METHODS[st.method]}"
+            )
+            self.results_panel.status.setText(f"Found in {dt * 1000:.0f} ms")
+            self.results_changed.emit()
+
+        def failed(exc) -> None:
+            if token == self._query_token:
+                self.results_panel.set_query(name, pm, "Search failed.")
+                self.show_error(plain_error(exc, f"Searching with {name} failed"))
+                self.results_changed.emit()
+
+        self.run_worker(
+            coll.query,
+            source,
+            method=st.method,
+            top=st.top,
+            connect={"returned": done, "errored": failed},
+        )
+
+    def export_results_dialog(self) -> None:
+        if self.results.rowCount() == 0:
+            self.show_error("There are no results to export yet.", kind="warning")
+            return
+        start = str((self.folder or Path.home()) / "simile-results.csv")
+        fname, _ = QFileDialog.getSaveFileName(
+            self, "Export results", start, "CSV (*.csv);;JSON (*.json)"
+        )
+        if fname:
+            self.export_results(fname)
+
+    def export_results(self, fname) -> Path | None:
+        try:
+            out = export_results(
+                fname,
+                self.results.query or "",
+                self.results.method,
+                [(h.path, h.score) for h in self.results.hits()],
+            )
+        except (OSError, ValueError) as exc:
+            self.show_error(plain_error(exc, "Export failed"))
+            return None
+        self.status_label.setText(f"Saved {self.results.rowCount()} results to {out}")
+        return out
+
+    # ======================================================================== matches
+    def show_matches(self, result_path=None) -> None:
+        """Open the correspondence view for the query and ``result_path`` (or the best other)."""
+        if self.query_path is None or self.collection is None:
+            self.show_error("Search with a photo first, then pick a result.", kind="warning")
+            return
+        if result_path is None:
+            result_path = self.results_panel.selected_path() or self.results.best_other()
+        if result_path is None:
+            return
+        self.show_view("matches")
+        view = self.matches_view
+        view.set_choices(self.results.paths(), result_path)
+        view.set_busy(f"Matching {Path(self.query_path).name} with {Path(result_path).name}…")
+        self._match_token += 1
+        token = self._match_token
+
+        def done(data) -> None:
+            if token == self._match_token:
+                view.set_match(data)
+                self.match_shown.emit()
+
+        self.run_worker(
+            compute_match,
+            self.collection,
+            self.query_path,
+            result_path,
+            connect={"returned": done},
+            context="Matching failed",
+        )
+
+    # ======================================================================== duplicates
+    def find_duplicates(self, threshold=None) -> None:
+        if self.collection is None or self.is_indexing():
+            self.show_error(
+                "Duplicates can be searched once the folder is indexed.", kind="warning"
+            )
+            return
+        self.show_view("duplicates")
+        view = self.dup_view
+        if threshold is not None:
+            view.threshold.blockSignals(True)
+            view.threshold.setValue(float(threshold))
+            view.threshold.blockSignals(False)
+        thr = view.threshold.value()
+        view.set_busy(f"Looking for near-duplicates at similarity ≥ {thr:.2f}…")
+        self._dup_token += 1
+        token = self._dup_token
+
+        def done(groups) -> None:
+            if token == self._dup_token:
+                view.set_groups(groups)
+                if not groups:
+                    self.duplicates_shown.emit()
+
+        def failed(exc) -> None:
+            view.set_groups([])
+            self.show_error(plain_error(exc, "Finding duplicates failed"))
+
+        self.run_worker(
+            self.collection.duplicates,
+            threshold=thr,
+            connect={"returned": done, "errored": failed},
+        )
+
+    def _show_group(self, row: int) -> None:
+        g = self.dup_view.groups[row]
+        token = self._dup_token
+
+        def done(res) -> None:
+            if token == self._dup_token:
+                self.dup_view.set_copies(*res)
+                self.duplicates_shown.emit()
+
+        self.run_worker(
+            describe_copies,
+            list(g.paths),
+            list(getattr(g, "scores", []) or []),
+            connect={"returned": done},
+            context="Comparing copies failed",
+        )
+
+    def _on_trashed(self, path: str) -> None:
+        self.photos.remove_path(path)
+        self.status_label.setText(f"Moved {Path(path).name} to the trash")
+        self._refresh_duplicates = True  # once the index has forgotten the file
+        if not self.is_indexing():
+            self._start_indexing()
+
+    # ======================================================================== actions
+    def _selected_path(self) -> str | None:
+        w = QGuiApplication.focusObject()
+        if w is self.results_panel.list:
+            return self.results_panel.selected_path()
+        idx = self.grid.currentIndex()
+        if idx.isValid():
+            return item_data(idx, PATH_ROLE)
+        return self.results_panel.selected_path()
+
+    def show_view(self, name: str) -> None:
+        w = self.views.get(name)
+        if w is not None:
+            self.tabs.setCurrentWidget(w)
+
+    def set_thumbnail_size(self, size: int) -> None:
+        size = max(THUMB_MIN, min(THUMB_MAX, int(size)))
+        if self.size_slider.value() != size:
+            self.size_slider.setValue(size)  # re-enters once
+            return
+        self.grid_delegate.size = size
+        self.grid.setGridSize(self.grid_delegate.sizeHint(None, None) + QSize(4, 4))
+        self.grid.doItemsLayout()
+
+    def step_thumbnail_size(self, direction: int) -> None:
+        self.set_thumbnail_size(self.size_slider.value() + direction * THUMB_STEP)
+
+    def copy_path(self) -> None:
+        p = self._selected_path()
+        if p:
+            QGuiApplication.clipboard().setText(str(p))
+            self.status_label.setText(f"Copied {p}")
+
+    def paste_query(self) -> None:
+        md = QGuiApplication.clipboard().mimeData()
+        if md is None:
+            return
+        if not self._query_from_mime(md):
+            self.show_error("The clipboard holds no image or image file.", kind="warning")
+
+    def reveal(self, path) -> None:
+        if path:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(path).parent)))
+
+    def open_full_size(self, path) -> None:
+        if not path:
+            return
+        viewer = ImageViewer(str(path), self)
+        viewer.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._viewers.append(viewer)
+        viewer.destroyed.connect(
+            lambda *_: self._viewers.remove(viewer) if viewer in self._viewers else None
+        )
+        viewer.show()
+
+        def load(p):
+            from engine.imageio import image_size, load_image
+
+            arr = load_image(p, max_side=4096)
+            w, h = image_size(p)
+            return array_to_qimage(arr), f"{p}  ·  {w}×{h}"
+
+        self.run_worker(
+            load,
+            str(path),
+            connect={"returned": lambda r: viewer.set_image(*r)},
+            context=f"Opening {Path(path).name} failed",
+        )
+
+    def show_problems(self) -> None:
+        dlg = ProblemsPanel(self)
+        dlg.set_problems(self.problems)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.show()
+        self._problems_dialog = dlg
+
+    def show_about(self) -> None:
+        dlg = AboutDialog(self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.show()
+
+    def _update_empty_hint(self, *_a) -> None:
+        empty = self.photos.rowCount() == 0
+        self.empty_hint.setVisible(empty)
+        self.grid.setVisible(not empty)
+
+    # ======================================================================== drag & drop
+    def dragEnterEvent(self, event) -> None:
+        md = event.mimeData()
+        if md.hasUrls() or md.hasImage():
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event) -> None:
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:
+        if self._query_from_mime(event.mimeData(), allow_folder=True):
+            event.acceptProposedAction()
+
+    def _query_from_mime(self, md, allow_folder: bool = True) -> bool:
+        if md.hasUrls():
+            for url in md.urls():
+                if not url.isLocalFile():
+                    continue
+                p = Path(url.toLocalFile())
+                if p.is_dir() and allow_folder:
+                    self.open_folder(p)
+                    return True
+                if p.is_file():
+                    self.query_photo(str(p))
+                    return True
+        if md.hasImage():
+            img = md.imageData()
+            if isinstance(img, QImage) and not img.isNull():
+                self.query_image(img)
+                return True
+        return False
+
+    # ======================================================================== shutdown
+    def closeEvent(self, event) -> None:
+        if self.persist:
+            self.save_settings()
+        self.cancel_indexing()
+        self.thumbs.shutdown()
+        workers.wait_all(10_000)
+        self._close_collection()
+        self._tmpdir.cleanup()
+        super().closeEvent(event)
+
+
+# ============================================================================ worker side
+def _open_and_index(folder: Path, index_dir: Path | None, cancel=None):
+    """Index ``folder`` in a child process (see :mod:`app.gui.indexer`), yielding its
+    progress, then open the finished index here for searching."""
+    from app.gui.indexer import index_in_child
+    from engine.collection import Collection
+
+    summary = yield from index_in_child(folder, index_dir, cancel=cancel)
+    coll = Collection.open(folder, index_dir)
+    return (
+        summary,
+        [str(p) for p in coll.paths()],
+        list(coll.failures()),
+        _available_methods(coll),
+        coll,
+    )
+
+
+def _preload_engine() -> None:
+    """Import the engine before the window shows.
+
+    Importing numpy/scipy/OpenCV extension modules holds the GIL for long stretches; done
+    lazily in a worker it would freeze the visible window for a fraction of a second.
+    """
+    for mod in (
+        "engine.collection",
+        "engine.features",
+        "engine.imageio",
+        "PIL.Image",
+        "engine.learn",
+    ):
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:  # reported later, in plain words, when it is needed
+            log.debug("preload of %s failed: %s", mod, exc)
+    # The modules' objects live forever: keep them out of the cyclic collector, whose
+    # full passes would otherwise walk them all while holding the GIL (a visible hitch).
+    gc.freeze()
+
+
+def _available_methods(coll) -> list[str]:
+    """Methods to offer: the built-in ones, plus "learned" once a module registered it."""
+    methods = [m for m in METHODS if m != "learned"]
+    if coll is None:
+        return methods
+    try:
+        import engine.collection as ec
+
+        if importlib.util.find_spec("engine.learn") is not None:
+            importlib.import_module("engine.learn")  # registers "learned" when it can
+        registry = getattr(ec, "_REGISTRY", {})
+        if "learned" in registry:
+            methods.append("learned")
+    except Exception as exc:  # optional: never block the window
+        log.debug("learned method probe failed: %s", exc)
+    return methods
+
+
+def _thumb_cache(index_dir: Path) -> Path:
+    d = Path(index_dir) / "thumbnails"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    return default_cache_dir()
+
+
+def _one_line(text: str, limit: int = 220) -> str:
+    """The first line of a message, shortened: banners and the status bar stay one line."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    if len(first) > limit:
+        first = first[: limit - 1].rstrip() + "…"
+    elif len(lines) > 1:
+        first += " …"
+    return first
+
+
+def _int(v, default: int) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default

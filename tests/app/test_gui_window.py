@@ -1,0 +1,351 @@
+"""The main window end to end on a small generated folder (pytest-qt, offscreen).
+
+The folder holds random "scenes" (coloured shapes, rich in SIFT keypoints) and,
+for each, a rotated, rescaled copy: searching with a scene must rank its copy
+first among the other photos.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+cv2 = pytest.importorskip("cv2")
+
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+N_SCENES = 5
+INDEX_TIMEOUT = 180_000
+
+
+def _scene(rng: np.random.Generator, h: int = 300, w: int = 400) -> np.ndarray:
+    img = np.full((h, w, 3), rng.integers(0, 256, 3), np.uint8)
+    for _ in range(45):
+        color = tuple(int(c) for c in rng.integers(0, 256, 3))
+        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+        if rng.random() < 0.5:
+            cv2.circle(img, (x, y), int(rng.integers(6, 40)), color, -1)
+        else:
+            x2, y2 = x + int(rng.integers(8, 70)), y + int(rng.integers(8, 70))
+            cv2.rectangle(img, (x, y), (x2, y2), color, -1)
+    return img
+
+
+def _variant(img: np.ndarray, angle: float, scale: float) -> np.ndarray:
+    h, w = img.shape[:2]
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, scale)
+    return cv2.warpAffine(img, m, (w, h), borderMode=cv2.BORDER_REFLECT)
+
+
+def make_folder(folder: Path, n_scenes: int, seed: int = 0) -> list[tuple[Path, Path]]:
+    """Write ``n_scenes`` scenes and their transformed copies; return the pairs."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = []
+    for i in range(n_scenes):
+        img = _scene(rng)
+        a, b = folder / f"scene{i:02d}.jpg", folder / f"scene{i:02d}_copy.jpg"
+        cv2.imwrite(str(a), img[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 92])
+        var = _variant(img, float(rng.uniform(-20, 20)), float(rng.uniform(0.8, 0.95)))
+        cv2.imwrite(str(b), var[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 85])
+        pairs.append((a, b))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def photo_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gui")
+    folder = root / "photos"
+    pairs = make_folder(folder, N_SCENES)
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    return folder, root / "index", pairs
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from app.gui.theme import apply_theme
+    from app.gui.window import MainWindow
+
+    apply_theme(QApplication.instance())
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings, persist=False)
+    qtbot.addWidget(win)
+    win.resize(1100, 760)
+    win.show()
+    yield win
+    win.cancel_indexing()
+    qtbot.waitUntil(lambda: not win.is_indexing(), timeout=INDEX_TIMEOUT)
+
+
+def open_and_wait(qtbot, win, folder, index):
+    with qtbot.waitSignal(win.indexing_finished, timeout=INDEX_TIMEOUT):
+        win.open_folder(folder, index)
+    assert not win.is_indexing()
+
+
+def query_and_wait(qtbot, win, action):
+    with qtbot.waitSignal(win.results_changed, timeout=60_000):
+        action()
+
+
+def test_open_folder_indexes_and_lists_skipped(qtbot, window, photo_folder):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    assert window.photos.rowCount() == 2 * N_SCENES
+    assert sorted(Path(p).name for p in window.photos.paths()) == sorted(
+        p.name for pair in pairs for p in pair
+    )
+    assert [Path(p).name for p, _ in window.problems] == ["broken.jpg"]
+    assert window.problems_btn.isVisibleTo(window)
+    assert "1 skipped" in window.problems_btn.text()
+    window.show_problems()
+    assert window._problems_dialog.table.rowCount() == 1
+    # thumbnails of the visible cells get decoded in the background
+    qtbot.waitUntil(
+        lambda: window.thumbs.pixmap(window.photos.path(0)) is not None, timeout=30_000
+    )
+
+
+def test_click_thumbnail_runs_query(qtbot, window, photo_folder):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    row = window.photos.row_of(pairs[1][0])
+    rect = window.grid.visualRect(window.photos.index(row))
+    assert rect.isValid()
+    query_and_wait(
+        qtbot,
+        window,
+        lambda: qtbot.mouseClick(
+            window.grid.viewport(), Qt.MouseButton.LeftButton, pos=rect.center()
+        ),
+    )
+    res = window.results
+    assert res.query == str(pairs[1][0])
+    assert res.rowCount() > 1
+    scores = [res.score(r) for r in range(res.rowCount())]
+    assert scores == sorted(scores, reverse=True)
+    assert Path(res.best_other()) == pairs[1][1]  # its transformed copy
+
+
+def test_enter_key_and_method_switch_rerun(qtbot, window, photo_folder):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    window.grid.setFocus()
+    window.grid.setCurrentIndex(window.photos.index(window.photos.row_of(pairs[2][0])))
+    query_and_wait(qtbot, window, lambda: qtbot.keyClick(window.grid, Qt.Key.Key_Return))
+    assert window.results.query == str(pairs[2][0])
+    combo = window.results_panel.method
+    i = combo.findData("wta")
+    assert i >= 0
+    query_and_wait(qtbot, window, lambda: combo.setCurrentIndex(i))
+    assert window.results.method == "wta"
+    assert window.method_actions["wta"].isChecked()
+    assert Path(window.results.best_other()) == pairs[2][1]
+
+
+def test_correspondence_view(qtbot, window, photo_folder):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    query_and_wait(qtbot, window, lambda: window.query_photo(str(pairs[0][0])))
+    with qtbot.waitSignal(window.match_shown, timeout=60_000):
+        window.show_matches(None)  # the selected = best other result
+    view = window.matches_view
+    assert window.tabs.currentWidget() is view
+    data = view.data
+    assert Path(data.path_b) == pairs[0][1]
+    assert data.n > 10
+    assert view.visible_count() == min(
+        data.n, max(int(np.ceil(data.n * view.strength.value() / 100)), 1)
+    )
+    view.strength.setValue(100)
+    assert view.visible_count() == data.n
+    view.strength.setValue(10)
+    assert view.visible_count() == int(np.ceil(data.n * 0.1))
+    assert f"<b>{data.n}</b> correspondences" in view.info.text()
+    view.show_lines.setChecked(False)
+    assert view.visible_count() == 0
+    before = view.view.transform().m11()
+    view.view.zoom(2.0)
+    assert view.view.transform().m11() == pytest.approx(2 * before)
+
+
+def test_cancel_indexing(qtbot, window, tmp_path):
+    folder = tmp_path / "many"
+    make_folder(folder, 12, seed=3)
+    seen = []
+
+    def on_progress(item):
+        if item[0] == "progress" and getattr(item[1], "status", "") == "indexed":
+            seen.append(item[1])
+            window.cancel_indexing()
+
+    window.open_folder(folder, tmp_path / "idx")
+    window._index_worker.yielded.connect(on_progress)
+    qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+    assert seen, "indexing never reported progress"
+    assert "cancel" in window.status_label.text().lower()
+    assert window.photos.rowCount() < 24
+
+
+def test_drop_file_queries_and_drop_folder_opens(qtbot, window, photo_folder, tmp_path):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    outside = tmp_path / "outside.png"
+    img = cv2.imread(str(pairs[3][1]))
+    cv2.imwrite(str(outside), img)
+
+    def drop(path):
+        md = QMimeData()
+        md.setUrls([QUrl.fromLocalFile(str(path))])
+        pos = QPointF(window.width() / 2, window.height() / 2)
+        enter = QDragEnterEvent(
+            pos,
+            Qt.DropAction.CopyAction,
+            md,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+        window.dragEnterEvent(enter)
+        assert enter.isAccepted()
+        ev = QDropEvent(
+            pos,
+            Qt.DropAction.CopyAction,
+            md,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+        # QApplication only routes drops during a real drag; deliver it like Qt would
+        window.dropEvent(ev)
+        assert ev.isAccepted()
+
+    query_and_wait(qtbot, window, lambda: drop(outside))
+    assert window.results.query == str(outside)
+    top = [Path(window.results.path(r)) for r in range(2)]
+    assert pairs[3][1] in top  # the same pixels, indexed
+
+    other = tmp_path / "other"
+    shutil.copytree(folder, other, ignore=shutil.ignore_patterns("scene0[1-4]*", "broken*"))
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        drop(other)
+    assert window.folder == other.resolve()
+    assert window.photos.rowCount() == 2
+
+
+def test_paste_image_queries(qtbot, window, photo_folder):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    QApplication.clipboard().setImage(QImage(str(pairs[4][0])))
+    query_and_wait(qtbot, window, window.paste_query)
+    assert window.results.rowCount() > 0
+    top2 = {Path(window.results.path(r)).name for r in range(2)}
+    assert top2 == {pairs[4][0].name, pairs[4][1].name}
+
+
+def test_export_and_thumbnail_size_and_settings(qtbot, window, photo_folder, tmp_path):
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    query_and_wait(qtbot, window, lambda: window.query_photo(str(pairs[0][0])))
+    out = window.export_results(tmp_path / "res.json")
+    assert out is not None and str(pairs[0][1]) in out.read_text()
+
+    size = window.size_slider.value()
+    qtbot.keyClick(window, Qt.Key.Key_Minus, Qt.KeyboardModifier.ControlModifier)
+    assert window.size_slider.value() < size
+    assert window.grid.gridSize().width() < size + 30
+
+    window.set_method("uniform", rerun=False)
+    window.save_settings()
+    from app.gui.window import MainWindow
+
+    again = MainWindow(window.settings, persist=False)
+    qtbot.addWidget(again)
+    assert again.size_slider.value() == window.size_slider.value()
+    assert again.results_panel.current_method() == "uniform"
+    assert again.recent_folders()[0] == str(folder.resolve())
+
+
+def test_errors_reach_the_user(qtbot, window, tmp_path):
+    with qtbot.waitSignal(window.error_shown, timeout=5000) as b:
+        window.open_folder(tmp_path / "does-not-exist")
+    assert "is not a folder" in b.args[0]
+    assert window.banner.isVisible()
+
+
+def test_headless_screenshot(photo_folder, tmp_path):
+    folder, index, _ = photo_folder
+    out = tmp_path / "shot.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            str(folder),
+            "--index",
+            str(index),
+            "--view",
+            "matches",
+            "--screenshot",
+            str(out),
+            "--size",
+            "900x600",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    img = QImage(str(out))
+    assert (img.width(), img.height()) == (900, 600)
+    # not a blank window: many distinct colours (photos and lines are drawn)
+    colours = {img.pixel(x, y) for x in range(0, 900, 15) for y in range(0, 600, 15)}
+    assert len(colours) > 100
+
+
+def test_duplicates_view_suggests_best_and_asks_before_trash(qtbot, window, tmp_path, monkeypatch):
+    folder = tmp_path / "dups"
+    pairs = make_folder(folder, 2, seed=7)
+    big = cv2.imread(str(pairs[0][0]))
+    small = cv2.resize(big, (big.shape[1] // 2, big.shape[0] // 2), interpolation=cv2.INTER_AREA)
+    cv2.imwrite(str(folder / "scene00_small.jpg"), small)
+    shutil.copy(pairs[0][0], folder / "scene00_again.jpg")  # byte-identical: always a duplicate
+    open_and_wait(qtbot, window, folder, tmp_path / "idx")
+    with qtbot.waitSignal(window.duplicates_shown, timeout=60_000):
+        window.find_duplicates(0.5)
+    view = window.dup_view
+    assert window.tabs.currentWidget() is view
+    names = [{Path(p).name for p in g.paths} for g in view.groups]
+    group = next(g for g in names if "scene00_again.jpg" in g)
+    assert {"scene00.jpg", "scene00_again.jpg"} <= group
+    infos = view.infos
+    assert {Path(i.path).name for i in infos} == group
+    assert [c.objectName() for c in _cards(view)].count("bestCard") == 1
+    # the suggested copy is a full-resolution one, never the half-size copy
+    best_info = infos[[c.objectName() for c in _cards(view)].index("bestCard")]
+    assert Path(best_info.path).name in {"scene00.jpg", "scene00_again.jpg"}
+
+    # "Move to Trash…" asks first; dismissing the question keeps the file
+    from PySide6.QtWidgets import QMessageBox
+
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: 0)
+    view._confirm_trash(str(folder / "scene00_again.jpg"))
+    assert (folder / "scene00_again.jpg").exists()
+
+
+def _cards(view):
+    out = []
+    for i in range(view.cards.count()):
+        w = view.cards.itemAt(i).widget()
+        if w is not None:
+            out.append(w)
+    return out
