@@ -207,13 +207,16 @@ def test_drop_file_queries_and_drop_folder_opens(qtbot, window, photo_folder, tm
         md = QMimeData()
         md.setUrls([QUrl.fromLocalFile(str(path))])
         pos = QPointF(window.width() / 2, window.height() / 2)
-        enter = QDragEnterEvent(
-            pos,
+        args = (
             Qt.DropAction.CopyAction,
             md,
             Qt.MouseButton.LeftButton,
             Qt.KeyboardModifier.NoModifier,
         )
+        try:  # Qt >= 6.12 takes a QPointF (the QPoint overload is deprecated)
+            enter = QDragEnterEvent(pos, *args)
+        except TypeError:  # earlier Qt 6 releases take a QPoint only
+            enter = QDragEnterEvent(pos.toPoint(), *args)
         window.dragEnterEvent(enter)
         assert enter.isAccepted()
         ev = QDropEvent(
