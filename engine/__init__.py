@@ -28,6 +28,10 @@ _LAZY = {
     "VocabularyTree": "vocabulary",
     "bag_of_words": "vocabulary",
     "fit_idf": "vocabulary",
+    "discover_categories": "cluster",
+    "refine_with_masks": "cluster",
+    "Clustering": "cluster",
+    "CategoryClassifier": "classify",
     "WTAHash": "wta",
     "DensifiedWTAHash": "wta",
     "code_agreement": "wta",
@@ -58,6 +62,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from engine.classify import CategoryClassifier
+    from engine.cluster import Clustering, discover_categories, refine_with_masks
     from engine.features import PCA, Features, extract_features
     from engine.imageio import ImageLoadError, image_size, is_image_file, load_gray, load_image
     from engine.lsh import (

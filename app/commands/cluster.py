@@ -1,0 +1,192 @@
+"""``simile cluster FOLDER``: group an indexed photo folder into categories (thesis Ch. 9).
+
+The grouping, its prototypes and a classifier trained on them are stored in the index
+(``cluster.*`` arrays) so ``simile classify`` can assign new photos to the groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from app.commands._collection import open_collection
+from app.commands._common import CommandError, Progress, emit_json
+
+#: Prefix of the arrays this command stores in the index.
+PREFIX = "cluster."
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "cluster",
+        help="group the photos of a folder into categories",
+        description=(
+            "Group the indexed images of FOLDER by normalized cuts on their pyramid-match "
+            "affinities; every image lands in exactly one group. Groups list prototypes "
+            "(the best-connected members) first; poorly fitting members are outliers. "
+            "The folder is indexed first (as 'simile index') unless --no-update."
+        ),
+    )
+    p.add_argument("folder", metavar="FOLDER", help="photo folder")
+    p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
+    p.add_argument(
+        "--k", default="auto", metavar="K|auto", help="number of groups (default: auto)"
+    )
+    p.add_argument("--must", nargs=2, action="append", default=[], metavar=("A", "B"),
+                   help="images A and B belong together (repeatable)")  # fmt: skip
+    p.add_argument("--cannot", nargs=2, action="append", default=[], metavar=("A", "B"),
+                   help="images A and B belong to different groups (repeatable)")  # fmt: skip
+    p.add_argument("--method", default="vocabulary", choices=("vocabulary", "uniform"),
+                   help="pyramid match used for affinities (default: vocabulary)")  # fmt: skip
+    p.add_argument("--power", type=float, default=None, metavar="P",
+                   help="affinity power 0 < P <= 1 against a dominant diagonal")  # fmt: skip
+    p.add_argument("--k-max", type=int, default=12, help="largest k tried by --k auto")
+    p.add_argument("--prototypes", type=float, default=25.0, metavar="PCT",
+                   help="top percent of each group kept as prototypes (default 25)")  # fmt: skip
+    p.add_argument("--no-update", action="store_true", help="do not re-scan the folder")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return p
+
+
+def parse_k(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        k = int(text)
+    except ValueError:
+        raise CommandError(f"--k must be a positive integer or 'auto', got {text!r}") from None
+    if k < 1:
+        raise CommandError(f"--k must be >= 1, got {k}")
+    return k
+
+
+def resolve_pairs(
+    pairs: list[list[str]], row_of: dict[Path, int], folder: Path, option: str
+) -> list[tuple[int, int]]:
+    """Map ``[[A, B], ...]`` image names (absolute, relative to the cwd or to FOLDER) to
+    row indices; unknown names are a :class:`CommandError`."""
+    out = []
+    for a, b in pairs:
+        ids = []
+        for name in (a, b):
+            cands = [Path(os.path.abspath(name)), Path(os.path.abspath(folder / name))]
+            hit = next((row_of[c] for c in cands if c in row_of), None)
+            if hit is None:
+                raise CommandError(f"{option} {a} {b}: {name} is not an indexed image")
+            ids.append(hit)
+        if ids[0] == ids[1]:
+            raise CommandError(f"{option} {a} {b}: the two images are the same")
+        out.append((ids[0], ids[1]))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.cluster import discover_categories_iter
+
+    k = parse_k(args.k)
+    if args.power is not None and not 0 < args.power <= 1:
+        raise CommandError(f"--power must be in (0, 1], got {args.power}")
+    if not 0 < args.prototypes <= 100:
+        raise CommandError(f"--prototypes must be in (0, 100], got {args.prototypes}")
+    col = open_collection(args.folder, args.index, create=not args.no_update)
+    try:
+        if not args.no_update:
+            progress = Progress("indexing", json_lines=False)
+            gen = col.update()
+            try:
+                while True:
+                    pr = next(gen)
+                    progress.update(pr.done, pr.total)
+            except StopIteration:
+                pass
+            finally:
+                progress.close()
+        paths = [Path(p) for p in col.paths()]
+        n = len(paths)
+        if n == 0:
+            raise CommandError(f"{args.folder}: no indexed images to group")
+        if isinstance(k, int) and k > n:
+            raise CommandError(f"--k {k} is larger than the number of images ({n})")
+        row_of = {p: i for i, p in enumerate(paths)}
+        must = resolve_pairs(args.must, row_of, col.folder, "--must")
+        cannot = resolve_pairs(args.cannot, row_of, col.folder, "--cannot")
+        K = col.kernel_matrix(args.method)
+        if n == 1:
+            labels = np.zeros(1, np.int64)
+            result = None
+        else:
+            progress = Progress("grouping", json_lines=False)
+            gen = discover_categories_iter(
+                K, k=k, must=must, cannot=cannot, power=args.power,
+                k_max=min(args.k_max, n - 1), k_min=min(2, n - 1),
+                prototype_percentile=args.prototypes,
+            )  # fmt: skip
+            steps = 0
+            try:
+                while True:
+                    next(gen)
+                    steps += 1
+                    progress.update(steps, 7)
+            except StopIteration as stop:
+                result = stop.value
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            finally:
+                progress.close()
+            labels = result.labels
+        protos = result.prototypes if result is not None else np.ones(1, bool)
+        outliers = result.outliers if result is not None else np.zeros(1, bool)
+        flow = result.flow if result is not None else np.zeros(1)
+        kk = int(labels.max()) + 1
+        _save(col, paths, labels, protos, outliers, K, args, result)
+    finally:
+        col.close()
+
+    clusters = []
+    for g in range(kk):
+        idx = np.flatnonzero(labels == g)
+        idx = idx[np.argsort(-flow[idx], kind="stable")]
+        clusters.append({
+            "id": g,
+            "members": [str(paths[i]) for i in idx],
+            "prototypes": [str(paths[i]) for i in idx if protos[i]],
+            "outliers": [str(paths[i]) for i in idx if outliers[i]],
+        })  # fmt: skip
+    reason = result.k_reason if result is not None else "k=1: a single image"
+    if args.json:
+        emit_json({"k": kk, "k_reason": reason, "clusters": clusters})
+    else:
+        print(f"{n} images in {kk} groups ({reason})")
+        for c in clusters:
+            print(f"group {c['id']}: {len(c['members'])} images, "
+                  f"{len(c['outliers'])} outliers")  # fmt: skip
+            for m in c["members"]:
+                tag = "*" if m in c["prototypes"] else ("!" if m in c["outliers"] else " ")
+                print(f"  {tag} {m}")
+        print("(* prototype, ! outlier)", file=sys.stdout)
+    return 0
+
+
+def _save(col, paths, labels, protos, outliers, K, args, result) -> None:
+    """Store the grouping and a classifier trained on its prototypes in the index."""
+    from engine.classify import CategoryClassifier
+
+    try:
+        col.save_array(PREFIX + "paths", np.array([str(p) for p in paths], dtype=str))
+        col.save_array(PREFIX + "labels", labels.astype(np.int64))
+        col.save_array(PREFIX + "prototypes", protos.astype(bool))
+        col.save_array(PREFIX + "outliers", outliers.astype(bool))
+        col.save_array(PREFIX + "method", np.array(args.method))
+        train = np.flatnonzero(protos)
+        if np.unique(labels[train]).size >= 2:
+            clf = CategoryClassifier(power=args.power).fit(
+                K[np.ix_(train, train)], labels[train], ids=train
+            )
+            for key, val in clf.to_state().items():
+                col.save_array(PREFIX + "svm." + key, np.asarray(val))
+    except (OSError, PermissionError) as exc:  # the grouping itself was still printed
+        print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)

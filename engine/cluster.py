@@ -1,0 +1,1211 @@
+"""Unsupervised categories from partial-match affinities (Grauman, thesis Ch. 9).
+
+Pipeline
+--------
+1. :func:`prepare_affinity` -- symmetrise a normalised pyramid-match kernel and optionally
+   reduce its dominant diagonal (thesis Sec. 8.1.2: ``K_ij <- K_ij ** p`` with ``0 < p < 1``,
+   then optionally the empirical map ``K K^T``).
+2. :func:`discover_categories` -- normalized cuts (Shi & Malik; thesis Eq. 9.1) on the
+   affinities, with must-group / cannot-group constraints written into the affinity matrix
+   (Sec. 9.2, after Kamvar et al.), the number of groups given or chosen by the eigengap, and
+   a Nystrom approximation from sampled columns for large collections (Fowlkes et al. 2004).
+3. :func:`refine_with_masks` -- per-image feature masks from explicit within-group
+   correspondences (Sec. 9.3), masked affinities, flow ranking, prototypes and outliers
+   (Sec. 9.4).
+4. :class:`CategoryClassifier` (in :mod:`engine.classify`) -- an SVM on the precomputed
+   kernel trained on prototypes or user-named groups.
+
+Every long step has a generator twin (``*_iter``) that yields :class:`ClusterProgress` and
+returns its result as ``StopIteration.value``; the plain function drains it. Stop iterating
+(or ``close()`` the generator) to cancel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine._validate import check_choice
+
+__all__ = [
+    "ClusterProgress",
+    "Clustering",
+    "Refinement",
+    "apply_constraints",
+    "choose_landmarks",
+    "clustering_accuracy",
+    "diagonal_dominance",
+    "discover_categories",
+    "discover_categories_iter",
+    "merge_groups",
+    "move_constraints",
+    "ncut_embedding",
+    "normalized_cut_value",
+    "prepare_affinity",
+    "rank_groups",
+    "refine_with_masks",
+    "refine_with_masks_iter",
+    "split_group",
+]
+
+#: Below this many images the spectrum is computed with a dense solver (scipy.linalg.eigh).
+DENSE_EIG_MAX = 2000
+#: ``nystrom="auto"`` switches to the Nystrom approximation above this many images.
+NYSTROM_AUTO_MIN = 3000
+
+
+# --------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterProgress:
+    """Progress of a long clustering step.
+
+    ``stage`` is one of ``"affinity"``, ``"spectrum"``, ``"discretize"``, ``"rank"``,
+    ``"match"``, ``"masks"``; ``done``/``total`` count work units within the stage.
+    """
+
+    stage: str
+    done: int
+    total: int
+    message: str = ""
+
+
+@dataclass
+class Clustering:
+    """A partition of ``n`` images into ``k`` groups.
+
+    Attributes
+    ----------
+    labels : (n,) int64
+        Group of every image, in ``[0, k)``. Groups are numbered by decreasing size.
+    k : int
+        Number of groups.
+    k_reason : str
+        Human-readable explanation of how ``k`` was chosen.
+    eigenvalues : (q,) float64
+        Leading eigenvalues of ``D^-1/2 K D^-1/2`` in decreasing order (``1 - lambda`` of
+        thesis Eq. 9.1); ``q >= k``.
+    flow : (n,) float64
+        Sum of an image's affinities to the other members of its group (thesis Sec. 9.4).
+    prototypes : (n,) bool
+        The top ``prototype_percentile`` of every group by flow.
+    outliers : (n,) bool
+        Members that fit their group badly: their mean within-group affinity is lower than
+        their mean affinity to another group, or a robust z-score below ``-outlier_z``.
+    ncut : float
+        Normalized-cut value ``sum_g cut(A_g, V \\ A_g) / assoc(A_g, V)`` of the partition
+        on the affinities used (``nan`` for the Nystrom path).
+    method : str
+        ``"spectral"`` (k eigenvectors + discretisation), ``"recursive"`` (two-way cuts) or
+        ``"nystrom"``.
+    discretize : str
+        ``"kmeans"`` or ``"yu_shi"``.
+    """
+
+    labels: np.ndarray
+    k: int
+    k_reason: str
+    eigenvalues: np.ndarray
+    flow: np.ndarray
+    prototypes: np.ndarray
+    outliers: np.ndarray
+    ncut: float = float("nan")
+    method: str = "spectral"
+    discretize: str = "kmeans"
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.shape[0])
+
+    def members(self, group: int) -> np.ndarray:
+        """Indices of ``group``'s members, highest flow first: (C,) int64."""
+        return _members_by_flow(self.labels, self.flow, group)
+
+    def groups(self) -> list[np.ndarray]:
+        """:meth:`members` of every group, in group order."""
+        return [self.members(g) for g in range(self.k)]
+
+    def to_state(self) -> dict[str, np.ndarray | int | float | str | bool]:
+        return {
+            "labels": self.labels.astype(np.int64),
+            "k": int(self.k),
+            "k_reason": str(self.k_reason),
+            "eigenvalues": self.eigenvalues.astype(np.float64),
+            "flow": self.flow.astype(np.float64),
+            "prototypes": self.prototypes.astype(bool),
+            "outliers": self.outliers.astype(bool),
+            "ncut": float(self.ncut),
+            "method": str(self.method),
+            "discretize": str(self.discretize),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Clustering:
+        return cls(
+            labels=np.asarray(state["labels"], dtype=np.int64),
+            k=int(state["k"]),
+            k_reason=str(state["k_reason"]),
+            eigenvalues=np.asarray(state["eigenvalues"], dtype=np.float64),
+            flow=np.asarray(state["flow"], dtype=np.float64),
+            prototypes=np.asarray(state["prototypes"], dtype=bool),
+            outliers=np.asarray(state["outliers"], dtype=bool),
+            ncut=float(state["ncut"]),
+            method=str(state["method"]),
+            discretize=str(state["discretize"]),
+        )
+
+
+@dataclass
+class Refinement:
+    """Result of :func:`refine_with_masks` (thesis Sec. 9.3-9.4).
+
+    Attributes
+    ----------
+    labels : (n,) int64
+        The grouping that was refined (unchanged).
+    masks : list of (m_i,) float32
+        Per-image feature mask in ``[0, 1]``: the median over the image's within-group
+        matchings of each feature's match indicator. High = the feature is consistently used
+        to match the other members (the "in-category" part of the image).
+    flow : (n,) float64
+        Sum of the image's mask-weighted (un-normalised) pyramid-match affinities to the rest
+        of its group; with partner sampling, the mean over sampled partners times ``C - 1``.
+    prototypes, outliers : (n,) bool
+        As in :class:`Clustering`, from the masked flow.
+    n_matches : int
+        Number of pairwise matchings computed.
+    """
+
+    labels: np.ndarray
+    masks: list[np.ndarray]
+    flow: np.ndarray
+    prototypes: np.ndarray
+    outliers: np.ndarray
+    n_matches: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def members(self, group: int) -> np.ndarray:
+        """Indices of ``group``'s members, highest masked flow first: (C,) int64."""
+        return _members_by_flow(self.labels, self.flow, group)
+
+    def to_state(self) -> dict[str, np.ndarray | int | float | str | bool]:
+        sizes = np.array([m.shape[0] for m in self.masks], dtype=np.int64)
+        flat = (
+            np.concatenate(self.masks).astype(np.float32)
+            if self.masks
+            else np.zeros(0, np.float32)
+        )
+        return {
+            "labels": self.labels.astype(np.int64),
+            "mask_sizes": sizes,
+            "masks": flat,
+            "flow": self.flow.astype(np.float64),
+            "prototypes": self.prototypes.astype(bool),
+            "outliers": self.outliers.astype(bool),
+            "n_matches": int(self.n_matches),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Refinement:
+        sizes = np.asarray(state["mask_sizes"], dtype=np.int64)
+        flat = np.asarray(state["masks"], dtype=np.float32)
+        masks = np.split(flat, np.cumsum(sizes)[:-1]) if sizes.size else []
+        return cls(
+            labels=np.asarray(state["labels"], dtype=np.int64),
+            masks=list(masks),
+            flow=np.asarray(state["flow"], dtype=np.float64),
+            prototypes=np.asarray(state["prototypes"], dtype=bool),
+            outliers=np.asarray(state["outliers"], dtype=bool),
+            n_matches=int(state["n_matches"]),
+        )
+
+
+def _members_by_flow(labels: np.ndarray, flow: np.ndarray, group: int) -> np.ndarray:
+    idx = np.flatnonzero(labels == group)
+    return idx[np.argsort(-flow[idx], kind="stable")]
+
+
+# --------------------------------------------------------------------------------------------
+# affinities
+# --------------------------------------------------------------------------------------------
+
+
+def _check_square(K: object, name: str = "kernel") -> np.ndarray:
+    A = np.asarray(K, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"{name} must be a square (n, n) matrix, got shape {A.shape}")
+    if A.size and not np.isfinite(A).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return A
+
+
+def diagonal_dominance(K: np.ndarray) -> float:
+    """Ratio of the mean diagonal to the mean off-diagonal entry of ``K`` (n, n).
+
+    A value far above 1 (e.g. > 5) means the examples look nearly orthogonal in feature
+    space, the failure mode of thesis Sec. 8.1.2.
+    """
+    A = _check_square(K)
+    n = A.shape[0]
+    if n < 2:
+        return 1.0
+    off = (A.sum() - np.trace(A)) / (n * (n - 1))
+    return float(np.trace(A) / n / max(off, np.finfo(float).tiny))
+
+
+def prepare_affinity(
+    kernel: np.ndarray,
+    *,
+    power: float | None = None,
+    empirical: bool = False,
+    normalize: bool = True,
+) -> np.ndarray:
+    """Turn a pyramid-match kernel into a clustering affinity (thesis Sec. 8.1.2).
+
+    Parameters
+    ----------
+    kernel : (n, n) array_like of float
+        Pyramid-match similarities, higher = more similar (e.g. ``PyramidMatch.kernel`` with
+        ``normalize="self"`` or ``Collection.kernel_matrix``). Symmetrised as
+        ``(K + K^T) / 2``; tiny negative values are clipped to 0.
+    power : float in (0, 1], optional
+        Sub-polynomial map ``K_ij <- K_ij ** p`` that lifts small off-diagonal values
+        relative to the diagonal.
+    empirical : bool
+        Replace ``K`` by the empirical-map kernel ``K K^T``: two images are similar when they
+        are similar to the same images.
+    normalize : bool
+        Cosine-normalise the result, ``K_ij / sqrt(K_ii K_jj)``, so the diagonal is 1.
+
+    Returns
+    -------
+    (n, n) float64
+        Symmetric, non-negative affinity matrix.
+    """
+    A = _check_square(kernel)
+    A = 0.5 * (A + A.T)
+    if A.size and A.min() < -1e-6 * max(1.0, float(np.abs(A).max())):
+        raise ValueError("kernel has negative entries; affinities must be non-negative")
+    np.maximum(A, 0.0, out=A)
+    if power is not None:
+        if not 0 < power <= 1:
+            raise ValueError(f"power must be in (0, 1], got {power!r}")
+        A = A**power
+    if empirical:
+        A = A @ A.T
+    if normalize and A.size:
+        d = np.sqrt(np.clip(np.diag(A), np.finfo(float).tiny, None))
+        A = A / d[:, None] / d[None, :]
+    return A
+
+
+def _constraint_pairs(pairs: Iterable[Sequence[int]], n: int, name: str) -> np.ndarray:
+    arr = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 2) if pairs is not None else None
+    if arr is None:
+        return np.zeros((0, 2), np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= n):
+        raise ValueError(f"{name} contains an index outside [0, {n})")
+    if (arr[:, 0] == arr[:, 1]).any():
+        raise ValueError(f"{name} pairs must join two different images")
+    return arr
+
+
+def _must_components(must: np.ndarray, n: int) -> np.ndarray:
+    """Connected-component id (n,) of the must-group graph (transitive closure)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    g = coo_matrix((np.ones(len(must)), (must[:, 0], must[:, 1])), shape=(n, n))
+    return connected_components(g, directed=False)[1]
+
+
+def apply_constraints(
+    W: np.ndarray, must: np.ndarray, cannot: np.ndarray, *, closure: bool = True
+) -> np.ndarray:
+    """Write must-group / cannot-group pairs into an affinity matrix (thesis Sec. 9.2).
+
+    Must-group pairs get the maximal (diagonal) value, cannot-group pairs 0 (after
+    Kamvar et al., "Spectral learning"). With ``closure`` must-groups are transitive: all
+    pairs inside a connected component of the must-graph are set to the maximum. Cannot
+    constraints win over must constraints. ``W`` (n, n) is modified in place and returned.
+    """
+    n = W.shape[0]
+    if len(must) == 0 and len(cannot) == 0:
+        return W
+    top = float(np.max(np.diag(W))) if n else 1.0
+    if len(must):
+        if closure:
+            comp = _must_components(must, n)
+            sizes = np.bincount(comp)
+            for c in np.flatnonzero(sizes > 1):
+                idx = np.flatnonzero(comp == c)
+                W[np.ix_(idx, idx)] = top
+        else:
+            W[must[:, 0], must[:, 1]] = top
+            W[must[:, 1], must[:, 0]] = top
+    if len(cannot):
+        W[cannot[:, 0], cannot[:, 1]] = 0.0
+        W[cannot[:, 1], cannot[:, 0]] = 0.0
+    return W
+
+
+# --------------------------------------------------------------------------------------------
+# normalized cuts
+# --------------------------------------------------------------------------------------------
+
+
+def _degree_normalize(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    d = W.sum(axis=1)
+    d = np.where(d > 0, d, np.finfo(float).tiny)
+    s = 1.0 / np.sqrt(d)
+    return W * s[:, None] * s[None, :], d
+
+
+def ncut_embedding(W: np.ndarray, n_vectors: int) -> tuple[np.ndarray, np.ndarray]:
+    """Leading eigenpairs of ``M = D^-1/2 W D^-1/2`` (thesis Eq. 9.1, ``mu = 1 - lambda``).
+
+    Parameters
+    ----------
+    W : (n, n) float64
+        Symmetric non-negative affinities (diagonal already handled by the caller).
+    n_vectors : int
+        Number of eigenpairs, ``1 <= n_vectors < n``.
+
+    Returns
+    -------
+    values : (n_vectors,) float64
+        Eigenvalues in decreasing order (the first is 1 for a connected graph).
+    vectors : (n, n_vectors) float64
+        Matching orthonormal eigenvectors of ``M``; ``D^-1/2 v`` are the generalized
+        eigenvectors of Shi & Malik.
+    """
+    n = W.shape[0]
+    q = int(min(max(n_vectors, 1), n))
+    M, _ = _degree_normalize(W)
+    M = 0.5 * (M + M.T)
+    if n <= DENSE_EIG_MAX or q >= n - 1:
+        from scipy.linalg import eigh
+
+        vals, vecs = eigh(M, subset_by_index=[n - q, n - 1])
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        rng = np.random.default_rng(0)
+        vals, vecs = eigsh(M, k=q, which="LA", v0=rng.standard_normal(n), tol=1e-8)
+    order = np.argsort(-vals)
+    return vals[order], vecs[:, order]
+
+
+def normalized_cut_value(W: np.ndarray, labels: np.ndarray) -> float:
+    """``sum_g cut(A_g, V - A_g) / assoc(A_g, V)`` for the partition ``labels`` (n,)."""
+    k = int(labels.max()) + 1 if labels.size else 0
+    onehot = np.zeros((labels.shape[0], k))
+    onehot[np.arange(labels.shape[0]), labels] = 1.0
+    assoc_all = onehot.T @ W.sum(axis=1)
+    within = np.einsum("ig,ij,jg->g", onehot, W, onehot)
+    safe = np.where(assoc_all > 0, assoc_all, 1.0)
+    return float(np.sum((assoc_all - within) / safe))
+
+
+def _row_normalize(V: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(V, axis=1, keepdims=True)
+    return V / np.where(norms > 0, norms, 1.0)
+
+
+def _discretize_kmeans(V: np.ndarray, k: int, n_init: int, seed: int) -> np.ndarray:
+    """Ng-Jordan-Weiss: k-means (k-means++, ``n_init`` restarts) on unit-length rows."""
+    from sklearn.cluster import KMeans
+
+    Y = _row_normalize(V[:, :k])
+    km = KMeans(n_clusters=k, n_init=n_init, random_state=seed)
+    return km.fit_predict(Y).astype(np.int64)
+
+
+def _discretize_yu_shi(V: np.ndarray, k: int, n_init: int, seed: int) -> np.ndarray:
+    """Yu & Shi (ICCV 2003) multiclass discretisation: alternate between the nearest
+    discrete partition matrix and the best orthogonal rotation (SVD), keeping the restart
+    with the best objective ``tr(S)``."""
+    rng = np.random.default_rng(seed)
+    n = V.shape[0]
+    Y = _row_normalize(V[:, :k])
+    best, best_obj = None, -np.inf
+    for _ in range(max(n_init, 1)):
+        R = np.zeros((k, k))
+        R[:, 0] = Y[rng.integers(n)]
+        c = np.zeros(n)
+        for j in range(1, k):  # k is small: greedy orthogonal initialisation
+            c += np.abs(Y @ R[:, j - 1])
+            R[:, j] = Y[np.argmin(c)]
+        last = -np.inf
+        for _it in range(50):
+            labels = np.argmax(Y @ R, axis=1)
+            X = np.zeros((n, k))
+            X[np.arange(n), labels] = 1.0
+            U, S, Vt = np.linalg.svd(X.T @ Y)
+            obj = float(S.sum())
+            if obj - last < 1e-10:
+                break
+            last = obj
+            R = Vt.T @ U.T
+        if last > best_obj:
+            best_obj, best = last, labels
+    return best.astype(np.int64)
+
+
+def _discretize(V: np.ndarray, k: int, how: str, n_init: int, seed: int) -> np.ndarray:
+    if k == 1:
+        return np.zeros(V.shape[0], np.int64)
+    if how == "kmeans":
+        return _discretize_kmeans(V, k, n_init, seed)
+    return _discretize_yu_shi(V, k, n_init, seed)
+
+
+def _eigengap_k(values: np.ndarray, k_min: int, k_max: int) -> tuple[int, str]:
+    """Relative eigengap: ``k = argmax (mu_k - mu_{k+1}) / mu_k`` over ``k in [k_min, k_max]``.
+
+    ``mu`` are the eigenvalues of ``D^-1/2 W D^-1/2`` in decreasing order. The absolute gap
+    ``mu_k - mu_{k+1}`` is biased towards small k on real affinities, whose spectrum
+    decays steadily; dividing by ``mu_k`` compares the drop to the level it falls from.
+    Only k with ``mu_k >= 0.1 mu_2`` are eligible, so the noise floor of the spectrum cannot
+    produce a spurious large ratio.
+    """
+    k_max = min(k_max, values.shape[0] - 1)
+    if k_max < k_min:
+        k = max(1, min(k_min, values.shape[0]))
+        return k, f"k={k}: too few images to compare eigengaps"
+    ks = np.arange(k_min, k_max + 1)
+    mu_k, mu_next = values[ks - 1], values[ks]
+    floor = 0.1 * values[1] if values.shape[0] > 1 else 0.0
+    eligible = (mu_k > max(floor, 1e-12)) | (ks == k_min)
+    rel = np.where(eligible, (mu_k - mu_next) / np.maximum(np.abs(mu_k), 1e-12), -np.inf)
+    j = int(np.argmax(rel))
+    k = int(ks[j])
+    order = np.argsort(-rel)
+    second = (
+        f"; next best k={int(ks[order[1]])} (relative gap {rel[order[1]]:.2f})"
+        if ks.shape[0] > 1 and np.isfinite(rel[order[1]])
+        else ""
+    )
+    reason = (
+        f"k={k} by relative eigengap among k in {k_min}..{k_max}: eigenvalue {k} "
+        f"({values[k - 1]:.3f}) drops to {values[k]:.3f} at {k + 1}, a relative gap of "
+        f"{rel[j]:.2f}{second}"
+    )
+    return k, reason
+
+
+def _enforce_must(labels: np.ndarray, must: np.ndarray) -> np.ndarray:
+    """Make must-group constraints hard: every connected component of the must-graph takes
+    the most common label among its members (the affinity change of Sec. 9.2 only biases
+    the cut)."""
+    if len(must) == 0:
+        return labels
+    n = labels.shape[0]
+    comp = _must_components(must, n)
+    labels = labels.copy()
+    for c in np.flatnonzero(np.bincount(comp) > 1):
+        idx = np.flatnonzero(comp == c)
+        labels[idx] = np.bincount(labels[idx]).argmax()
+    return labels
+
+
+def _relabel_by_size(labels: np.ndarray) -> np.ndarray:
+    """Renumber groups 0..k-1 by decreasing size (ties by first occurrence)."""
+    uniq, inv, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    first = np.array([np.argmax(labels == u) for u in uniq])
+    order = np.lexsort((first, -counts))
+    remap = np.empty(len(uniq), np.int64)
+    remap[order] = np.arange(len(uniq))
+    return remap[inv].astype(np.int64)
+
+
+def _best_bipartition(W: np.ndarray) -> tuple[np.ndarray, float]:
+    """Shi & Malik two-way cut: threshold the second generalized eigenvector at the value
+    minimising Ncut (all n-1 thresholds, evaluated with 2-D cumulative sums)."""
+    n = W.shape[0]
+    _, vecs = ncut_embedding(W, 2)
+    d = W.sum(axis=1)
+    y = vecs[:, 1] / np.sqrt(np.where(d > 0, d, np.finfo(float).tiny))
+    order = np.argsort(y, kind="stable")
+    Wp = W[np.ix_(order, order)]
+    dp = d[order]
+    S = Wp.cumsum(axis=0).cumsum(axis=1)
+    t = np.arange(n - 1)
+    assoc_a = np.cumsum(dp)[t]
+    within_a = S[t, t]
+    total = dp.sum()
+    within_b = S[-1, -1] - 2 * S[t, -1] + within_a  # sum over the complement block
+    cut = assoc_a - within_a
+    assoc_b = total - assoc_a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ncut = cut / assoc_a + (assoc_b - within_b) / assoc_b
+    ncut = np.where(np.isfinite(ncut), ncut, np.inf)
+    j = int(np.argmin(ncut))
+    side = np.zeros(n, bool)
+    side[order[j + 1 :]] = True
+    return side, float(ncut[j])
+
+
+def _recursive_ncut(W: np.ndarray, k: int) -> np.ndarray:
+    """Split, k-1 times, the group whose best two-way cut has the lowest Ncut."""
+    n = W.shape[0]
+    labels = np.zeros(n, np.int64)
+    cache: dict[int, tuple[np.ndarray, float]] = {}
+    for new in range(1, k):
+        best_g, best_val = -1, np.inf
+        for g in range(new):
+            if g not in cache:
+                idx = np.flatnonzero(labels == g)
+                if idx.shape[0] < 2:
+                    cache[g] = (np.zeros(idx.shape[0], bool), np.inf)
+                else:
+                    cache[g] = _best_bipartition(W[np.ix_(idx, idx)])
+            if cache[g][1] < best_val:
+                best_g, best_val = g, cache[g][1]
+        if best_g < 0:
+            break
+        idx = np.flatnonzero(labels == best_g)
+        labels[idx[cache[best_g][0]]] = new
+        cache.pop(best_g)
+    return labels
+
+
+def choose_landmarks(
+    n: int,
+    n_landmarks: int,
+    *,
+    must: Iterable[Sequence[int]] = (),
+    cannot: Iterable[Sequence[int]] = (),
+    random_state: int = 0,
+) -> np.ndarray:
+    """Sample landmark images for the Nystrom approximation.
+
+    Every image named in a constraint is included (so the constraint can be written into
+    the landmark block), the rest is sampled uniformly without replacement.
+
+    Returns
+    -------
+    (m,) int64
+        Sorted landmark indices, ``m = max(n_landmarks, #constrained images)`` capped at n.
+    """
+    must_a = _constraint_pairs(must, n, "must")
+    cannot_a = _constraint_pairs(cannot, n, "cannot")
+    forced = np.unique(np.concatenate([must_a.ravel(), cannot_a.ravel()]))
+    rest = np.setdiff1d(np.arange(n), forced)
+    m_rest = max(0, min(n_landmarks - forced.shape[0], rest.shape[0]))
+    rng = np.random.default_rng(random_state)
+    pick = rng.choice(rest, size=m_rest, replace=False) if m_rest else rest[:0]
+    return np.sort(np.concatenate([forced, pick])).astype(np.int64)
+
+
+def _nystrom_embedding(
+    C: np.ndarray, landmarks: np.ndarray, n_vectors: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Approximate leading eigenpairs of ``D^-1/2 W D^-1/2`` from columns ``C = W[:, L]``.
+
+    One-shot orthogonalised Nystrom extension for normalized cuts (Fowlkes, Belongie,
+    Chung & Malik, PAMI 2004, Sec. 4): with ``A = W[L, L]`` and ``B = W[L, R]``, degrees are
+    ``d_L = A 1 + B 1`` and ``d_R = B^T 1 + B^T A^+ B 1``; after normalisation
+    ``S = A + A^-1/2 B B^T A^-1/2 = U Lambda U^T`` and ``V = [A; B^T] A^-1/2 U Lambda^-1/2``.
+    Cost O(n m^2).
+    """
+    n, _m = C.shape
+    is_lm = np.zeros(n, bool)
+    is_lm[landmarks] = True
+    rest = np.flatnonzero(~is_lm)
+    A = 0.5 * (C[landmarks] + C[landmarks].T)
+    B = C[rest].T  # (m, n - m)
+    evals, evecs = np.linalg.eigh(A)
+    keep = evals > 1e-10 * max(float(evals.max()), 1e-300)
+    Ainv = (evecs[:, keep] / evals[keep]) @ evecs[:, keep].T
+    d1 = A.sum(1) + B.sum(1)
+    d2 = B.sum(0) + B.T @ (Ainv @ B.sum(1))
+    tiny = np.finfo(float).tiny
+    s1 = 1.0 / np.sqrt(np.where(d1 > 0, d1, tiny))
+    s2 = 1.0 / np.sqrt(np.where(d2 > 0, d2, tiny))
+    A = A * s1[:, None] * s1[None, :]
+    B = B * s1[:, None] * s2[None, :]
+    evals, evecs = np.linalg.eigh(A)
+    keep = evals > 1e-10 * max(float(evals.max()), 1e-300)
+    Asi = (evecs[:, keep] / np.sqrt(evals[keep])) @ evecs[:, keep].T
+    BA = Asi @ B  # (m, n - m)
+    S = A + BA @ BA.T
+    S = 0.5 * (S + S.T)
+    lam, U = np.linalg.eigh(S)
+    order = np.argsort(-lam)[:n_vectors]
+    lam, U = lam[order], U[:, order]
+    lam_safe = np.where(lam > tiny, lam, tiny)
+    proj = Asi @ U / np.sqrt(lam_safe)[None, :]  # (m, q)
+    V = np.empty((n, len(order)))
+    V[landmarks] = A @ proj
+    V[rest] = B.T @ proj
+    return lam, V
+
+
+# --------------------------------------------------------------------------------------------
+# ranking: flow, prototypes, outliers
+# --------------------------------------------------------------------------------------------
+
+
+def rank_groups(
+    W: np.ndarray,
+    labels: np.ndarray,
+    *,
+    prototype_percentile: float = 25.0,
+    outlier_z: float = 3.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flow, prototypes and outliers of a grouping (thesis Sec. 9.4).
+
+    Parameters
+    ----------
+    W : (n, n) float64
+        Affinities (the diagonal is ignored).
+    labels : (n,) int
+        Group per image.
+    prototype_percentile : float in (0, 100]
+        The top this-percent of every group by flow are prototypes (at least one per group).
+    outlier_z : float
+        A member is an outlier when its mean affinity to its own group is lower than its
+        mean affinity to some other group, or lower than the group median by more than
+        ``outlier_z`` robust standard deviations (1.4826 MAD).
+
+    Returns
+    -------
+    flow : (n,) float64
+        ``sum_{j in g(i), j != i} W_ij``.
+    prototypes, outliers : (n,) bool
+    """
+    if not 0 < prototype_percentile <= 100:
+        raise ValueError(f"prototype_percentile must be in (0, 100], got {prototype_percentile}")
+    n = W.shape[0]
+    labels = np.asarray(labels, dtype=np.int64)
+    k = int(labels.max()) + 1 if n else 0
+    onehot = np.zeros((n, k))
+    onehot[np.arange(n), labels] = 1.0
+    Wz = W - np.diag(np.diag(W))
+    to_group = Wz @ onehot  # (n, k) affinity sums to every group
+    sizes = onehot.sum(0)
+    flow = to_group[np.arange(n), labels]
+    own_count = sizes[labels] - 1
+    mean_own = flow / np.where(own_count > 0, own_count, 1)
+    other = to_group / np.where(sizes > 0, sizes, 1)[None, :]
+    other[np.arange(n), labels] = -np.inf
+    best_other = other.max(axis=1) if k > 1 else np.full(n, -np.inf)
+    prototypes = np.zeros(n, bool)
+    outliers = np.zeros(n, bool)
+    for g in range(k):
+        idx = np.flatnonzero(labels == g)
+        if idx.size == 0:
+            continue
+        order = idx[np.argsort(-flow[idx], kind="stable")]
+        n_proto = max(1, math.ceil(idx.size * prototype_percentile / 100.0))
+        prototypes[order[:n_proto]] = True
+        if idx.size >= 3:
+            vals = mean_own[idx]
+            med = np.median(vals)
+            scale = max(1.4826 * np.median(np.abs(vals - med)), 0.1 * abs(med))
+            low = vals < med - outlier_z * scale
+            outliers[idx] = low | (vals < best_other[idx])
+    outliers &= ~prototypes
+    return flow, prototypes, outliers
+
+
+# --------------------------------------------------------------------------------------------
+# discovery
+# --------------------------------------------------------------------------------------------
+
+
+def discover_categories_iter(
+    kernel: np.ndarray,
+    *,
+    k: int | str = "auto",
+    must: Iterable[Sequence[int]] = (),
+    cannot: Iterable[Sequence[int]] = (),
+    power: float | None = None,
+    empirical: bool = False,
+    method: str = "spectral",
+    discretize: str = "kmeans",
+    k_min: int = 2,
+    k_max: int = 12,
+    landmarks: np.ndarray | None = None,
+    n_init: int = 10,
+    prototype_percentile: float = 25.0,
+    outlier_z: float = 3.0,
+    random_state: int = 0,
+) -> Generator[ClusterProgress, None, Clustering]:
+    """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
+    returns the :class:`Clustering` (``StopIteration.value``)."""
+    check_choice(method, "method", ("spectral", "recursive"))
+    check_choice(discretize, "discretize", ("kmeans", "yu_shi"))
+    if isinstance(k, str):
+        check_choice(k, "k", ("auto",))
+    elif int(k) < 1:
+        raise ValueError(f"k must be >= 1 or 'auto', got {k!r}")
+    if k_min < 1 or k_max < k_min:
+        raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
+    C = np.asarray(kernel, dtype=np.float64)
+    if C.ndim != 2:
+        raise ValueError(f"kernel must be a 2-D matrix, got shape {C.shape}")
+    n = C.shape[0]
+    if n == 0:
+        raise ValueError("kernel is empty: nothing to group")
+    must_a = _constraint_pairs(must, n, "must")
+    cannot_a = _constraint_pairs(cannot, n, "cannot")
+    if isinstance(k, int | np.integer) and int(k) > n:
+        raise ValueError(f"k={k} is larger than the number of images ({n})")
+
+    yield ClusterProgress("affinity", 0, 1, "preparing affinities")
+    if landmarks is not None:
+        return (
+            yield from _discover_nystrom(
+                C,
+                np.asarray(landmarks, dtype=np.int64),
+                k,
+                must_a,
+                cannot_a,
+                power,
+                discretize,
+                k_min,
+                k_max,
+                n_init,
+                prototype_percentile,
+                outlier_z,
+                random_state,
+            )
+        )
+    W = prepare_affinity(C, power=power, empirical=empirical)
+    np.fill_diagonal(W, 1.0)
+    apply_constraints(W, must_a, cannot_a)
+    np.fill_diagonal(W, 0.0)  # self-affinity plays no role in a cut (Ng-Jordan-Weiss)
+    yield ClusterProgress("affinity", 1, 1, f"{n} images")
+
+    if n == 1:
+        labels = np.zeros(1, np.int64)
+        return Clustering(
+            labels,
+            1,
+            "k=1: a single image",
+            np.ones(1),
+            np.zeros(1),
+            np.ones(1, bool),
+            np.zeros(1, bool),
+            0.0,
+            method,
+            discretize,
+        )
+    q = min(n - 1, (k_max if k == "auto" else int(k)) + 1)
+    q = max(q, 1)
+    yield ClusterProgress("spectrum", 0, 1, f"{q} leading eigenvectors of {n}x{n}")
+    values, vectors = ncut_embedding(W, q)
+    yield ClusterProgress("spectrum", 1, 1)
+    if k == "auto":
+        kk, reason = _eigengap_k(values, k_min, k_max)
+    else:
+        kk, reason = int(k), f"k={int(k)} given by the user"
+    yield ClusterProgress("discretize", 0, 1, f"k={kk}")
+    if method == "recursive":
+        labels = _recursive_ncut(W, kk)
+    else:
+        labels = _discretize(vectors, kk, discretize, n_init, random_state)
+    labels = _relabel_by_size(_enforce_must(labels, must_a))
+    kk = int(labels.max()) + 1
+    yield ClusterProgress("discretize", 1, 1)
+    flow, protos, outl = rank_groups(
+        W, labels, prototype_percentile=prototype_percentile, outlier_z=outlier_z
+    )
+    yield ClusterProgress("rank", 1, 1)
+    return Clustering(
+        labels=labels,
+        k=kk,
+        k_reason=reason,
+        eigenvalues=values,
+        flow=flow,
+        prototypes=protos,
+        outliers=outl,
+        ncut=normalized_cut_value(W, labels),
+        method=method,
+        discretize=discretize,
+    )
+
+
+def _discover_nystrom(
+    C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
+    prototype_percentile, outlier_z, random_state,
+):  # fmt: skip
+    n, m = C.shape
+    if landmarks.ndim != 1 or landmarks.shape[0] != m:
+        raise ValueError(
+            f"landmarks must be a (m,) index array matching kernel's {m} columns, "
+            f"got shape {landmarks.shape}"
+        )
+    if m < 2 or landmarks.min() < 0 or landmarks.max() >= n or np.unique(landmarks).size != m:
+        raise ValueError("landmarks must be >= 2 distinct row indices of kernel")
+    if np.any(C < -1e-6):
+        raise ValueError("kernel has negative entries; affinities must be non-negative")
+    W = np.maximum(C, 0.0)
+    if power is not None:
+        if not 0 < power <= 1:
+            raise ValueError(f"power must be in (0, 1], got {power!r}")
+        W = W**power
+    pos = np.full(n, -1, np.int64)
+    pos[landmarks] = np.arange(m)
+    top = float(np.max(W[landmarks, np.arange(m)]))
+    for arr, val in ((must_a, top), (cannot_a, 0.0)):
+        if len(arr) == 0:
+            continue
+        if (pos[arr] < 0).any():
+            raise ValueError(
+                "every image in a constraint must be a landmark; use choose_landmarks()"
+            )
+        W[arr[:, 0], pos[arr[:, 1]]] = val
+        W[arr[:, 1], pos[arr[:, 0]]] = val
+    yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
+    q = min(m, (k_max if k == "auto" else int(k)) + 1)
+    yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
+    values, vectors = _nystrom_embedding(W, landmarks, q)
+    yield ClusterProgress("spectrum", 1, 1)
+    if k == "auto":
+        kk, reason = _eigengap_k(values, k_min, k_max)
+        reason += f" (Nystrom, {m} landmarks)"
+    else:
+        kk, reason = int(k), f"k={int(k)} given by the user"
+    labels = _discretize(vectors, kk, discretize, n_init, random_state)
+    labels = _relabel_by_size(_enforce_must(labels, must_a))
+    kk = int(labels.max()) + 1
+    yield ClusterProgress("discretize", 1, 1)
+    # Flow from the sampled columns: affinity to the landmark members of the own group,
+    # scaled to the group size.
+    onehot_l = np.zeros((m, kk))
+    onehot_l[np.arange(m), labels[landmarks]] = 1.0
+    Wl = W.copy()
+    Wl[landmarks, np.arange(m)] = 0.0
+    to_group = Wl @ onehot_l  # (n, k)
+    cnt_l = onehot_l.sum(0)
+    sizes = np.bincount(labels, minlength=kk).astype(float)
+    self_l = np.zeros(n)
+    self_l[landmarks] = 1.0
+    own_cnt = cnt_l[labels] - self_l
+    mean_own = to_group[np.arange(n), labels] / np.where(own_cnt > 0, own_cnt, 1)
+    flow = mean_own * (sizes[labels] - 1)
+    # rank with a tiny dense surrogate: group means of landmark affinities
+    protos = np.zeros(n, bool)
+    outl = np.zeros(n, bool)
+    mean_to = to_group / np.where(cnt_l > 0, cnt_l, 1)[None, :]
+    mean_to[np.arange(n), labels] = -np.inf
+    best_other = mean_to.max(axis=1) if kk > 1 else np.full(n, -np.inf)
+    for g in range(kk):
+        idx = np.flatnonzero(labels == g)
+        order = idx[np.argsort(-flow[idx], kind="stable")]
+        protos[order[: max(1, math.ceil(idx.size * prototype_percentile / 100.0))]] = True
+        if idx.size >= 3:
+            vals = mean_own[idx]
+            med = np.median(vals)
+            scale = max(1.4826 * np.median(np.abs(vals - med)), 0.1 * abs(med))
+            low = vals < med - outlier_z * scale
+            outl[idx] = low | (vals < best_other[idx])
+    outl &= ~protos
+    yield ClusterProgress("rank", 1, 1)
+    return Clustering(
+        labels=labels, k=kk, k_reason=reason, eigenvalues=values, flow=flow,
+        prototypes=protos, outliers=outl, ncut=float("nan"), method="nystrom",
+        discretize=discretize,
+    )  # fmt: skip
+
+
+def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
+    """Group images by normalized cuts on pyramid-match affinities (thesis Sec. 9.2).
+
+    Parameters
+    ----------
+    kernel : (n, n) float array, or (n, m) columns with ``landmarks``
+        Normalised pyramid-match kernel (diagonal 1), e.g. ``Collection.kernel_matrix()``.
+        With ``landmarks`` (Nystrom mode) only the columns ``K[:, landmarks]`` are needed.
+    k : int or "auto"
+        Number of groups, or ``"auto"`` to take the largest relative eigengap of
+        ``D^-1/2 K D^-1/2`` for k in ``[k_min, k_max]``; ``Clustering.k_reason`` explains it.
+    must, cannot : iterable of (i, j) index pairs
+        Must-group / cannot-group constraints, written into the affinities (Sec. 9.2):
+        maximal value (transitively closed) resp. zero. Must-groups are also enforced on
+        the result (each must-connected set takes its majority label); cannot-groups only
+        act through the affinities. A group may become empty this way, so ``k`` can be
+        smaller than requested.
+    power : float in (0, 1], optional
+        Dominant-diagonal fix ``K_ij ** p`` (Sec. 8.1.2).
+    empirical : bool
+        Use the empirical-map kernel ``K K^T`` (cosine-normalised); exact mode only.
+    method : {"spectral", "recursive"}
+        ``"spectral"``: k leading eigenvectors + discretisation; ``"recursive"``: repeated
+        two-way Shi-Malik cuts of the group with the lowest bipartition Ncut.
+    discretize : {"kmeans", "yu_shi"}
+        k-means with ``n_init`` k-means++ restarts on row-normalised eigenvectors (default),
+        or Yu & Shi's rotation-based discretisation.
+    k_min, k_max : int
+        Range searched by ``k="auto"``.
+    landmarks : (m,) int, optional
+        Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
+        landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).
+    n_init : int
+        Discretisation restarts.
+    prototype_percentile, outlier_z : float
+        See :func:`rank_groups`.
+    random_state : int
+
+    Returns
+    -------
+    Clustering
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from engine.cluster import discover_categories
+    >>> rng = np.random.default_rng(0)
+    >>> truth = np.repeat([0, 1, 2], 20)
+    >>> K = np.where(truth[:, None] == truth[None, :], 0.6, 0.1) + 0.05 * rng.random((60, 60))
+    >>> K = (K + K.T) / 2; np.fill_diagonal(K, 1.0)
+    >>> res = discover_categories(K, k="auto")
+    >>> res.k, np.bincount(res.labels).tolist()
+    (3, [20, 20, 20])
+    """
+    gen = discover_categories_iter(kernel, **kwargs)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+# --------------------------------------------------------------------------------------------
+# refinement with feature masks (Sec. 9.3-9.4)
+# --------------------------------------------------------------------------------------------
+
+
+class _MatchLike(Protocol):
+    pairs: np.ndarray
+    weight: np.ndarray
+
+
+Matcher = Callable[[int, int], _MatchLike]
+
+
+def _as_matcher(matcher: Any, features: Sequence[Any]) -> Matcher:
+    """Accept ``PyramidMatch``-like objects (``.match(a, b)``) or ``f(i, j)`` callables."""
+    if hasattr(matcher, "match"):
+        sets = [getattr(f, "descriptors", f) for f in features]
+        return lambda i, j: matcher.match(sets[i], sets[j])
+    if callable(matcher):
+        return matcher
+    raise TypeError("matcher must have a .match(set_a, set_b) method or be a callable f(i, j)")
+
+
+def refine_with_masks_iter(
+    features: Sequence[Any],
+    labels: np.ndarray,
+    matcher: Any,
+    *,
+    max_partners: int = 40,
+    indicator: str = "weight",
+    prototype_percentile: float = 25.0,
+    outlier_z: float = 3.0,
+    random_state: int = 0,
+) -> Generator[ClusterProgress, None, Refinement]:
+    """Generator form of :func:`refine_with_masks`; yields ``ClusterProgress("match", ...)``
+    after every image and returns the :class:`Refinement`."""
+    check_choice(indicator, "indicator", ("binary", "weight"))
+    labels = np.asarray(labels, dtype=np.int64)
+    n = labels.shape[0]
+    if len(features) != n:
+        raise ValueError(f"features has {len(features)} entries but labels has {n}")
+    if max_partners < 1:
+        raise ValueError(f"max_partners must be >= 1, got {max_partners}")
+    sizes = np.array([len(getattr(f, "descriptors", f)) for f in features], dtype=np.int64)
+    match = _as_matcher(matcher, features)
+    rng = np.random.default_rng(random_state)
+
+    # Partners: all other members of small groups, a random subset of large ones. Each
+    # unordered pair is matched once and used by both ends.
+    partners: list[np.ndarray] = [np.zeros(0, np.int64)] * n
+    for g in np.unique(labels):
+        idx = np.flatnonzero(labels == g)
+        for a_pos, a in enumerate(idx):
+            others = np.delete(idx, a_pos)
+            if others.size > max_partners:
+                others = rng.choice(others, size=max_partners, replace=False)
+            partners[a] = np.sort(others)
+    pair_set = {(min(a, b), max(a, b)) for a in range(n) for b in partners[a].tolist()}
+    pairs = sorted(pair_set)
+    total = len(pairs)
+    results: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    for done, (a, b) in enumerate(pairs, 1):
+        r = match(a, b)
+        p = np.asarray(r.pairs, dtype=np.int64).reshape(-1, 2)
+        w = np.asarray(getattr(r, "weight", np.ones(p.shape[0])), dtype=np.float64)
+        results[(a, b)] = (p, w)
+        if done % 50 == 0 or done == total:
+            yield ClusterProgress("match", done, total, "within-group correspondences")
+
+    # Masks: median over partners of the per-feature match indicator (Sec. 9.3).
+    masks: list[np.ndarray] = []
+    for i in range(n):
+        ind = np.zeros((max(partners[i].size, 1), sizes[i]), np.float32)
+        for row, j in enumerate(partners[i].tolist()):
+            p, w = results[(min(i, j), max(i, j))]
+            col = p[:, 0] if i < j else p[:, 1]
+            ind[row, col] = 1.0 if indicator == "binary" else w
+        mask = np.median(ind, axis=0).astype(np.float32) if partners[i].size else ind[0]
+        if indicator == "weight" and mask.size and mask.max() > 0:
+            mask = mask / mask.max()
+        masks.append(mask)
+    yield ClusterProgress("masks", n, n, "feature masks")
+
+    # Mask-weighted, un-normalised affinities: each correspondence counts with the smaller
+    # mask mass of its two features (the histogram intersection of weighted bin masses,
+    # restricted to the matched pairs), times its pyramid-level weight (Sec. 9.4).
+    Wm = np.zeros((n, n))
+    known = np.zeros((n, n), bool)
+    for (a, b), (p, w) in results.items():
+        if p.shape[0]:
+            s = float(np.sum(w * np.minimum(masks[a][p[:, 0]], masks[b][p[:, 1]])))
+        else:
+            s = 0.0
+        Wm[a, b] = Wm[b, a] = s
+        known[a, b] = known[b, a] = True
+    flow = np.zeros(n)
+    group_size = np.bincount(labels)
+    for i in range(n):
+        cnt = known[i].sum()
+        if cnt:
+            flow[i] = Wm[i, known[i]].mean() * (group_size[labels[i]] - 1)
+    protos = np.zeros(n, bool)
+    outl = np.zeros(n, bool)
+    for g in np.unique(labels):
+        idx = np.flatnonzero(labels == g)
+        order = idx[np.argsort(-flow[idx], kind="stable")]
+        protos[order[: max(1, math.ceil(idx.size * prototype_percentile / 100.0))]] = True
+        if idx.size >= 3:
+            vals = flow[idx]
+            med = np.median(vals)
+            scale = max(1.4826 * np.median(np.abs(vals - med)), 0.1 * abs(med))
+            outl[idx] = vals < med - outlier_z * scale
+    outl &= ~protos
+    return Refinement(
+        labels=labels, masks=masks, flow=flow, prototypes=protos, outliers=outl,
+        n_matches=total, extra={"masked_affinity": Wm, "known": known},
+    )  # fmt: skip
+
+
+def refine_with_masks(features: Sequence[Any], labels: np.ndarray, matcher: Any, **kwargs: Any):
+    """Feature masks, masked flow, prototypes and outliers of a grouping (Sec. 9.3-9.4).
+
+    Parameters
+    ----------
+    features : sequence of ``Features`` or (m_i, D) float32 arrays
+        Every image's local features (only ``len`` and, for PyramidMatch-like matchers,
+        ``.descriptors`` are used).
+    labels : (n,) int
+        Grouping to refine (e.g. ``Clustering.labels``).
+    matcher : PyramidMatch-like or callable
+        Either an object with ``match(set_a, set_b) -> MatchResult`` (``.pairs`` (P, 2)
+        int64 feature indices, ``.weight`` (P,) float64 per-correspondence similarity), or
+        ``f(i, j) -> MatchResult`` on image indices (e.g. ``Collection.match`` on paths).
+    max_partners : int
+        Each image is matched against at most this many random members of its group, so the
+        cost is O(n * max_partners) matchings instead of O(sum C^2).
+    indicator : {"weight", "binary"}
+        Entry of a feature in one matching's indicator vector: the correspondence's
+        similarity weight, as in the thesis (default; each mask is then scaled to max 1), or
+        1 if matched at all. Use "binary" only with matchers that leave features unmatched:
+        a pyramid match of equal-size sets matches everything at its coarsest level.
+    prototype_percentile, outlier_z : float
+        Top percentile of masked flow kept as prototypes; members more than ``outlier_z``
+        robust standard deviations below the group's median flow are outliers.
+
+    Returns
+    -------
+    Refinement
+        ``masks[i]`` (m_i,) float32 in [0, 1] is the median indicator over image i's
+        within-group matchings (Sec. 9.3); the GUI can colour feature i by it.
+    """
+    gen = refine_with_masks_iter(features, labels, matcher, **kwargs)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+# --------------------------------------------------------------------------------------------
+# user edits (GUI helpers)
+# --------------------------------------------------------------------------------------------
+
+
+def move_constraints(
+    clustering: Clustering, image: int, group: int, *, n_anchors: int = 3
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Constraints expressing "image belongs to ``group``" (a drag in the Categories view).
+
+    Returns ``(must, cannot)``: ``image`` must group with the ``n_anchors`` highest-flow
+    members of ``group`` and cannot group with those of its current group. Add them to the
+    user's accumulated constraints and call :func:`discover_categories` again.
+    """
+    if not 0 <= image < clustering.n:
+        raise ValueError(f"image must be in [0, {clustering.n}), got {image}")
+    if not 0 <= group < clustering.k:
+        raise ValueError(f"group must be in [0, {clustering.k}), got {group}")
+    target = [int(j) for j in clustering.members(group) if j != image][:n_anchors]
+    must = [(image, j) for j in target]
+    old = int(clustering.labels[image])
+    cannot = []
+    if old != group:
+        cannot = [(image, int(j)) for j in clustering.members(old) if j != image][:n_anchors]
+    return must, cannot
+
+
+def merge_groups(labels: np.ndarray, groups: Sequence[int]) -> np.ndarray:
+    """Labels (n,) int64 with ``groups`` merged into one; groups renumbered by size."""
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    groups = [int(g) for g in groups]
+    if len(groups) < 2:
+        raise ValueError("groups must name at least two groups to merge")
+    labels[np.isin(labels, groups)] = groups[0]
+    return _relabel_by_size(labels)
+
+
+def split_group(kernel: np.ndarray, labels: np.ndarray, group: int, **kwargs: Any) -> np.ndarray:
+    """Labels (n,) int64 with ``group`` cut in two by a normalized cut of its own
+    affinities (``kwargs`` go to :func:`discover_categories`, ``k`` defaults to 2)."""
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    idx = np.flatnonzero(labels == group)
+    if idx.size < 2:
+        raise ValueError(f"group {group} has {idx.size} member(s); cannot split it")
+    K = np.asarray(kernel, dtype=np.float64)
+    kwargs.setdefault("k", 2)
+    sub = discover_categories(K[np.ix_(idx, idx)], **kwargs)
+    labels[idx[sub.labels > 0]] = labels.max() + 1 + sub.labels[sub.labels > 0] - 1
+    return _relabel_by_size(labels)
+
+
+# --------------------------------------------------------------------------------------------
+# evaluation
+# --------------------------------------------------------------------------------------------
+
+
+def clustering_accuracy(truth: np.ndarray, labels: np.ndarray) -> float:
+    """Accuracy under the best one-to-one matching of groups to classes (Hungarian,
+    ``scipy.optimize.linear_sum_assignment``); unmatched groups count as errors."""
+    from scipy.optimize import linear_sum_assignment
+
+    truth = np.asarray(truth)
+    labels = np.asarray(labels)
+    _, t = np.unique(truth, return_inverse=True)
+    _, g = np.unique(labels, return_inverse=True)
+    cm = np.zeros((g.max() + 1, t.max() + 1), np.int64)
+    np.add.at(cm, (g, t), 1)
+    r, c = linear_sum_assignment(-cm)
+    return float(cm[r, c].sum() / truth.shape[0])

@@ -1,0 +1,136 @@
+"""``simile cluster`` and ``simile classify`` end to end on the demo photos (headless)."""
+
+import json
+import shutil
+
+import pytest
+
+from app.cli import main
+
+FAMILIES = ("astronaut", "brick", "coffee")
+VARIANTS = ("", "_light", "_rotate", "_perspective", "_crop")
+
+
+def _names(family):
+    return [f"{family}{v}.jpg" for v in VARIANTS]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, demo_folder):
+    root = tmp_path_factory.mktemp("cluster_photos")
+    photos = root / "photos"
+    photos.mkdir()
+    for fam in FAMILIES:
+        for n in _names(fam)[:-1]:  # the crops stay outside, for classify
+            if (demo_folder / n).exists():
+                shutil.copy(demo_folder / n, photos / n)
+    return root
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, out
+
+
+def _family(path):
+    return path.rsplit("/", 1)[-1].split(".")[0].split("_")[0]
+
+
+def test_cluster_json_partitions_every_image(folder, capsys):
+    photos = folder / "photos"
+    index = folder / "idx"
+    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--json"],
+                     capsys)  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["k"] == 3 and len(res["clusters"]) == 3
+    members = [m for c in res["clusters"] for m in c["members"]]
+    indexed = sorted(str(p) for p in photos.iterdir())
+    assert sorted(members) == indexed  # every image in exactly one group
+    assert {c["id"] for c in res["clusters"]} == {0, 1, 2}
+    for c in res["clusters"]:
+        assert set(c["prototypes"]) <= set(c["members"])
+        assert set(c["outliers"]) <= set(c["members"])
+        assert not set(c["prototypes"]) & set(c["outliers"])
+        assert c["prototypes"], "every group has a prototype"
+        assert c["members"][: len(c["prototypes"])] == c["prototypes"]  # prototypes first
+        # the photo variants of one scene group together
+        assert len({_family(m) for m in c["members"]}) == 1
+
+
+def test_cluster_auto_k_and_constraints(folder, capsys):
+    photos = folder / "photos"
+    index = str(folder / "idx")
+    code, out = _run(["cluster", str(photos), "--index", index, "--no-update", "--json"],
+                     capsys)  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["k"] == 3
+    assert "eigengap" in res["k_reason"]
+    # cannot-group two variants of one scene with k=4: they end up apart
+    code, out = _run(
+        ["cluster", str(photos), "--index", index, "--no-update", "--k", "4", "--json",
+         "--cannot", "brick.jpg", "brick_light.jpg"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    group_of = {m.rsplit("/", 1)[-1]: c["id"] for c in res["clusters"] for m in c["members"]}
+    assert group_of["brick.jpg"] != group_of["brick_light.jpg"]
+    # must-group across scenes with k=3
+    code, out = _run(
+        ["cluster", str(photos), "--index", index, "--no-update", "--k", "3", "--json",
+         "--must", str(photos / "brick.jpg"), "coffee.jpg"],
+        capsys,
+    )  # fmt: skip
+    res = json.loads(out.strip().splitlines()[-1])
+    group_of = {m.rsplit("/", 1)[-1]: c["id"] for c in res["clusters"] for m in c["members"]}
+    assert group_of["brick.jpg"] == group_of["coffee.jpg"]
+
+
+def test_classify_assigns_new_photos(folder, demo_folder, capsys):
+    photos = folder / "photos"
+    index = str(folder / "idx")
+    code, out = _run(["cluster", str(photos), "--index", index, "--no-update", "--k", "3",
+                      "--json"], capsys)  # fmt: skip
+    res = json.loads(out.strip().splitlines()[-1])
+    fam_of_group = {c["id"]: _family(c["members"][0]) for c in res["clusters"]}
+    crops = [str(demo_folder / f"{fam}_crop.jpg") for fam in FAMILIES]
+    crops = [c for c in crops if (demo_folder / c).exists()]
+    code, out = _run(["classify", str(photos), *crops, "--index", index, "--json"], capsys)
+    assert code == 0
+    results = json.loads(out.strip().splitlines()[-1])["results"]
+    assert len(results) == len(crops)
+    for r in results:
+        assert fam_of_group[r["cluster"]] == _family(r["image"])
+        assert 0 < r["confidence"] <= 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--k", "zero"], "--k"),
+        (["--k", "0"], "--k"),
+        (["--must", "nope.jpg", "brick.jpg"], "not an indexed image"),
+        (["--power", "2"], "--power"),
+    ],
+)
+def test_cluster_errors(folder, capsys, extra, message):
+    code = main(["cluster", str(folder / "photos"), "--index", str(folder / "idx"),
+                 "--no-update", *extra])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+
+
+def test_classify_without_grouping_fails(tmp_path, demo_folder, capsys):
+    photos = tmp_path / "p"
+    photos.mkdir()
+    shutil.copy(demo_folder / "brick.jpg", photos / "brick.jpg")
+    assert main(["index", str(photos), "--index", str(tmp_path / "i"), "--jobs", "1"]) == 0
+    capsys.readouterr()
+    code = main(["classify", str(photos), str(photos / "brick.jpg"),
+                 "--index", str(tmp_path / "i")])  # fmt: skip
+    assert code == 2
+    assert "simile cluster" in capsys.readouterr().err

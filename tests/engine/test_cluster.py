@@ -1,0 +1,405 @@
+"""Tests for engine.cluster and engine.classify on synthetic kernels and point sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.classify import CategoryClassifier
+from engine.cluster import (
+    Clustering,
+    Refinement,
+    choose_landmarks,
+    clustering_accuracy,
+    diagonal_dominance,
+    discover_categories,
+    discover_categories_iter,
+    merge_groups,
+    move_constraints,
+    ncut_embedding,
+    normalized_cut_value,
+    prepare_affinity,
+    rank_groups,
+    refine_with_masks,
+    split_group,
+)
+
+
+def topic_kernel(n_per, k, *, noise=0.6, dim=30, seed=0):
+    """Normalised kernel from a topic model: every image mixes its class topic with shared
+    background; returns (K, truth, features H)."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(k), n_per)
+    rng.shuffle(truth)
+    topics = rng.gamma(0.3, size=(k, dim))
+    H = topics[truth] + noise * rng.gamma(0.3, size=(truth.size, dim))
+    H /= np.linalg.norm(H, axis=1, keepdims=True)
+    return H @ H.T, truth, H
+
+
+# ------------------------------------------------------------------------------ affinity
+def test_prepare_affinity_power_lifts_offdiagonal_and_keeps_unit_diagonal():
+    K, _, _ = topic_kernel(10, 3)
+    K = K**4  # make the diagonal dominant
+    before = diagonal_dominance(K)
+    W = prepare_affinity(K, power=0.25)
+    assert np.allclose(np.diag(W), 1.0)
+    assert np.allclose(W, W.T)
+    assert diagonal_dominance(W) < before
+    E = prepare_affinity(K, empirical=True)
+    assert np.allclose(np.diag(E), 1.0)
+    assert np.all(np.linalg.eigvalsh(E) > -1e-9)  # K K^T stays positive semi-definite
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"power": 0.0}, "power"),
+        ({"power": 1.5}, "power"),
+    ],
+)
+def test_prepare_affinity_rejects_bad_power(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        prepare_affinity(np.eye(3), **kwargs)
+
+
+def test_prepare_affinity_rejects_bad_input():
+    with pytest.raises(ValueError, match="square"):
+        prepare_affinity(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="NaN"):
+        prepare_affinity(np.full((2, 2), np.nan))
+    with pytest.raises(ValueError, match="negative"):
+        prepare_affinity(-np.ones((2, 2)))
+
+
+def test_ncut_embedding_matches_dense_eigendecomposition():
+    K, _, _ = topic_kernel(15, 3, seed=3)
+    np.fill_diagonal(K, 0)
+    vals, vecs = ncut_embedding(K, 4)
+    d = K.sum(1)
+    M = K / np.sqrt(np.outer(d, d))
+    ref = np.sort(np.linalg.eigvalsh(M))[::-1][:4]
+    assert np.allclose(vals, ref)
+    assert vals[0] == pytest.approx(1.0)
+    assert np.allclose(M @ vecs, vecs * vals)
+
+
+# ------------------------------------------------------------------------------ grouping
+@pytest.mark.parametrize("method", ["spectral", "recursive"])
+@pytest.mark.parametrize("discretize", ["kmeans", "yu_shi"])
+def test_recovers_planted_groups(method, discretize):
+    K, truth, _ = topic_kernel(30, 4, seed=1)
+    res = discover_categories(K, k=4, method=method, discretize=discretize)
+    assert res.k == 4
+    assert clustering_accuracy(truth, res.labels) >= 0.95
+    assert res.labels.shape == truth.shape and res.labels.dtype == np.int64
+    sizes = np.bincount(res.labels)
+    assert np.all(np.diff(sizes) <= 0)  # numbered by decreasing size
+
+
+def test_auto_k_finds_planted_number_and_explains_it():
+    K, truth, _ = topic_kernel(25, 5, noise=0.4, seed=2)
+    res = discover_categories(K, k="auto", k_max=10)
+    assert res.k == 5
+    assert "eigengap" in res.k_reason and "k=5" in res.k_reason
+    mu = res.eigenvalues
+    rel = (mu[1:10] - mu[2:11]) / mu[1:10]
+    rel[mu[1:10] < 0.1 * mu[1]] = -np.inf  # noise floor is not eligible
+    assert np.argmax(rel) + 2 == 5
+    assert clustering_accuracy(truth, res.labels) >= 0.95
+    given = discover_categories(K, k=3)
+    assert given.k == 3 and "given" in given.k_reason
+
+
+def test_ncut_value_is_lower_for_true_partition_than_random():
+    K, truth, _ = topic_kernel(20, 3, seed=4)
+    rng = np.random.default_rng(0)
+    assert normalized_cut_value(K, truth) < normalized_cut_value(K, rng.permutation(truth))
+
+
+def test_must_constraints_are_honoured():
+    K, truth, _ = topic_kernel(20, 4, noise=0.5, seed=5)
+    a = np.flatnonzero(truth == 0)
+    b = np.flatnonzero(truth == 1)
+    must = [(int(a[0]), int(b[0])), (int(a[1]), int(b[1]))]
+    res = discover_categories(K, k=4, must=must)
+    assert res.labels[a[0]] == res.labels[b[0]]
+    assert res.labels[a[1]] == res.labels[b[1]]
+    assert clustering_accuracy(truth, res.labels) >= 0.9  # the rest is undisturbed
+
+
+def test_cannot_constraints_split_an_indistinguishable_group():
+    # A and B are drawn from the same topic, C from another: without constraints a cut
+    # of A+B into two is arbitrary; cannot-links between A and B decide it.
+    rng = np.random.default_rng(11)
+    topics = rng.gamma(0.3, size=(2, 30))
+    truth = np.repeat([0, 1, 2], 15)
+    H = topics[np.array([0, 0, 1])[truth]] + 0.6 * rng.gamma(0.3, size=(45, 30))
+    H /= np.linalg.norm(H, axis=1, keepdims=True)
+    K = H @ H.T
+    plain = discover_categories(K, k=3)
+    assert clustering_accuracy(truth, plain.labels) < 0.9
+    A, B = np.flatnonzero(truth == 0), np.flatnonzero(truth == 1)
+    cannot = [(int(i), int(j)) for i in A for j in B]
+    res = discover_categories(K, k=3, cannot=cannot)
+    assert clustering_accuracy(truth, res.labels) == 1.0
+
+
+def test_constraint_validation():
+    K = np.eye(4)
+    with pytest.raises(ValueError, match="must"):
+        discover_categories(K, k=2, must=[(0, 9)])
+    with pytest.raises(ValueError, match="cannot"):
+        discover_categories(K, k=2, cannot=[(1, 1)])
+    with pytest.raises(ValueError, match="k"):
+        discover_categories(K, k=0)
+    with pytest.raises(ValueError, match="k"):
+        discover_categories(K, k="many")
+    with pytest.raises(ValueError, match="larger"):
+        discover_categories(K, k=5)
+    with pytest.raises(ValueError, match="method"):
+        discover_categories(K, k=2, method="kmeans")
+    with pytest.raises(ValueError, match="empty"):
+        discover_categories(np.zeros((0, 0)), k=1)
+
+
+def test_generator_yields_progress_and_returns_result():
+    K, _, _ = topic_kernel(10, 2)
+    gen = discover_categories_iter(K, k=2)
+    stages = []
+    try:
+        while True:
+            stages.append(next(gen).stage)
+    except StopIteration as stop:
+        res = stop.value
+    assert isinstance(res, Clustering)
+    assert {"affinity", "spectrum", "discretize", "rank"} <= set(stages)
+
+
+def test_prototypes_and_outliers():
+    K, truth, _ = topic_kernel(20, 3, noise=0.3, seed=6)
+    # plant an intruder: image 0 is made to look like group of image 1 only weakly
+    res = discover_categories(K, k=3, prototype_percentile=25)
+    for g in range(3):
+        members = res.members(g)
+        assert res.prototypes[members].sum() == int(np.ceil(members.size * 0.25))
+        # prototypes are the highest-flow members
+        assert res.prototypes[members[: res.prototypes[members].sum()]].all()
+    assert not (res.prototypes & res.outliers).any()
+    # an image placed in the wrong group is an outlier
+    labels = truth.copy()
+    intruder = int(np.flatnonzero(truth == 0)[0])
+    labels[intruder] = 1
+    _flow, _protos, outl = rank_groups(K, labels)
+    assert outl[intruder]
+    assert outl.sum() <= 0.1 * labels.size
+
+
+def test_clustering_state_roundtrip():
+    K, _, _ = topic_kernel(10, 3)
+    res = discover_categories(K, k="auto")
+    state = res.to_state()
+    assert all(isinstance(v, np.ndarray | int | float | str | bool) for v in state.values())
+    back = Clustering.from_state(state)
+    assert back.k == res.k and back.k_reason == res.k_reason
+    assert np.array_equal(back.labels, res.labels)
+    assert np.array_equal(back.outliers, res.outliers)
+
+
+# ------------------------------------------------------------------------------ Nystrom
+def test_nystrom_agrees_with_exact_grouping():
+    K, truth, _ = topic_kernel(150, 4, noise=0.5, seed=7)
+    lm = choose_landmarks(len(truth), 80, random_state=0)
+    res = discover_categories(K[:, lm], landmarks=lm, k="auto")
+    exact = discover_categories(K, k=4)
+    assert res.method == "nystrom" and res.k == 4
+    assert clustering_accuracy(truth, res.labels) >= 0.95
+    assert clustering_accuracy(exact.labels, res.labels) >= 0.95
+    assert "Nystrom" in res.k_reason
+    # eigenvalues approximate the exact spectrum
+    W = K.copy()
+    d = W.sum(1)
+    ref = np.sort(np.linalg.eigvalsh(W / np.sqrt(np.outer(d, d))))[::-1][:4]
+    assert np.allclose(res.eigenvalues[:4], ref, atol=0.05)
+
+
+def test_nystrom_constraints_need_landmarks():
+    K, truth, _ = topic_kernel(50, 2, seed=8)
+    a, b = np.flatnonzero(truth == 0)[0], np.flatnonzero(truth == 1)[0]
+    lm = choose_landmarks(len(truth), 20, cannot=[(a, b)], random_state=1)
+    assert a in lm and b in lm
+    res = discover_categories(K[:, lm], landmarks=lm, k=2, cannot=[(a, b)])
+    assert res.labels[a] != res.labels[b]
+    lm2 = np.setdiff1d(lm, [a])
+    with pytest.raises(ValueError, match="landmark"):
+        discover_categories(K[:, lm2], landmarks=lm2, k=2, must=[(a, b)])
+    with pytest.raises(ValueError, match="landmarks"):
+        discover_categories(K[:, lm], landmarks=lm[:-1], k=2)
+
+
+# ------------------------------------------------------------------------------ masks
+class _GridMatcher:
+    """Toy partial matcher on 1-D integer 'descriptors': features with equal values match
+    (one-to-one, first come first served)."""
+
+    def match(self, a, b):
+        a = np.asarray(a).ravel()
+        b = np.asarray(b).ravel()
+        pairs = []
+        used = set()
+        for i, v in enumerate(a):
+            for j in np.flatnonzero(b == v):
+                if j not in used:
+                    used.add(int(j))
+                    pairs.append((i, int(j)))
+                    break
+        p = np.array(pairs, np.int64).reshape(-1, 2)
+
+        class R:
+            pass
+
+        r = R()
+        r.pairs, r.weight = p, np.ones(len(p))
+        return r
+
+
+def test_masks_mark_consistently_matched_features_and_flag_outlier():
+    rng = np.random.default_rng(0)
+    # group of 8 images sharing "object" words 0..9 plus random background words; image 7
+    # matches only on background words shared with image 0.
+    sets = []
+    for i in range(7):
+        obj = np.arange(10)
+        bg = rng.integers(100 + 50 * i, 140 + 50 * i, size=10)
+        sets.append(np.concatenate([obj, bg]).astype(np.float32)[:, None])
+    intruder = np.concatenate([sets[0][10:15, 0], rng.integers(1000, 2000, 15)])
+    sets.append(intruder.astype(np.float32)[:, None])
+    labels = np.zeros(8, np.int64)
+    ref = refine_with_masks(sets, labels, _GridMatcher())
+    assert isinstance(ref, Refinement)
+    assert ref.n_matches == 28
+    for i in range(7):
+        assert ref.masks[i].shape == (20,)
+        assert np.all(ref.masks[i][:10] == 1.0)  # object features always matched
+        assert np.all(ref.masks[i][10:] == 0.0)  # background matched at most once
+    assert ref.masks[7].max() == 0.0
+    assert np.argmin(ref.flow) == 7
+    assert ref.outliers[7]
+    assert not ref.prototypes[7]
+    back = Refinement.from_state(ref.to_state())
+    assert all(np.array_equal(x, y) for x, y in zip(back.masks, ref.masks, strict=True))
+    assert np.array_equal(back.outliers, ref.outliers)
+
+
+def test_masks_partner_sampling_and_callable_matcher():
+    rng = np.random.default_rng(1)
+    sets = [rng.integers(0, 5, size=(12, 1)).astype(np.float32) for _ in range(30)]
+    m = _GridMatcher()
+    calls = []
+
+    def f(i, j):
+        calls.append((i, j))
+        return m.match(sets[i], sets[j])
+
+    ref = refine_with_masks(sets, np.zeros(30, np.int64), f, max_partners=5)
+    assert len(calls) == ref.n_matches
+    assert len(set(calls)) == len(calls)
+    assert ref.n_matches <= 30 * 5
+    with pytest.raises(ValueError, match="labels"):
+        refine_with_masks(sets, np.zeros(3, np.int64), m)
+    with pytest.raises(TypeError, match="matcher"):
+        refine_with_masks(sets, np.zeros(30, np.int64), 42)
+
+
+# ------------------------------------------------------------------------------ classifier
+def test_classifier_predicts_held_out_images_with_confidence():
+    K, truth, _ = topic_kernel(30, 3, noise=0.5, seed=9)
+    train = np.arange(0, 90, 2)
+    test = np.arange(1, 90, 2)
+    clf = CategoryClassifier(C=10.0).fit(
+        K[np.ix_(train, train)], truth[train], ids=train, names=["a", "b", "c"]
+    )
+    pred = clf.predict(K[np.ix_(test, train)])
+    assert (pred.labels == truth[test]).mean() >= 0.9
+    assert pred.confidence.shape == (45,)
+    assert np.all((pred.confidence > 1 / 3) & (pred.confidence <= 1))
+    assert pred.scores.shape == (45, 3)
+    # persistence: arrays and scalars only, same predictions after a round trip
+    state = clf.to_state()
+    assert all(isinstance(v, np.ndarray | int | float | str | bool) for v in state.values())
+    back = CategoryClassifier.from_state(state)
+    assert back.names_ == ["a", "b", "c"]
+    assert np.array_equal(back.train_ids_, train)
+    assert np.array_equal(back.predict(K[np.ix_(test, train)]).labels, pred.labels)
+
+
+@pytest.mark.parametrize("kwargs", [{"power": 0.5}, {"empirical": True}])
+def test_classifier_kernel_transforms(kwargs):
+    K, truth, _ = topic_kernel(20, 2, noise=0.5, seed=10)
+    clf = CategoryClassifier(**kwargs).fit(K[:30, :30], truth[:30])
+    pred = clf.predict(K[30:, :30])
+    assert (pred.labels == truth[30:]).mean() >= 0.9
+    back = CategoryClassifier.from_state(clf.to_state())
+    assert np.allclose(back.predict(K[30:, :30]).scores, pred.scores)
+
+
+def test_classifier_errors():
+    clf = CategoryClassifier()
+    with pytest.raises(RuntimeError, match="fit"):
+        clf.predict(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="two groups"):
+        clf.fit(np.eye(3), np.zeros(3))
+    with pytest.raises(ValueError, match="square"):
+        clf.fit(np.ones((2, 3)), np.zeros(2))
+    clf.fit(np.eye(4) + 0.1, np.array([0, 0, 1, 1]))
+    with pytest.raises(ValueError, match=r"\(q, 4\)"):
+        clf.predict(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="C"):
+        CategoryClassifier(C=0)
+
+
+def test_clustering_accuracy_is_permutation_invariant():
+    truth = np.array([0, 0, 1, 1, 2, 2])
+    assert clustering_accuracy(truth, np.array([2, 2, 0, 0, 1, 1])) == 1.0
+    assert clustering_accuracy(truth, np.array([0, 0, 0, 1, 1, 1])) == pytest.approx(4 / 6)
+
+
+def test_user_edits_move_merge_split():
+    K, truth, _ = topic_kernel(15, 3, noise=0.4, seed=12)
+    res = discover_categories(K, k=3)
+    img = int(res.members(0)[-1])
+    must, cannot = move_constraints(res, img, 1, n_anchors=2)
+    assert len(must) == 2 and all(res.labels[j] == 1 for _, j in must)
+    assert len(cannot) == 2 and all(res.labels[j] == 0 for _, j in cannot)
+    moved = discover_categories(K, k=3, must=must, cannot=cannot)
+    assert moved.labels[img] == moved.labels[must[0][1]]
+    merged = merge_groups(res.labels, [0, 2])
+    assert np.unique(merged).size == 2
+    assert len(set(merged[np.isin(res.labels, [0, 2])].tolist())) == 1
+    split = split_group(K, merged, int(merged[np.flatnonzero(res.labels == 0)[0]]))
+    assert clustering_accuracy(truth, split) >= 0.95
+    with pytest.raises(ValueError, match="group"):
+        move_constraints(res, 0, 7)
+    with pytest.raises(ValueError, match="two groups"):
+        merge_groups(res.labels, [1])
+
+
+def test_masks_from_pyramid_match_prefer_shared_object_features():
+    from engine.pyramid import PyramidMatch
+
+    rng = np.random.default_rng(0)
+    objects = [rng.normal(size=(20, 8)) for _ in range(2)]
+    sets = [
+        np.concatenate(
+            [objects[g] + 0.05 * rng.normal(size=(20, 8)), 2 * rng.normal(size=(20, 8))]
+        ).astype(np.float32)
+        for g in (0, 1)
+        for _ in range(6)
+    ]
+    pm = PyramidMatch().fit(sets)
+    res = discover_categories(pm.kernel(sets), k=2)
+    assert clustering_accuracy(np.repeat([0, 1], 6), res.labels) == 1.0
+    ref = refine_with_masks(sets, res.labels, pm)
+    obj = np.mean([m[:20].mean() for m in ref.masks])
+    background = np.mean([m[20:].mean() for m in ref.masks])
+    assert obj > 3 * background
