@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": ["--query", str(folder / "chelsea_perspective.jpg")],
             "matches": ["--query", str(folder / "astronaut_rotate.jpg"), "--view", "matches"],
             "duplicates": ["--view", "duplicates"],
+            "clusters": ["--view", "clusters", "--k", "12"],  # 12 scenes in the demo
         }
         for name, extra in runs.items():
             out = args.out / f"{name}.png"

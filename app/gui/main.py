@@ -1,9 +1,10 @@
 """Entry point of the desktop window: ``simile [FOLDER] [--index DIR] [--query IMAGE]
-[--view results|matches|duplicates|clusters] [--screenshot PNG]``.
+[--view results|matches|duplicates|clusters] [--k K|auto] [--screenshot PNG]``.
 
 With ``--screenshot`` the window is driven headlessly (works with
 ``QT_QPA_PLATFORM=offscreen``): open the folder, index it if needed, run the
-query, show the view, write the window to PNG and exit 0.
+query (or, for ``clusters``, group the photos and show the first group's best photo's
+feature mask), show the view, write the window to PNG and exit 0.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screenshot", metavar="PNG", help="write the window to PNG and exit")
     p.add_argument("--size", default="1360x840", metavar="WxH", help="window size for screenshots")
     p.add_argument("--threshold", type=float, help="duplicate threshold (duplicates view)")
+    p.add_argument("--k", metavar="K|auto", help="number of groups (categories view)")
     p.add_argument("--timeout", type=float, default=900.0, help=argparse.SUPPRESS)
     return p
 
@@ -101,6 +103,13 @@ def _interactive(app, args) -> int:
     if args.view != "results":
         QTimer.singleShot(0, lambda: win.show_view(_view_name(args.view)))
     return app.exec()
+
+
+def _int_or(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _view_name(view: str) -> str:
@@ -175,8 +184,30 @@ def _screenshot(app, args) -> int:
             if "categories" not in win.views:
                 fail("the categories view is not available")
                 return
-            win.show_view("categories")
-            QTimer.singleShot(500, grab_when_ready)
+            view = win.views["categories"]
+            k_index = None
+            if args.k:
+                k_index = view.k_combo.findData(args.k if args.k == "auto" else _int_or(args.k))
+                if k_index < 0:
+                    fail(f"--k must be 'auto' or 2 to {view.k_combo.count()}, got {args.k}")
+                    return
+
+            def grouped() -> None:  # show the first group's best photo's feature mask too
+                view.grouping_shown.disconnect(grouped)
+                g = view.grouping
+                if g is None:
+                    fail("the photos could not be grouped")
+                    return
+                view.mask_shown.connect(settle)
+                view.show_mask(g.paths[int(g.members(0)[0])])
+
+            view.grouping_shown.connect(grouped)
+            win.show_view("categories")  # groups the photos when first shown (none saved)
+            if k_index is not None:  # group again with the requested number of groups
+                view.k_combo.setCurrentIndex(k_index)
+                view.regroup()
+            elif view.grouping is not None and not view._busy:
+                view.grouping_shown.emit()  # the saved grouping
             return
         query = args.query or win.photos.path(0)
         win.results_changed.connect(after_query)

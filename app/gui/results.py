@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.models import PATH_ROLE, ResultDelegate, ResultsModel, item_data
+from app.gui.feedback import MarkBook, MarkingResultDelegate
+from app.gui.models import PATH_ROLE, ResultsModel, item_data
 from app.gui.state import DEFAULT_METHOD, MAX_RESULTS, METHODS
 
 __all__ = ["ResultsPanel"]
@@ -32,10 +33,13 @@ class ResultsPanel(QWidget):
     why_requested = Signal(str)  # result path
     open_requested = Signal(str)
     export_requested = Signal()
+    mark_requested = Signal(str, bool)  # result path, relevant (thumbs up / down clicked)
+    learn_requested = Signal()
 
-    def __init__(self, model: ResultsModel, parent=None) -> None:
+    def __init__(self, model: ResultsModel, parent=None, marks: MarkBook | None = None) -> None:
         super().__init__(parent)
         self.model = model
+        self.marks = marks if marks is not None else MarkBook()
         self.setMinimumWidth(300)
 
         self.query_pic = QLabel()
@@ -76,7 +80,8 @@ class ResultsPanel(QWidget):
 
         self.list = QListView()
         self.list.setModel(model)
-        self.delegate = ResultDelegate(model.thumbs, self.list)
+        self.delegate = MarkingResultDelegate(model.thumbs, self.marks, self.list)
+        self.delegate.mark_clicked.connect(self.mark_requested)
         self.list.setItemDelegate(self.delegate)
         self.list.setUniformItemSizes(True)
         self.list.setMouseTracking(True)
@@ -104,6 +109,17 @@ class ResultsPanel(QWidget):
         brow.addWidget(self.why_btn, 1)
         brow.addWidget(self.open_btn)
         brow.addWidget(self.export_btn)
+        self.learn_btn = QPushButton("Learn from my marks")
+        self.learn_btn.setToolTip(
+            "Mark results ✓ (similar) or ✗ (not similar), then learn a similarity that "
+            "follows your marks ('Learned similarity' in the method list)"
+        )
+        self.learn_btn.clicked.connect(self.learn_requested)
+        self.marks_label = QLabel("")
+        self.marks_label.setObjectName("hint")
+        lrow = QHBoxLayout()
+        lrow.addWidget(self.marks_label, 1)
+        lrow.addWidget(self.learn_btn)
 
         self.status = QLabel("")
         self.status.setObjectName("hint")
@@ -115,8 +131,10 @@ class ResultsPanel(QWidget):
         lay.addWidget(self.status)
         lay.addWidget(self.list, 1)
         lay.addLayout(brow)
+        lay.addLayout(lrow)
         model.modelReset.connect(self._on_reset)
         self._on_reset()
+        self.update_marks()
 
     # -- API -------------------------------------------------------------------------------
     def set_methods(self, methods: list[str]) -> None:
@@ -151,6 +169,14 @@ class ResultsPanel(QWidget):
             )
         else:
             self.query_pic.clear()
+
+    def update_marks(self) -> None:
+        """Repaint the rows' thumbs and the count of marks."""
+        up, down = self.marks.counts()
+        self.marks_label.setText(
+            f"Your marks: {up} ✓  {down} ✗" if up or down else "Mark results ✓ / ✗ to teach Simile"
+        )
+        self.list.viewport().update()
 
     def selected_path(self) -> str | None:
         idx = self.list.currentIndex()

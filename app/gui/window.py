@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from app.gui import workers
 from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
 from app.gui.duplicates import DuplicatesView, describe_copies
+from app.gui.feedback import MarkBook, save_mark
 from app.gui.matches import CorrespondenceView, compute_match
 from app.gui.models import (
     PATH_ROLE,
@@ -159,6 +160,8 @@ class MainWindow(QMainWindow):
     match_shown = Signal()
     duplicates_shown = Signal()
     error_shown = Signal(str)
+    marks_saved = Signal()
+    learning_finished = Signal(object)  # LearnSummary, or None (cancelled / failed)
 
     def __init__(self, settings: QSettings | None = None, *, persist: bool = True) -> None:
         super().__init__()
@@ -180,6 +183,9 @@ class MainWindow(QMainWindow):
         self._tmpdir = tempfile.TemporaryDirectory(prefix="simile-query-")
         self._viewers: list[ImageViewer] = []
         self._refresh_duplicates = False
+        self.marks = MarkBook()
+        self._learn_worker: workers.Worker | None = None
+        self._learn_token = 0
 
         _preload_engine()
         self.setWindowTitle("Simile")
@@ -268,7 +274,9 @@ class MainWindow(QMainWindow):
         ll.addWidget(self.grid, 1)
         self.photos.modelReset.connect(self._update_empty_hint)
         self.photos.rowsInserted.connect(self._update_empty_hint)
-        self.results_panel = ResultsPanel(self.results)
+        self.results_panel = ResultsPanel(self.results, marks=self.marks)
+        self.results_panel.mark_requested.connect(self.mark_result)
+        self.results_panel.learn_requested.connect(self.learn_from_marks)
         self.results_panel.search_changed.connect(self._on_search_changed)
         self.results_panel.why_requested.connect(self.show_matches)
         self.results_panel.open_requested.connect(self.open_full_size)
@@ -425,6 +433,14 @@ class MainWindow(QMainWindow):
             m, "Show in &File Manager", lambda: self.reveal(self._selected_path()), "Ctrl+Shift+R"
         )
         self._act(m, "Find &Duplicates", lambda: self.find_duplicates(None), "Ctrl+D")
+        m.addSeparator()
+        self.learn_act = self._act(
+            m,
+            "&Learn From My Marks",
+            self.learn_from_marks,
+            "Ctrl+L",
+            "Learn a similarity from your thumbs up / down on results",
+        )
         esc = QAction(self)
         esc.setShortcut(QKeySequence("Esc"))
         esc.triggered.connect(self.cancel_indexing)
@@ -591,7 +607,14 @@ class MainWindow(QMainWindow):
             return
         if self.is_indexing():
             return
+        if self.is_learning():
+            self.show_error("Wait for learning to finish (or cancel it) before re-indexing.",
+                            kind="warning")  # fmt: skip
+            return
         self._start_indexing()
+
+    def is_learning(self) -> bool:
+        return self._learn_worker is not None
 
     def is_indexing(self) -> bool:
         return self._index_worker is not None
@@ -634,6 +657,10 @@ class MainWindow(QMainWindow):
         w.start()
 
     def cancel_indexing(self) -> None:
+        """Stop indexing (and learning) at the next step (Esc / Cancel)."""
+        if self._learn_worker is not None:
+            self.status_label.setText("Cancelling…")
+            self._learn_worker.quit()
         if self._index_worker is not None:
             self.status_label.setText("Cancelling…")
             self._index_worker.quit()
@@ -685,6 +712,7 @@ class MainWindow(QMainWindow):
         self._update_problems_button()
         n = len(paths)
         self._set_methods(methods)
+        self._load_marks(coll)
         self.collection_opened.emit(coll)
         secs = getattr(summary, "seconds", time.monotonic() - self._index_started)
         new = getattr(summary, "indexed", 0)
@@ -755,6 +783,8 @@ class MainWindow(QMainWindow):
 
     def set_method(self, method: str, rerun: bool = True) -> None:
         SearchSettings(method=method)  # validates
+        if self.results_panel.method.findData(method) < 0 and not self._offer_method(method):
+            return
         a = self.method_actions.get(method)
         if a is not None:
             a.setChecked(True)
@@ -842,6 +872,166 @@ class MainWindow(QMainWindow):
             return None
         self.status_label.setText(f"Saved {self.results.rowCount()} results to {out}")
         return out
+
+    # ======================================================================== feedback
+    def _offer_method(self, method: str) -> bool:
+        """Make ``method`` selectable if it can be used; else say why (True if offered)."""
+        if method != "learned":
+            return False
+        if self.collection is None or self.is_indexing():
+            self._wanted_method = method  # decided when the folder is open
+            return False
+        try:
+            from engine.feedback import load_model
+
+            load_model(self.collection)
+        except LookupError as exc:
+            msg = str(exc.args[0] if exc.args else exc)
+            self.show_error(f"Learned similarity is not available: {msg}.", kind="info")
+            return False
+        except Exception as exc:
+            self.show_error(plain_error(exc, "The learned similarity could not be loaded"))
+            return False
+        self._add_method("learned")
+        return True
+
+    def _add_method(self, method: str) -> None:
+        m = self.results_panel.method
+        have = [m.itemData(i) for i in range(m.count())]
+        if method not in have:
+            self._set_methods([k for k in METHODS if k in have or k == method])
+
+    def _load_marks(self, coll) -> None:
+        try:
+            from engine.feedback import load_marks
+
+            self.marks.load(load_marks(coll))
+        except Exception as exc:  # an unreadable mark list must not stop the folder opening
+            log.warning("could not read the marks: %s", exc)
+            self.marks.load([])
+        self.results_panel.update_marks()
+        wanted, self._wanted_method = getattr(self, "_wanted_method", None), None
+        if wanted is not None:
+            self.set_method(wanted, rerun=False)
+
+    def _writable_collection(self, what: str):
+        """The open collection if ``what`` can write to its index now, else None (and the
+        reason in a banner). The window holds the index's writer lock whenever it is not
+        indexing (the indexing child process takes it meanwhile)."""
+        if self.is_indexing():
+            self.show_error(f"{what} once indexing has finished.", kind="warning")
+            return None
+        coll = self.collection
+        if coll is None:
+            self.show_error(f"Open a folder first: {what.lower()} needs its index.",
+                            kind="warning")  # fmt: skip
+            return None
+        if getattr(coll.store, "readonly", False):
+            self.show_error(f"The index of {self.folder} is read-only here, so {what.lower()} "
+                            "is not possible.", kind="warning")  # fmt: skip
+            return None
+        return coll
+
+    def mark_result(self, result: str, relevant: bool) -> None:
+        """Thumbs up (``relevant``) or down on a result of the current query; clicking the
+        same thumb again removes the mark. Stored in the index in the background."""
+        query = self.results.query
+        if query is None or not result:
+            return
+        coll = self._writable_collection("Marks can be saved")
+        if coll is None:
+            return
+        before = self.marks.get(query, result)
+        new = self.marks.toggled(query, result, relevant)
+        self.marks.set(query, result, new)
+        self.results_panel.update_marks()
+
+        def failed(exc) -> None:
+            self.marks.set(query, result, before)
+            self.results_panel.update_marks()
+            self.show_error(plain_error(exc, "Saving the mark failed"))
+
+        self.run_worker(
+            save_mark, coll, query, result, new,
+            connect={"returned": lambda _n: self.marks_saved.emit(), "errored": failed},
+        )  # fmt: skip
+
+    def learn_from_marks(self) -> None:
+        """Fit OASIS on the stored marks in the background (progress, Esc cancels)."""
+        if self.is_learning():
+            return
+        coll = self._writable_collection("Learning from your marks is possible")
+        if coll is None:
+            return
+        if len(self.marks) == 0:
+            self.show_error(
+                "There are no marks yet: search, then click ✓ on results that are similar to "
+                "the query and ✗ on those that are not.", kind="warning"
+            )  # fmt: skip
+            return
+        from engine.feedback import learn
+
+        self._learn_token += 1
+        token = self._learn_token
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.cancel_btn.show()
+        self.status_label.setText("Learning from your marks…")
+
+        def current(slot):
+            return lambda *a: slot(*a) if token == self._learn_token else None
+
+        def progress(p) -> None:
+            total = int(getattr(p, "total", 0) or 0)
+            if total > 0:
+                self.progress.setRange(0, total)
+                self.progress.setValue(min(total, int(getattr(p, "step", 0))))
+            score = getattr(p, "score", float("nan"))
+            self.status_label.setText(
+                f"Learning from your marks: {getattr(p, 'message', '') or ''}"
+                + (f" (score {score:.2f})" if score == score else "")
+            )
+
+        def over() -> None:  # before telling anyone: the window is idle again
+            self._learn_worker = None
+            if not self.is_indexing():
+                self.progress.hide()
+                self.cancel_btn.hide()
+
+        def done(summary) -> None:
+            over()
+            if summary is None:
+                self.status_label.setText("Learning cancelled; nothing was changed.")
+            else:
+                self._add_method("learned")
+                self.status_label.setText(
+                    f"Learned a similarity from {summary.n_constraints} comparisons in "
+                    f"{format_duration(summary.seconds)} ({summary.score_name} "
+                    f"{summary.score_before:.2f} → {summary.score_after:.2f}). Choose "
+                    f"'{METHODS['learned']}' to search with it."
+                )
+            self.learning_finished.emit(summary)
+
+        def aborted() -> None:
+            over()
+            self.status_label.setText("Learning cancelled; nothing was changed.")
+            self.learning_finished.emit(None)
+
+        def failed(exc) -> None:
+            over()
+            self.show_error(plain_error(exc, "Learning from your marks failed"))
+            self.learning_finished.emit(None)
+
+        def finished() -> None:
+            if token == self._learn_token and self._learn_worker is not None:
+                over()
+
+        self._learn_worker = self.run_worker(
+            learn, coll, method="oasis", source="marks", pass_cancel=True,
+            connect={"yielded": current(progress), "returned": current(done),
+                     "aborted": current(aborted), "errored": current(failed),
+                     "finished": finished},
+        )  # fmt: skip
 
     # ======================================================================== matches
     def show_matches(self, result_path=None) -> None:
@@ -1109,11 +1299,10 @@ def _available_methods(coll) -> list[str]:
         return methods
     try:
         import engine.collection as ec
+        import engine.feedback as fb  # registers "learned"
 
-        if importlib.util.find_spec("engine.learn") is not None:
-            importlib.import_module("engine.learn")  # registers "learned" when it can
         registry = getattr(ec, "_REGISTRY", {})
-        if "learned" in registry:
+        if "learned" in registry and coll.store.has_state(fb.MODEL_STATE):
             methods.append("learned")
     except Exception as exc:  # optional: never block the window
         log.debug("learned method probe failed: %s", exc)

@@ -1,0 +1,1084 @@
+"""The Categories view: the folder grouped into unsupervised categories (thesis Ch. 9).
+
+One row per group: an editable name, the group's size, its prototypes first (gold star)
+and its outliers marked (red frame), then the other members by decreasing flow
+(Sec. 9.4). A person corrects the grouping by
+
+* dragging a photo onto another group (or *Move to group* in its context menu): the move
+  becomes must-group / cannot-group constraints (:func:`engine.cluster.move_constraints`,
+  Sec. 9.2) and the folder is grouped again in the background;
+* *Split* (a normalized cut of the group's own affinities) and *Merge with*; both are also
+  written down as constraints so a later re-grouping keeps them;
+* choosing the number of groups (automatic: the largest eigengap, whose reason is shown).
+
+*Show feature mask* draws a photo's keypoints coloured by its mask weight: the median,
+over matchings with the best members of its group, of each feature's correspondence
+weight (Sec. 9.3, the "median indicator"), i.e. which features made it belong.
+*Export* writes the grouping as folders of symbolic links or copies (the originals are
+never moved or deleted) or as CSV.
+
+The grouping, the names and the user's constraints are kept in the index
+(``store.set_kv("gui.categories", ...)``) keyed by photo path, so they survive restarts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QMimeData, QPointF, QRect, Qt, Signal
+from PySide6.QtGui import QAction, QColor, QFont, QPainter, QPen, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QMenu,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.models import PATH_ROLE, ThumbnailDelegate, _ThumbModel, item_data, strength_colour
+from app.gui.state import plain_error
+from app.gui.thumbnails import array_to_qimage
+from app.gui.views import register_view
+
+__all__ = [
+    "CategoriesView",
+    "Grouping",
+    "carry_names",
+    "compute_mask",
+    "export_grouping",
+    "group_job",
+    "make_categories_view",
+]
+
+log = logging.getLogger(__name__)
+
+KV_KEY = "gui.categories"
+MIME = "application/x-simile-photo"
+K_MAX = 12
+MASK_PARTNERS = 8
+MOVE_ANCHORS = 8
+MASK_SIDE = 640
+
+
+# ============================================================================ Qt-free state
+@dataclass
+class Grouping:
+    """A grouping of the collection's photos as the view shows it.
+
+    Attributes
+    ----------
+    paths : list of str
+        The photos, in the collection's row order.
+    labels : (n,) int64
+        Group of every photo, in ``[0, k)``.
+    flow, prototypes, outliers : (n,) float64 / bool / bool
+        From :func:`engine.cluster.rank_groups` (Sec. 9.4).
+    k_reason : str
+        Why this number of groups (from :attr:`engine.cluster.Clustering.k_reason`).
+    names : dict int -> str
+        User-given group names (missing: "Group g+1").
+    """
+
+    paths: list[str]
+    labels: np.ndarray
+    flow: np.ndarray
+    prototypes: np.ndarray
+    outliers: np.ndarray
+    k_reason: str = ""
+    names: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return int(self.labels.max()) + 1 if self.labels.size else 0
+
+    def name(self, g: int) -> str:
+        return self.names.get(int(g)) or f"Group {int(g) + 1}"
+
+    def members(self, g: int) -> np.ndarray:
+        """Rows of group ``g``: prototypes first, outliers last, else by decreasing flow."""
+        idx = np.flatnonzero(self.labels == g)
+        key = np.lexsort((-self.flow[idx], self.outliers[idx], ~self.prototypes[idx]))
+        return idx[key]
+
+    def group_of(self, path: str) -> int:
+        return int(self.labels[self.paths.index(str(path))])
+
+    def to_clustering(self):
+        from engine.cluster import Clustering
+
+        return Clustering(
+            labels=self.labels,
+            k=self.k,
+            k_reason=self.k_reason,
+            eigenvalues=np.zeros(0),
+            flow=self.flow,
+            prototypes=self.prototypes,
+            outliers=self.outliers,
+        )
+
+    @classmethod
+    def from_labels(cls, paths, labels, K: np.ndarray, k_reason: str = "", names=None):
+        """Rank a label vector on the affinities ``K`` (n, n) (prototypes, outliers)."""
+        from engine.cluster import rank_groups
+
+        labels = _compact(np.asarray(labels, np.int64))
+        flow, protos, outl = rank_groups(K, labels)
+        return cls(list(paths), labels, flow, protos, outl, k_reason, dict(names or {}))
+
+    def to_json(self, must, cannot, k_choice) -> str:
+        return json.dumps(
+            {
+                "paths": self.paths,
+                "labels": self.labels.tolist(),
+                "names": {str(g): n for g, n in self.names.items()},
+                "k_reason": self.k_reason,
+                "flow": self.flow.tolist(),
+                "prototypes": self.prototypes.astype(int).tolist(),
+                "outliers": self.outliers.astype(int).tolist(),
+                "must": [list(p) for p in must],
+                "cannot": [list(p) for p in cannot],
+                "k": k_choice,
+            }
+        )
+
+
+def _compact(labels: np.ndarray) -> np.ndarray:
+    """Renumber labels to ``0..k-1`` (empty groups removed), largest group first."""
+    if labels.size == 0:
+        return labels.astype(np.int64)
+    _, inv, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inv].astype(np.int64)
+
+
+def carry_names(
+    old_paths, old_labels, old_names: dict[int, str], new_paths, new_labels
+) -> dict[int, str]:
+    """Give each new group the name of the old group it overlaps most (one-to-one,
+    Hungarian assignment on the member overlap), so renamed groups keep their names
+    across re-groupings."""
+    if not old_names:
+        return {}
+    from scipy.optimize import linear_sum_assignment
+
+    row = {p: i for i, p in enumerate(old_paths)}
+    new_labels = np.asarray(new_labels, np.int64)
+    common = [(row[p], j) for j, p in enumerate(new_paths) if p in row]
+    if not common:
+        return {}
+    oi, nj = np.array(common, np.int64).T
+    a = np.asarray(old_labels, np.int64)[oi]
+    b = new_labels[nj]
+    ov = np.zeros((a.max() + 1, b.max() + 1), np.int64)
+    np.add.at(ov, (a, b), 1)
+    r, c = linear_sum_assignment(-ov)
+    return {int(cc): old_names[int(rr)] for rr, cc in zip(r, c, strict=True)
+            if ov[rr, cc] > 0 and int(rr) in old_names}  # fmt: skip
+
+
+_UNSAFE = re.compile(r"[^\w\-. ]+", re.UNICODE)
+
+
+def _folder_name(name: str, g: int) -> str:
+    safe = _UNSAFE.sub("_", name).strip(" ._")
+    return f"{g + 1:02d} {safe}" if safe else f"{g + 1:02d} Group {g + 1}"
+
+
+def export_grouping(dest, grouping: Grouping, mode: str = "links") -> int:
+    """Write the grouping without touching the originals; returns the files written.
+
+    Parameters
+    ----------
+    dest : path
+        ``mode="csv"``: the CSV file (columns ``path, group, name, prototype, outlier``).
+        Otherwise a folder that receives one sub-folder per group (``"01 Name"``).
+    mode : {"links", "copies", "csv"}
+        Symbolic links to the originals, copies of them, or a CSV table.
+    """
+    if mode not in ("links", "copies", "csv"):
+        raise ValueError(f"mode must be 'links', 'copies' or 'csv', got {mode!r}")
+    dest = Path(dest)
+    if mode == "csv":
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with dest.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["path", "group", "name", "prototype", "outlier"])
+            for g in range(grouping.k):
+                for i in grouping.members(g):
+                    row = [grouping.paths[i], g + 1, grouping.name(g)]
+                    w.writerow([*row, int(grouping.prototypes[i]), int(grouping.outliers[i])])
+        return len(grouping.paths)
+    originals = {Path(p).resolve() for p in grouping.paths}
+    if dest.resolve() in originals:
+        raise ValueError(f"{dest} is one of the photos")
+    written = 0
+    for g in range(grouping.k):
+        sub = dest / _folder_name(grouping.name(g), g)
+        sub.mkdir(parents=True, exist_ok=True)
+        for i in grouping.members(g):
+            src = Path(grouping.paths[i])
+            target = sub / src.name
+            n = 1
+            while target.exists() or target.is_symlink():  # never overwrite anything
+                target = sub / f"{src.stem}_{n}{src.suffix}"
+                n += 1
+            if mode == "links":
+                os.symlink(src.resolve(), target)
+            else:
+                shutil.copy2(src, target)
+            written += 1
+    return written
+
+
+# ============================================================================ worker side
+def group_job(coll, K, k, must_paths, cannot_paths):
+    """Worker generator: affinities (unless ``K`` is given) and normalized cuts.
+
+    Yields ``(message, done, total)``; returns ``(paths, K, Grouping)``.
+    """
+    from engine.cluster import discover_categories_iter
+
+    paths = [str(p) for p in coll.paths()]
+    n = len(paths)
+    if n == 0:
+        raise ValueError("there are no indexed photos to group")
+    if K is None or K.shape[0] != n:
+        yield ("Computing pyramid-match affinities…", 0, 0)
+        K = coll.kernel_matrix("vocabulary")
+    if n == 1:
+        g = Grouping.from_labels(paths, np.zeros(1, np.int64), K, "a single photo: one group")
+        return paths, K, g
+    if not isinstance(k, str) and k > n:
+        raise ValueError(f"there are only {n} photos; cannot make {k} groups")
+    row = {p: i for i, p in enumerate(paths)}
+    must = [(row[a], row[b]) for a, b in must_paths if a in row and b in row]
+    cannot = [(row[a], row[b]) for a, b in cannot_paths if a in row and b in row]
+    gen = discover_categories_iter(
+        K, k=k, must=must, cannot=cannot, k_min=min(2, n - 1), k_max=min(K_MAX, n - 1)
+    )
+    while True:
+        try:
+            p = next(gen)
+        except StopIteration as stop:
+            res = stop.value
+            break
+        yield (p.message or f"{p.stage}…", int(p.done), int(p.total))
+    g = Grouping.from_labels(paths, res.labels, K, res.k_reason)
+    return paths, K, g
+
+
+@dataclass
+class MaskData:
+    path: str
+    image: object  # QImage
+    xy: np.ndarray  # (m, 2) float32 in image pixels
+    weight: np.ndarray  # (m,) float32 in [0, 1]
+    n_partners: int
+
+
+def compute_mask(coll, path: str, partners: list[str]) -> MaskData:
+    """Worker side: the feature mask of ``path`` within its group (thesis Sec. 9.3).
+
+    For each partner q, the correspondence weights of ``path``'s features in the
+    vocabulary-guided pyramid match with q form an indicator vector (0 where a feature is
+    unmatched); the mask is their median over the partners, scaled to max 1
+    (as :func:`engine.cluster.refine_with_masks` with ``indicator="weight"``).
+    """
+    from engine.imageio import load_image
+
+    fi = coll.features(path)
+    m = len(fi)
+    partners = [q for q in partners if q != path][:MASK_PARTNERS]
+    ind = np.zeros((max(len(partners), 1), m), np.float32)
+    for row, q in enumerate(partners):
+        r = coll.match(fi, coll.features(q))
+        p = np.asarray(r.pairs, np.int64).reshape(-1, 2)
+        w = np.asarray(getattr(r, "weight", np.ones(len(p))), np.float32)
+        ind[row, p[:, 0]] = w
+    mask = np.median(ind, axis=0).astype(np.float32) if partners else ind[0]
+    if mask.size and mask.max() > 0:
+        mask /= mask.max()
+    img = load_image(path, max_side=MASK_SIDE)
+    fw, fh = fi.image_size
+    s = np.array([img.shape[1] / fw, img.shape[0] / fh], np.float32)
+    xy = np.asarray(fi.xy, np.float32).reshape(-1, 2) * s
+    return MaskData(str(path), array_to_qimage(img), xy, mask, len(partners))
+
+
+def draw_mask(data: MaskData) -> QPixmap:
+    """The photo with its keypoints as discs coloured (and sized) by mask weight;
+    weak features are drawn small and faint so the ones that count stand out."""
+    pm = QPixmap.fromImage(data.image)
+    p = QPainter(pm)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
+    p.fillRect(pm.rect(), QColor(0, 0, 0, 90))  # dim the photo: the features are the subject
+    order = np.argsort(data.weight, kind="stable")  # strongest drawn last, on top
+    for i in order.tolist():
+        w = float(data.weight[i])
+        x, y = float(data.xy[i, 0]), float(data.xy[i, 1])
+        r = 2.0 + 5.0 * w
+        p.setPen(QPen(QColor(0, 0, 0, 160), 1.0))
+        p.setBrush(strength_colour(w, 110 + int(145 * w)))
+        p.drawEllipse(QPointF(x, y), r, r)
+    p.end()
+    return pm
+
+
+# ============================================================================ Qt models/views
+class GroupModel(_ThumbModel):
+    """The members of one group (already ordered), draggable to other groups."""
+
+    def __init__(self, thumbs, group: int, parent=None) -> None:
+        super().__init__(thumbs, parent)
+        self.group = group
+        self.proto: list[bool] = []
+        self.outlier: list[bool] = []
+
+    def set_members(self, paths, proto, outlier) -> None:
+        self.beginResetModel()
+        self._paths = [str(p) for p in paths]
+        self.proto = [bool(x) for x in proto]
+        self.outlier = [bool(x) for x in outlier]
+        self._reindex()
+        self.endResetModel()
+
+    def data(self, index, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self._paths):
+            return None
+        r = index.row()
+        p = self._paths[r]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return Path(p).name
+        if role == Qt.ItemDataRole.ToolTipRole:
+            tags = ["prototype"] if self.proto[r] else []
+            tags += ["outlier: fits this group badly"] if self.outlier[r] else []
+            extra = f"\n{', '.join(tags)}" if tags else ""
+            return f"{Path(p).name}{extra}\nDrag onto another group to move it"
+        if role == Qt.ItemDataRole.DecorationRole:
+            return self.thumbs.pixmap(p)
+        if role == PATH_ROLE:
+            return p
+        return None
+
+    def flags(self, index):
+        f = super().flags(index)
+        return f | Qt.ItemFlag.ItemIsDragEnabled if index.isValid() else f
+
+    def mimeTypes(self) -> list[str]:
+        return [MIME]
+
+    def supportedDragActions(self):
+        return Qt.DropAction.CopyAction | Qt.DropAction.MoveAction
+
+    def mimeData(self, indexes) -> QMimeData:
+        md = QMimeData()
+        paths = [self._paths[i.row()] for i in indexes if i.isValid()]
+        md.setData(MIME, json.dumps({"group": self.group, "paths": paths}).encode())
+        return md
+
+
+class GroupDelegate(ThumbnailDelegate):
+    """Thumbnail cell with a gold star on prototypes and a red frame on outliers."""
+
+    def paint(self, painter: QPainter, option, index) -> None:
+        super().paint(painter, option, index)
+        model = index.model()
+        r = index.row()
+        proto = bool(model.proto[r]) if hasattr(model, "proto") else False
+        outl = bool(model.outlier[r]) if hasattr(model, "outlier") else False
+        if not (proto or outl):
+            return
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        cell = option.rect.adjusted(3, 3, -3, -3)
+        img = QRect(cell.left() + 4, cell.top() + 4, cell.width() - 8, self.size)
+        badge = QRect(img.left() + 2, img.top() + 2, 20, 20)
+        if proto:
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(20, 20, 22, 200))
+            painter.drawEllipse(badge)
+            painter.setPen(QColor(240, 192, 64))
+            f = QFont(option.font)
+            f.setBold(True)
+            painter.setFont(f)
+            painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, "★")
+        if outl:
+            painter.setPen(QPen(QColor(230, 80, 80), 2, Qt.PenStyle.DashLine))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(img.adjusted(-1, -1, 1, 1), 4, 4)
+            tag = QRect(img.left() + 2, img.bottom() - 18, 52, 16)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(170, 50, 50, 220))
+            painter.drawRoundedRect(tag, 3, 3)
+            painter.setPen(QColor(255, 235, 235))
+            f = QFont(option.font)
+            f.setPointSizeF(max(6.5, f.pointSizeF() * 0.8))
+            painter.setFont(f)
+            painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "outlier")
+        painter.restore()
+
+
+class GroupStrip(QListView):
+    """A horizontal strip of one group's photos; accepts photos dragged from others."""
+
+    dropped = Signal(list, int)  # paths, target group
+    menu_requested = Signal(str, object)  # path, global pos
+
+    def __init__(self, model: GroupModel, delegate: GroupDelegate, parent=None) -> None:
+        super().__init__(parent)
+        self.setModel(model)
+        self.setItemDelegate(delegate)
+        self.setFlow(QListView.Flow.LeftToRight)
+        self.setWrapping(False)
+        self.setUniformItemSizes(True)
+        self.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setMouseTracking(True)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DragDrop)
+        self.setDefaultDropAction(Qt.DropAction.CopyAction)
+        self.setDragEnabled(True)
+        self.setAcceptDrops(True)
+        self.setDropIndicatorShown(False)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._menu)
+        self._base_height = delegate.sizeHint(None, None).height() + 6
+        self.setFixedHeight(self._base_height)
+        # room for the scroll bar only when the group is wider than the view
+        self.horizontalScrollBar().rangeChanged.connect(self._fit_height)
+
+    def _fit_height(self, _lo: int, hi: int) -> None:
+        extra = self.horizontalScrollBar().sizeHint().height() if hi > 0 else 0
+        self.setFixedHeight(self._base_height + extra)
+
+    def _menu(self, pos) -> None:
+        idx = self.indexAt(pos)
+        if idx.isValid():
+            self.menu_requested.emit(item_data(idx, PATH_ROLE), self.viewport().mapToGlobal(pos))
+
+    def _payload(self, md) -> dict | None:
+        if md is None or not md.hasFormat(MIME):
+            return None
+        try:
+            return json.loads(bytes(md.data(MIME)).decode())
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    def dragEnterEvent(self, event) -> None:
+        d = self._payload(event.mimeData())
+        if d is not None and d.get("group") != self.model().group:
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:
+        d = self._payload(event.mimeData())
+        if d is None or d.get("group") == self.model().group:
+            event.ignore()
+            return
+        event.setDropAction(Qt.DropAction.CopyAction)  # the source row is never removed
+        event.accept()
+        self.dropped.emit([str(p) for p in d.get("paths", [])], self.model().group)
+
+
+class GroupRow(QFrame):
+    """Header (editable name, size, split, merge) and the strip of one group."""
+
+    def __init__(self, view: CategoriesView, group: int) -> None:
+        super().__init__()
+        self.setObjectName("groupRow")
+        self.view = view
+        self.group = group
+        self.model = GroupModel(view.window.thumbs, group, self)
+        self.strip = GroupStrip(self.model, view.delegate)
+        self.name = QLineEdit()
+        self.name.setObjectName("groupName")
+        self.name.setPlaceholderText(f"Group {group + 1}")
+        self.name.setToolTip("Name this group (kept in the index)")
+        self.name.setMaximumWidth(260)
+        self.name.editingFinished.connect(lambda: view.rename_group(self.group, self.name.text()))
+        self.info = QLabel()
+        self.info.setObjectName("hint")
+        self.split_btn = QToolButton()
+        self.split_btn.setText("Split")
+        self.split_btn.setToolTip("Cut this group in two (normalized cut of its own affinities)")
+        self.split_btn.clicked.connect(lambda: view.split_group(self.group))
+        self.merge_btn = QToolButton()
+        self.merge_btn.setText("Merge with")
+        self.merge_btn.setToolTip("Join another group into this one")
+        self.merge_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.merge_menu = QMenu(self.merge_btn)
+        self.merge_btn.setMenu(self.merge_menu)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.name)
+        head.addWidget(self.info, 1)
+        head.addWidget(self.split_btn)
+        head.addWidget(self.merge_btn)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 6, 10, 4)
+        lay.setSpacing(4)
+        lay.addLayout(head)
+        lay.addWidget(self.strip)
+        self.strip.dropped.connect(view._on_dropped)
+        self.strip.menu_requested.connect(view._photo_menu)
+        self.strip.doubleClicked.connect(
+            lambda idx: view.show_mask(item_data(idx, PATH_ROLE)) if idx.isValid() else None
+        )
+
+    def fill(self, g: Grouping) -> None:
+        rows = g.members(self.group)
+        self.model.set_members([g.paths[i] for i in rows], g.prototypes[rows], g.outliers[rows])
+        self.name.setText(g.names.get(self.group, ""))
+        n_p, n_o = int(g.prototypes[rows].sum()), int(g.outliers[rows].sum())
+        parts = [f"{len(rows)} photo{'s' if len(rows) != 1 else ''}", f"{n_p} ★ prototype"
+                 + ("s" if n_p != 1 else "")]  # fmt: skip
+        if n_o:
+            parts.append(f"{n_o} outlier{'s' if n_o != 1 else ''}")
+        self.info.setText("  ·  ".join(parts))
+        self.split_btn.setEnabled(len(rows) >= 2)
+        self.merge_menu.clear()
+        for other in range(g.k):
+            if other != self.group:
+                a = self.merge_menu.addAction(g.name(other))
+                a.triggered.connect(lambda _=False, o=other: self.view.merge_groups(self.group, o))
+        self.merge_btn.setEnabled(g.k > 1)
+
+
+class MaskPanel(QFrame):
+    """A photo with its keypoints coloured by feature-mask weight."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("maskPanel")
+        self.setMinimumWidth(320)
+        self.title = QLabel("<b>Feature mask</b>")
+        self.title.setWordWrap(True)
+        self.image = QLabel("Double-click a photo (or right-click ▸ Show feature mask) to see "
+                            "which of its features made it belong to its group.")  # fmt: skip
+        self.image.setWordWrap(True)
+        self.image.setObjectName("hint")
+        self.image.setMinimumHeight(220)
+        self.legend = QLabel()
+        self.legend.setWordWrap(True)
+        self.legend.setObjectName("hint")
+        self.image.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 10, 10, 10)
+        lay.addWidget(self.title)
+        lay.addWidget(self.legend)
+        lay.addWidget(self.image, 1)
+        self._pm: QPixmap | None = None
+        self.data: MaskData | None = None
+
+    def set_busy(self, text: str) -> None:
+        self._pm = None
+        self.image.setPixmap(QPixmap())
+        self.image.setText(text)
+
+    def set_mask(self, data: MaskData, group_name: str) -> None:
+        self.data = data
+        self._pm = draw_mask(data)
+        self.title.setText(f"<b>{Path(data.path).name}</b> in <b>{group_name}</b>")
+        strong = int((data.weight >= 0.5).sum())
+        self.legend.setText(
+            f"{len(data.weight)} features; {strong} strongly shared with {data.n_partners} "
+            "best members of the group. Colour and size = mask weight (median correspondence "
+            "weight over those matchings): yellow = made it belong, purple = did not."
+        )
+        self._fit()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        if self._pm is None:
+            return
+        w = max(50, self.image.width() - 4)
+        h = max(50, self.image.height() - 4)
+        self.image.setPixmap(
+            self._pm.scaled(
+                w,
+                h,
+                Qt.AspectRatioMode.KeepAspectRatio,
+                Qt.TransformationMode.SmoothTransformation,
+            )
+        )
+
+
+class CategoriesView(QWidget):
+    """The Categories tab (see the module docstring)."""
+
+    grouping_shown = Signal()
+    mask_shown = Signal()
+
+    def __init__(self, window) -> None:
+        super().__init__()
+        self.window = window
+        self.collection = None
+        self.grouping: Grouping | None = None
+        self.K: np.ndarray | None = None
+        self.must: list[tuple[str, str]] = []
+        self.cannot: list[tuple[str, str]] = []
+        self.rows: list[GroupRow] = []
+        self._busy = False
+        self._token = 0
+        self._mask_token = 0
+        self._pending_move: tuple[list[str], int] | None = None
+        self.delegate = GroupDelegate(window.thumbs, 104, self)
+
+        self.k_combo = QComboBox()
+        self.k_combo.addItem("Number of groups: automatic", "auto")
+        for k in range(2, 21):
+            self.k_combo.addItem(f"{k} groups", k)
+        self.k_combo.setToolTip("How many groups to make (automatic: the largest eigengap)")
+        self.k_combo.activated.connect(lambda *_: self.regroup())
+        self.group_btn = QPushButton("Group photos")
+        self.group_btn.setToolTip("Group the folder again (keeps your moves as constraints)")
+        self.group_btn.clicked.connect(lambda: self.regroup())
+        self.reset_btn = QToolButton()
+        self.reset_btn.setText("Forget my moves")
+        self.reset_btn.setToolTip("Drop the constraints from your moves, splits and merges")
+        self.reset_btn.clicked.connect(self.forget_constraints)
+        self.export_btn = QToolButton()
+        self.export_btn.setText("Export")
+        self.export_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.export_btn)
+        for text, mode in (
+            ("Folders of links…", "links"),
+            ("Folders of copies…", "copies"),
+            ("CSV table…", "csv"),
+        ):
+            a = menu.addAction(text)
+            a.triggered.connect(lambda _=False, m=mode: self.export_dialog(m))
+        self.export_btn.setMenu(menu)
+        self.export_btn.setToolTip("Write the groups as folders (originals are never moved)")
+        self.progress = QProgressBar()
+        self.progress.setFixedWidth(160)
+        self.progress.hide()
+        self.reason = QLabel("Open a folder, then group its photos.")
+        self.reason.setObjectName("hint")
+        self.reason.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(self.k_combo)
+        top.addWidget(self.group_btn)
+        top.addWidget(self.reset_btn)
+        top.addWidget(self.progress)
+        top.addStretch(1)
+        top.addWidget(self.export_btn)
+
+        self.rows_host = QWidget()
+        self.rows_lay = QVBoxLayout(self.rows_host)
+        self.rows_lay.setContentsMargins(0, 0, 0, 0)
+        self.rows_lay.setSpacing(6)
+        self.rows_lay.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setWidget(self.rows_host)
+        self.mask = MaskPanel()
+        self.mask.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        body = QHBoxLayout()
+        body.setContentsMargins(0, 0, 0, 0)
+        body.addWidget(self.scroll, 3)
+        body.addWidget(self.mask, 1)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 0)
+        lay.addLayout(top)
+        lay.addWidget(self.reason)
+        lay.addLayout(body, 1)
+        self.setStyleSheet(
+            "QFrame#groupRow { background: #26272b; border: 1px solid #34363b;"
+            " border-radius: 8px; }"
+            "QFrame#maskPanel { background: #232428; border-left: 1px solid #34363b; }"
+            "QLineEdit#groupName { font-weight: bold; background: transparent;"
+            " border: 1px solid transparent; border-radius: 4px; padding: 2px 4px; }"
+            "QLineEdit#groupName:hover, QLineEdit#groupName:focus { border-color: #4a4d54;"
+            " background: #1f2023; }"
+        )
+        self._update_buttons()
+        window.collection_opened.connect(self.set_collection)
+
+    # -- collection --------------------------------------------------------------------------
+    def set_collection(self, coll) -> None:
+        self._token += 1
+        self.collection = coll
+        self.K = None
+        self.must, self.cannot = [], []
+        self._busy = False
+        self.progress.hide()
+        self._set_grouping(None)
+        self._restore()
+        if self.grouping is None and self.isVisible():
+            self.regroup()
+        self._update_buttons()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self.collection is not None and self.grouping is None and not self._busy:
+            self.regroup()
+
+    def _restore(self) -> None:
+        coll = self.collection
+        try:
+            raw = coll.store.get_kv(KV_KEY)
+        except Exception as exc:  # an old index or a closed store: just group again
+            log.debug("no saved grouping: %s", exc)
+            return
+        if not raw:
+            return
+        try:
+            d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            paths = [str(p) for p in coll.paths()]
+            self.must = [tuple(p) for p in d.get("must", [])]
+            self.cannot = [tuple(p) for p in d.get("cannot", [])]
+            k = d.get("k", "auto")
+            i = self.k_combo.findData(k)
+            self.k_combo.setCurrentIndex(max(0, i))
+            if sorted(d["paths"]) != sorted(paths):
+                return  # the folder changed: group again (constraints and k are kept)
+            pos = {p: i for i, p in enumerate(d["paths"])}
+            take = np.array([pos[p] for p in paths], np.int64)
+            g = Grouping(
+                paths,
+                np.asarray(d["labels"], np.int64)[take],
+                np.asarray(d["flow"], np.float64)[take],
+                np.asarray(d["prototypes"], bool)[take],
+                np.asarray(d["outliers"], bool)[take],
+                str(d.get("k_reason", "")),
+            )
+            g.names = {int(a): b for a, b in d.get("names", {}).items() if b}
+            self._set_grouping(g)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            log.debug("saved grouping unusable: %s", exc)
+            return
+        token = self._token
+
+        def got(K) -> None:  # affinities for later edits, computed off the GUI thread
+            if token == self._token:
+                self.K = K
+
+        self.window.run_worker(
+            coll.kernel_matrix, "vocabulary", connect={"returned": got},
+            context="Computing affinities failed",
+        )  # fmt: skip
+
+    def _save(self) -> None:
+        if self.collection is None or self.grouping is None:
+            return
+        try:
+            self.collection.store.set_kv(
+                KV_KEY, self.grouping.to_json(self.must, self.cannot, self.k_combo.currentData())
+            )
+        except Exception as exc:  # read-only index: names live for this session only
+            log.debug("could not save the grouping: %s", exc)
+
+    # -- grouping ----------------------------------------------------------------------------
+    def k_choice(self):
+        return self.k_combo.currentData()
+
+    def regroup(self, k=None) -> None:
+        """Group the collection in the background (``k``: None = the chooser's value)."""
+        win = self.window
+        if self.collection is None or win.is_indexing():
+            win.show_error("Photos can be grouped once the folder is indexed.", kind="warning")
+            return
+        k = self.k_choice() if k is None else k
+        self._token += 1
+        token = self._token
+        self._busy = True
+        self._update_buttons()
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.reason.setText("Grouping…")
+        old = self.grouping
+
+        def progress(item) -> None:
+            if token == self._token:
+                msg, done, total = item
+                self.reason.setText(msg)
+                if total > 0:
+                    self.progress.setRange(0, total)
+                    self.progress.setValue(done)
+
+        def done(result) -> None:
+            if token != self._token:
+                return
+            _paths, K, g = result
+            self.K = K
+            if old is not None:
+                g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+            self._finish()
+            self._set_grouping(g)
+            self._save()
+            self.grouping_shown.emit()
+
+        def failed(exc) -> None:
+            if token == self._token:
+                self._finish()
+                self.reason.setText("Grouping failed.")
+                win.show_error(plain_error(exc, "Grouping the photos failed"))
+
+        win.run_worker(
+            group_job,
+            self.collection,
+            self.K,
+            k,
+            list(self.must),
+            list(self.cannot),
+            connect={"yielded": progress, "returned": done, "errored": failed},
+        )
+
+    def _finish(self) -> None:
+        self._busy = False
+        self.progress.hide()
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        has = self.collection is not None
+        self.group_btn.setEnabled(has and not self._busy)
+        self.k_combo.setEnabled(has and not self._busy)
+        self.export_btn.setEnabled(self.grouping is not None)
+        self.reset_btn.setEnabled(bool(self.must or self.cannot) and not self._busy)
+        for r in self.rows:
+            r.setEnabled(not self._busy)
+
+    def _set_grouping(self, g: Grouping | None) -> None:
+        self.grouping = g
+        while len(self.rows) > (g.k if g is not None else 0):
+            row = self.rows.pop()
+            self.rows_lay.removeWidget(row)
+            row.deleteLater()
+        if g is None:
+            self.reason.setText("Open a folder, then group its photos.")
+            self._update_buttons()
+            return
+        while len(self.rows) < g.k:
+            row = GroupRow(self, len(self.rows))
+            self.rows_lay.insertWidget(self.rows_lay.count() - 1, row)
+            self.rows.append(row)
+        for row in self.rows:
+            row.fill(g)
+        n_c = len(self.must) + len(self.cannot)
+        extra = f"  ·  {n_c} constraint{'s' if n_c != 1 else ''} from your edits" if n_c else ""
+        self.reason.setText(
+            f"<b>{g.k} group{'s' if g.k != 1 else ''}</b> of {len(g.paths)} photos — "
+            f"{g.k_reason or 'edited by hand'}{extra}"
+        )
+        self._update_buttons()
+
+    # -- edits -------------------------------------------------------------------------------
+    def rename_group(self, group: int, name: str) -> None:
+        g = self.grouping
+        if g is None or not 0 <= group < g.k:
+            return
+        name = name.strip()
+        if name:
+            g.names[group] = name
+        else:
+            g.names.pop(group, None)
+        for row in self.rows:
+            if row.group != group:
+                row.fill(g)  # the other rows' "Merge with" menus show the new name
+        self._save()
+
+    def _add_constraints(self, must, cannot) -> None:
+        for a, b in must:
+            self.cannot = [c for c in self.cannot if set(c) != {a, b}]
+            if (a, b) not in self.must and (b, a) not in self.must:
+                self.must.append((a, b))
+        for a, b in cannot:
+            self.must = [c for c in self.must if set(c) != {a, b}]
+            if (a, b) not in self.cannot and (b, a) not in self.cannot:
+                self.cannot.append((a, b))
+
+    def move_photo(self, path: str, group: int) -> None:
+        """The user says ``path`` belongs to ``group``: add the constraints, group again
+        (same number of groups) in the background."""
+        from engine.cluster import move_constraints
+
+        g = self.grouping
+        if g is None or self._busy or self.K is None:
+            return
+        i = g.paths.index(str(path))
+        if g.labels[i] == group:
+            return
+        # anchor on (up to MOVE_ANCHORS of) the target's members: with only its top few,
+        # a balanced cut could push one of its other members out in exchange
+        n_anchors = min(MOVE_ANCHORS, int(np.sum(g.labels == group)))
+        must, cannot = move_constraints(g.to_clustering(), i, group, n_anchors=n_anchors)
+        p = g.paths
+        self._add_constraints([(p[a], p[b]) for a, b in must], [(p[a], p[b]) for a, b in cannot])
+        self.window.status_label.setText(
+            f"Moving {Path(path).name} to {g.name(group)}: grouping again…"
+        )
+        self.regroup(k=g.k)
+
+    def _on_dropped(self, paths: list, group: int) -> None:
+        for p in paths[:1]:
+            self.move_photo(p, group)
+
+    def split_group(self, group: int) -> None:
+        from engine.cluster import split_group
+
+        g = self.grouping
+        if g is None or self.K is None or self._busy:
+            return
+        try:
+            labels = split_group(self.K, g.labels, group)
+        except ValueError as exc:
+            self.window.show_error(plain_error(exc, "Split failed"), kind="warning")
+            return
+        self._apply_edit(labels, f"split {g.name(group)}", split_from=group)
+
+    def merge_groups(self, group: int, other: int) -> None:
+        from engine.cluster import merge_groups
+
+        g = self.grouping
+        if g is None or self.K is None or self._busy or group == other:
+            return
+        a, b = g.members(group)[0], g.members(other)[0]
+        self._add_constraints([(g.paths[a], g.paths[b])], [])
+        labels = merge_groups(g.labels, [group, other])
+        self._apply_edit(labels, f"merged {g.name(other)} into {g.name(group)}")
+
+    def _apply_edit(self, labels, what: str, split_from: int | None = None) -> None:
+        old = self.grouping
+        g = Grouping.from_labels(old.paths, labels, self.K, f"{what} by hand")
+        g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+        if split_from is not None:  # the two halves must stay apart when grouping again
+            src = set(np.flatnonzero(old.labels == split_from).tolist())
+            halves = sorted({int(g.labels[i]) for i in src})
+            tops = [next(i for i in g.members(h) if i in src) for h in halves]
+            if len(tops) == 2:
+                self._add_constraints([], [(g.paths[tops[0]], g.paths[tops[1]])])
+        self._set_grouping(g)
+        self._save()
+        self.grouping_shown.emit()
+
+    def forget_constraints(self) -> None:
+        self.must, self.cannot = [], []
+        self._save()
+        self._update_buttons()
+        self.regroup()
+
+    # -- photo actions -----------------------------------------------------------------------
+    def _photo_menu(self, path: str, pos) -> None:
+        menu = self.photo_menu(path)
+        menu.exec(pos)
+
+    def photo_menu(self, path: str) -> QMenu:
+        """Context menu of a photo: move to another group, feature mask, open."""
+        g = self.grouping
+        menu = QMenu(self)
+        move = menu.addMenu("Move to group")
+        cur = g.group_of(path) if g is not None else -1
+        for other in range(g.k if g is not None else 0):
+            a = QAction(g.name(other), move)
+            a.setEnabled(other != cur and not self._busy)
+            a.triggered.connect(lambda _=False, o=other: self.move_photo(path, o))
+            move.addAction(a)
+        menu.addAction("Show feature mask").triggered.connect(lambda: self.show_mask(path))
+        menu.addAction("Search similar").triggered.connect(
+            lambda: (self.window.show_view("library"), self.window.query_photo(path))
+        )
+        menu.addAction("Open full size").triggered.connect(
+            lambda: self.window.open_full_size(path)
+        )
+        return menu
+
+    def show_mask(self, path: str | None) -> None:
+        g = self.grouping
+        if not path or g is None or self.collection is None:
+            return
+        grp = g.group_of(path)
+        partners = [g.paths[i] for i in g.members(grp) if g.paths[i] != path]
+        self._mask_token += 1
+        token = self._mask_token
+        self.mask.set_busy(f"Matching {Path(path).name} with its group…")
+
+        def done(data) -> None:
+            if token == self._mask_token:
+                self.mask.set_mask(data, g.name(grp))
+                self.mask_shown.emit()
+
+        def failed(exc) -> None:
+            if token == self._mask_token:
+                self.mask.set_busy("The feature mask could not be computed.")
+                self.window.show_error(plain_error(exc, f"Feature mask of {Path(path).name}"))
+
+        self.window.run_worker(
+            compute_mask,
+            self.collection,
+            str(path),
+            partners,
+            connect={"returned": done, "errored": failed},
+        )
+
+    def export_dialog(self, mode: str) -> None:
+        if self.grouping is None:
+            return
+        start = Path(self.window.folder or Path.home())
+        if mode == "csv":
+            fname, _ = QFileDialog.getSaveFileName(
+                self, "Export groups as CSV", str(start.parent / "groups.csv"), "CSV (*.csv)"
+            )
+        else:
+            fname = QFileDialog.getExistingDirectory(
+                self, "Folder that receives one sub-folder per group", str(start.parent)
+            )
+        if fname:
+            self.export(fname, mode)
+
+    def export(self, dest, mode: str) -> int | None:
+        try:
+            n = export_grouping(dest, self.grouping, mode)
+        except (OSError, ValueError) as exc:
+            self.window.show_error(plain_error(exc, "Export failed"))
+            return None
+        what = {"links": "links", "copies": "copies", "csv": "rows"}[mode]
+        self.window.status_label.setText(
+            f"Exported {n} {what} of {self.grouping.k} groups to {dest}"
+        )
+        return n
+
+
+def make_categories_view(window) -> CategoriesView:
+    view = CategoriesView(window)
+    window.categories_view = view
+    return view
+
+
+register_view(
+    "categories",
+    "Categories",
+    make_categories_view,
+    order=40,
+    tooltip="The photos grouped into categories; drag a photo to correct the grouping",
+)

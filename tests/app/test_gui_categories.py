@@ -1,0 +1,280 @@
+"""The Categories view as a person uses it (pytest-qt, offscreen).
+
+The folder holds two sub-folders, each with one "scene" (random coloured shapes, rich in
+SIFT keypoints) photographed four times (rotated, rescaled, cropped): grouping must find
+the two sub-folders, and a photo dragged to the other group must end up there.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+cv2 = pytest.importorskip("cv2")
+
+import app.gui  # noqa: E402,F401  (PySide6 refcount work-around before other Qt code)
+
+# isort: split
+from PySide6.QtCore import QPointF, QSettings, Qt  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+INDEX_TIMEOUT = 180_000
+N_PER_GROUP = 4
+
+
+def _scene(rng: np.random.Generator, h: int = 300, w: int = 400) -> np.ndarray:
+    img = np.full((h, w, 3), rng.integers(0, 256, 3), np.uint8)
+    for _ in range(45):
+        color = tuple(int(c) for c in rng.integers(0, 256, 3))
+        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+        if rng.random() < 0.5:
+            cv2.circle(img, (x, y), int(rng.integers(6, 40)), color, -1)
+        else:
+            x2, y2 = x + int(rng.integers(8, 70)), y + int(rng.integers(8, 70))
+            cv2.rectangle(img, (x, y), (x2, y2), color, -1)
+    return img
+
+
+def make_grouped_folder(folder: Path, n_groups: int = 2, per_group: int = N_PER_GROUP,
+                        seed: int = 1) -> dict[str, list[Path]]:  # fmt: skip
+    """``folder/g{i}/`` holds ``per_group`` views of scene i; returns sub-folder -> paths."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[Path]] = {}
+    for gi in range(n_groups):
+        sub = folder / f"g{gi}"
+        sub.mkdir(parents=True, exist_ok=True)
+        img = _scene(rng)
+        h, w = img.shape[:2]
+        out[sub.name] = []
+        for v in range(per_group):
+            m = cv2.getRotationMatrix2D((w / 2, h / 2), float(rng.uniform(-25, 25)),
+                                        float(rng.uniform(0.75, 1.0)))  # fmt: skip
+            var = cv2.warpAffine(img, m, (w, h), borderMode=cv2.BORDER_REFLECT)
+            p = sub / f"g{gi}_view{v}.jpg"
+            cv2.imwrite(str(p), var[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 90])
+            out[sub.name].append(p)
+    return out
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cats")
+    folder = root / "photos"
+    groups = make_grouped_folder(folder)
+    return folder, root / "index", groups
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from app.gui.theme import apply_theme
+    from app.gui.window import MainWindow
+
+    apply_theme(QApplication.instance())
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings, persist=False)
+    qtbot.addWidget(win)
+    win.resize(1200, 800)
+    win.show()
+    yield win
+    win.cancel_indexing()
+    qtbot.waitUntil(lambda: not win.is_indexing(), timeout=INDEX_TIMEOUT)
+
+
+def open_and_group(qtbot, win, folder, index):
+    with qtbot.waitSignal(win.indexing_finished, timeout=INDEX_TIMEOUT):
+        win.open_folder(folder, index)
+    view = win.views["categories"]
+    if view.grouping is None:
+        with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+            win.show_view("categories")
+    else:
+        win.show_view("categories")
+    return view
+
+
+def shown_groups(view) -> list[list[str]]:
+    """What the person sees: the photos of every row, in row order."""
+    return [row.model.paths() for row in view.rows]
+
+
+def assert_partition(view, photos: list[str]) -> None:
+    rows = shown_groups(view)
+    flat = [p for r in rows for p in r]
+    assert sorted(flat) == sorted(photos)  # every photo in exactly one group
+    assert all(rows), "no empty group rows"
+
+
+def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
+    from engine.feedback import Mark  # noqa: F401  (engine importable in the test env)
+
+    folder, index, groups = grouped
+    view = open_and_group(qtbot, window, folder, index)
+    photos = window.photos.paths()
+    assert len(photos) == 2 * N_PER_GROUP
+    assert_partition(view, photos)
+    # the two sub-folders are found, with the reason for k shown
+    truth = {str(p): name for name, ps in groups.items() for p in ps}
+    assert sorted(sorted(truth[p] for p in r) for r in shown_groups(view)) == [
+        ["g0"] * N_PER_GROUP,
+        ["g1"] * N_PER_GROUP,
+    ]
+    assert "2 groups" in view.reason.text() and "k" in view.reason.text()
+    # prototypes first in every row
+    g = view.grouping
+    for row in view.rows:
+        flags = row.model.proto
+        assert flags[0] and flags == sorted(flags, reverse=True)
+
+    # rename the first group like a person: click the name, type, press Enter
+    row0 = view.rows[0]
+    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
+    row0.name.selectAll()
+    qtbot.keyClicks(row0.name, "Blue things")
+    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    assert view.grouping.name(0) == "Blue things"
+    saved = json.loads(window.collection.store.get_kv("gui.categories"))
+    assert saved["names"]["0"] == "Blue things"
+    first_members = set(row0.model.paths())
+
+    # drag the last photo of group 0 onto group 1's strip
+    moved = row0.model.path(row0.model.rowCount() - 1)
+    src_index = row0.model.index(row0.model.rowCount() - 1)
+    md = row0.model.mimeData([src_index])
+    target = view.rows[1]
+    anchors = set(target.model.paths())
+    drop = QDropEvent(
+        QPointF(20, 20), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )  # fmt: skip
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        target.strip.dropEvent(drop)
+    assert_partition(view, photos)
+    g = view.grouping
+    gm = g.group_of(moved)
+    assert all(g.group_of(a) == gm for a in anchors), "moved photo joins the target group"
+    assert any(moved in pair for pair in view.must) and view.cannot
+    # the renamed group keeps its name (it still holds the rest of its members)
+    rest = first_members - {moved}
+    named = [k for k in range(g.k) if g.name(k) == "Blue things"]
+    assert len(named) == 1 and all(g.group_of(p) == named[0] for p in rest)
+
+    # the context menu offers the same move, to every other group
+    menu = view.photo_menu(moved)
+    move = next(a.menu() for a in menu.actions() if a.text() == "Move to group")
+    assert sorted(a.text() for a in move.actions()) == sorted(g.name(k) for k in range(g.k))
+
+    # feature mask of a photo: one weight in [0, 1] per stored feature, drawn
+    with qtbot.waitSignal(view.mask_shown, timeout=60_000):
+        view.show_mask(moved)
+    data = view.mask.data
+    n_feat = len(window.collection.features(moved))
+    assert data.weight.shape == (n_feat,) and data.xy.shape == (n_feat, 2)
+    assert 0.0 <= data.weight.min() and data.weight.max() == pytest.approx(1.0)
+    assert view.mask.image.pixmap() is not None and not view.mask.image.pixmap().isNull()
+
+    # split the larger group, then merge it back
+    k0 = view.grouping.k
+    big = int(np.argmax(np.bincount(view.grouping.labels)))
+    view.rows[big].split_btn.click()
+    assert view.grouping.k == k0 + 1
+    assert_partition(view, photos)
+    assert len(view.rows) == k0 + 1
+    merge_menu = view.rows[0].merge_menu
+    merge_menu.actions()[-1].trigger()
+    assert view.grouping.k == k0
+    assert_partition(view, photos)
+
+    # export: links and copies in folders (originals untouched), and CSV
+    before = sorted(os.listdir(folder / "g0")) + sorted(os.listdir(folder / "g1"))
+    n = view.export(tmp_path / "links", "links")
+    assert n == len(photos)
+    links = [p for p in (tmp_path / "links").rglob("*") if p.is_symlink()]
+    assert sorted(os.path.realpath(p) for p in links) == sorted(
+        os.path.realpath(p) for p in photos
+    )
+    assert any("Blue things" in p.parent.name for p in links)
+    assert view.export(tmp_path / "copies", "copies") == len(photos)
+    copies = [p for p in (tmp_path / "copies").rglob("*.jpg") if p.is_file()]
+    assert len(copies) == len(photos) and not any(p.is_symlink() for p in copies)
+    view.export(tmp_path / "groups.csv", "csv")
+    with (tmp_path / "groups.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(r["path"] for r in rows) == sorted(photos)
+    assert {r["name"] for r in rows} == {view.grouping.name(k) for k in range(view.grouping.k)}
+    assert sorted(os.listdir(folder / "g0")) + sorted(os.listdir(folder / "g1")) == before
+
+
+def test_saved_grouping_and_fixed_k(qtbot, window, grouped):
+    folder, index, _ = grouped
+    view = open_and_group(qtbot, window, folder, index)
+    # reopening restores the saved grouping (names, constraints) without regrouping
+    assert view.grouping is not None
+    names = [view.grouping.name(k) for k in range(view.grouping.k)]
+    assert "Blue things" in names
+    assert view.must
+    view.forget_constraints()
+    qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
+    assert not view.must and not view.cannot
+    i = view.k_combo.findData(3)
+    view.k_combo.setCurrentIndex(i)
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        view.regroup()
+    assert view.grouping.k == 3
+    assert_partition(view, window.photos.paths())
+    assert "3" in view.reason.text()
+
+
+def test_headless_clusters_screenshot(grouped, tmp_path):
+    folder, index, _ = grouped
+    out = tmp_path / "clusters.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", str(folder), "--index", str(index),
+         "--view", "clusters", "--screenshot", str(out), "--size", "1000x700"],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(out))
+    assert (img.width(), img.height()) == (1000, 700)
+
+
+def test_names_follow_groups_and_export_never_overwrites(tmp_path):
+    from app.gui.categories import Grouping, carry_names, export_grouping
+
+    old_paths = ["a", "b", "c", "d", "e"]
+    old = np.array([0, 0, 0, 1, 1])
+    # regrouped: groups renumbered, "c" moved over; names follow the larger overlap
+    new = np.array([1, 1, 0, 0, 0])
+    names = carry_names(old_paths, old, {0: "Cats", 1: "Dogs"}, old_paths, new)
+    assert names == {1: "Cats", 0: "Dogs"}
+    assert carry_names(old_paths, old, {}, old_paths, new) == {}
+
+    # two photos with the same name from different folders, and an existing file
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    srcs = [tmp_path / "x" / "p.jpg", tmp_path / "y" / "p.jpg"]
+    for i, s in enumerate(srcs):
+        s.write_bytes(bytes([i]) * 10)
+    g = Grouping([str(s) for s in srcs], np.array([0, 0]), np.ones(2), np.array([True, False]),
+                 np.zeros(2, bool), names={0: "A/B: c"})  # fmt: skip
+    out = tmp_path / "out"
+    (out / "01 A_B_ c").mkdir(parents=True)
+    (out / "01 A_B_ c" / "p.jpg").write_bytes(b"keep me")
+    assert export_grouping(out, g, "copies") == 2
+    files = sorted(p.name for p in (out / "01 A_B_ c").iterdir())
+    assert files == ["p.jpg", "p_1.jpg", "p_2.jpg"]
+    assert (out / "01 A_B_ c" / "p.jpg").read_bytes() == b"keep me"
+    assert all(s.is_file() for s in srcs)
+    with pytest.raises(ValueError, match="mode"):
+        export_grouping(out, g, "move")

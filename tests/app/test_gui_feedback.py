@@ -1,0 +1,141 @@
+"""Thumbs up / down on results and "Learn from my marks" (pytest-qt, offscreen)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+pytest.importorskip("cv2")
+
+import app.gui  # noqa: F401  (PySide6 refcount work-around before other Qt code)
+
+# isort: split
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QApplication
+
+from tests.app.test_gui_categories import make_grouped_folder
+
+INDEX_TIMEOUT = 180_000
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory):
+    root = tmp_path_factory.mktemp("marks")
+    folder = root / "photos"
+    groups = make_grouped_folder(folder, n_groups=3, per_group=3, seed=5)
+    return folder, root / "index", groups
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from app.gui.theme import apply_theme
+    from app.gui.window import MainWindow
+
+    apply_theme(QApplication.instance())
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings, persist=False)
+    qtbot.addWidget(win)
+    win.resize(1200, 800)
+    win.show()
+    yield win
+    win.cancel_indexing()
+    qtbot.waitUntil(lambda: not win.is_indexing() and not win.is_learning(), timeout=60_000)
+
+
+def click_thumb(qtbot, win, result: str, up: bool) -> None:
+    """Click the ✓ (up) or ✗ button drawn on ``result``'s row."""
+    panel = win.results_panel
+    row = win.results.row_of(result)
+    idx = win.results.index(row)
+    panel.list.scrollTo(idx)
+    rect = panel.list.visualRect(idx)
+    b_up, b_down = panel.delegate.button_rects(rect)
+    with qtbot.waitSignal(win.marks_saved, timeout=20_000):
+        qtbot.mouseClick(
+            panel.list.viewport(), Qt.MouseButton.LeftButton, pos=(b_up if up else b_down).center()
+        )
+
+
+def stored(win) -> dict[tuple[str, str], bool]:
+    from engine.feedback import load_marks
+
+    return {(Path(m.query).name, Path(m.result).name): m.relevant
+            for m in load_marks(win.collection)}  # fmt: skip
+
+
+def test_marks_learn_and_search_learned(qtbot, window, grouped):
+    folder, index, groups = grouped
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    methods = [window.results_panel.method.itemData(i)
+               for i in range(window.results_panel.method.count())]  # fmt: skip
+    assert "learned" not in methods  # no model yet
+
+    # picking "learned" without a model says how to make one, in plain words
+    with qtbot.waitSignal(window.error_shown, timeout=5_000) as msg:
+        window.set_method("learned")
+    assert "Learn from my marks" in msg.args[0] and "Traceback" not in msg.args[0]
+    assert window.results_panel.current_method() != "learned"
+
+    g0, g1, g2 = (groups[k] for k in ("g0", "g1", "g2"))
+    query = str(g0[0])
+    with qtbot.waitSignal(window.results_changed, timeout=60_000):
+        window.query_photo(query)
+    shown = window.results.paths()
+    assert str(g0[1]) in shown and str(g1[0]) in shown
+
+    # thumbs up on a photo of the same scene, down on another scene's photo
+    click_thumb(qtbot, window, str(g0[1]), up=True)
+    click_thumb(qtbot, window, str(g1[0]), up=False)
+    assert stored(window) == {(g0[0].name, g0[1].name): True, (g0[0].name, g1[0].name): False}
+    assert "1 ✓" in window.results_panel.marks_label.text()
+    # clicking the same thumb again removes the mark; clicking the other flips it
+    click_thumb(qtbot, window, str(g1[0]), up=False)
+    assert (g0[0].name, g1[0].name) not in stored(window)
+    click_thumb(qtbot, window, str(g1[0]), up=False)
+    click_thumb(qtbot, window, str(g2[0]), up=False)
+    click_thumb(qtbot, window, str(g0[2]), up=True)
+    assert stored(window)[(g0[0].name, g1[0].name)] is False
+    assert window.marks.get(query, str(g0[2])) is True
+
+    # learn from the marks in the background, then search with the learned similarity
+    with qtbot.waitSignal(window.learning_finished, timeout=120_000) as done:
+        window.learn_from_marks()
+    summary = done.args[0]
+    assert summary is not None and summary.source == "marks" and summary.method == "oasis"
+    methods = [window.results_panel.method.itemData(i)
+               for i in range(window.results_panel.method.count())]  # fmt: skip
+    assert "learned" in methods
+    with qtbot.waitSignal(window.results_changed, timeout=60_000):
+        window.set_method("learned")
+    assert window.results.method == "learned"
+    ranked = window.results.paths()
+    others = [p for p in ranked if p != query]
+    # the photos marked similar rank above those marked not similar
+    pos = {p: i for i, p in enumerate(others)}
+    assert max(pos[str(g0[1])], pos[str(g0[2])]) < min(pos[str(g1[0])], pos[str(g2[0])])
+
+
+def test_marks_need_an_idle_index(qtbot, window, grouped):
+    folder, index, _ = grouped
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    assert len(window.marks) > 0  # the marks of the previous test were kept in the index
+    assert "learned" in [window.results_panel.method.itemData(i)
+                         for i in range(window.results_panel.method.count())]  # fmt: skip
+    # learning can be cancelled (Esc / Cancel); the cancel button shows while it runs
+    window.learn_from_marks()
+    assert window.is_learning() and window.cancel_btn.isVisibleTo(window)
+    with qtbot.waitSignal(window.learning_finished, timeout=60_000) as done:
+        window.cancel_btn.click()
+    if done.args[0] is None:  # (it may have finished before the click arrived)
+        assert "cancelled" in window.status_label.text()
+    assert not window.is_learning() and not window.cancel_btn.isVisibleTo(window)
+    window.reindex()
+    assert window.is_indexing()
+    with qtbot.waitSignal(window.error_shown, timeout=5_000) as msg:
+        window.learn_from_marks()
+    assert "indexing" in msg.args[0]
+    qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
