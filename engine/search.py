@@ -23,6 +23,7 @@ The pieces, and the papers they come from:
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,10 @@ __all__ = [
 
 
 _CONTROLLER = None
+# IntersectionIndex._score_rows: below this many distinct bins the query is a dense vector,
+# above it entries are matched through a filter of _FILTER_SLOTS (a power of two) slots
+_DENSE_QUERY_MAX = 1 << 20
+_FILTER_SLOTS = 1 << 16
 
 
 def single_threaded_blas():
@@ -168,6 +173,9 @@ class IntersectionIndex:
         self._built = False
         self._columns = columns  # (unique keys (K,), column of every entry (nnz,) int32)
         self._csr = None
+        self._scratch: np.ndarray | None = None  # (K,) float32 zeros between queries
+        self._filter: np.ndarray | None = None  # (_FILTER_SLOTS,) bool, False between queries
+        self._scratch_lock = threading.Lock()
 
     def columns(self) -> tuple[np.ndarray, np.ndarray]:
         """Compact column ids: sorted unique keys ``(K,) int64`` and each entry's
@@ -182,11 +190,9 @@ class IntersectionIndex:
     ) -> np.ndarray:
         """Row-major scoring of a few rows: work proportional to their entries."""
         uk, cols = self.columns()
-        q = np.zeros(uk.shape[0] + 1, np.float32)  # last slot: keys absent from the index
         pos = np.searchsorted(uk, q_keys)
         pos = np.minimum(pos, uk.shape[0] - 1) if uk.size else pos
         hit = uk[pos] == q_keys if uk.size else np.zeros(q_keys.shape, bool)
-        q[pos[hit]] = q_values[hit]
         if getattr(self, "_csr", None) is None:
             import scipy.sparse as sp
 
@@ -196,12 +202,44 @@ class IntersectionIndex:
         sub = self._csr[rows]  # C-level row gather
         if sub.nnz == 0:
             return np.zeros(rows.shape[0])
-        contrib = np.minimum(sub.data, q[sub.indices])
-        lens = np.diff(sub.indptr)
-        out = np.zeros(rows.shape[0])
-        nz = lens > 0
-        out[nz] = np.add.reduceat(contrib, sub.indptr[:-1][nz], dtype=np.float64)
-        return out
+        qcols = pos[hit].astype(np.int64)  # sorted: q_keys are sorted and unique
+        qvals = q_values[hit]
+        if qcols.size == 0:
+            return np.zeros(rows.shape[0])
+        idx = sub.indices
+        if uk.shape[0] < _DENSE_QUERY_MAX:
+            # few distinct bins (vocabulary pyramids): the query as a dense vector over
+            # the K columns, a cache-resident buffer kept between calls and cleared after
+            with self._scratch_lock:
+                if self._scratch is None:
+                    self._scratch = np.zeros(uk.shape[0], np.float32)
+                q = self._scratch
+                q[qcols] = qvals
+                qx = q[idx]
+                q[qcols] = 0.0
+            contrib = np.minimum(sub.data, qx)
+            lens = np.diff(sub.indptr)
+            out = np.zeros(rows.shape[0])
+            nz = lens > 0
+            out[nz] = np.add.reduceat(contrib, sub.indptr[:-1][nz], dtype=np.float64)
+            return out
+        # Many distinct bins (uniform pyramids: millions): gathering from a dense (K,)
+        # query vector would cost a cache miss per entry. A 64k-slot filter on the
+        # column's low bits (L2-resident) rejects most entries; the rest are looked up
+        # exactly in the query's sorted columns.
+        with self._scratch_lock:
+            if self._filter is None:
+                self._filter = np.zeros(_FILTER_SLOTS, np.bool_)
+            filt = self._filter
+            filt[qcols & (_FILTER_SLOTS - 1)] = True
+            maybe = np.flatnonzero(filt[idx & (_FILTER_SLOTS - 1)])
+            filt[qcols & (_FILTER_SLOTS - 1)] = False
+        j = np.minimum(np.searchsorted(qcols, idx[maybe]), qcols.size - 1)
+        ok = qcols[j] == idx[maybe]
+        ent = maybe[ok]
+        contrib = np.minimum(sub.data[ent], qvals[j[ok]])
+        row_of = np.searchsorted(sub.indptr, ent, side="right") - 1
+        return np.bincount(row_of, weights=contrib, minlength=rows.shape[0])
 
     def __len__(self) -> int:
         return int(self.indptr.shape[0] - 1)
