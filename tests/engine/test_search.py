@@ -112,3 +112,43 @@ def test_verify_pair_finds_a_warped_copy():
     assert v.n_inliers >= 0.95 * n and v.inliers.sum() >= 0.95 * n
     other = rng.uniform(0, 400, (n, 2)).astype(np.float32)
     assert verify_pair(desc, xy, desc[perm], other, image_size=(400, 400)).n_inliers == 0
+
+
+@pytest.mark.parametrize("dense_max", [1 << 20, 0])
+def test_row_scoring_paths_match_bruteforce(monkeypatch, dense_max):
+    """Few-row scoring is exact on both paths: the reusable dense buffer (vocabulary
+    pyramids) and the filter + sorted lookup used when bins are too many (uniform)."""
+    import engine.search as search
+
+    monkeypatch.setattr(search, "_DENSE_QUERY_MAX", dense_max)
+    rng = np.random.default_rng(3)
+    indptr, keys, vals = _random_rows(rng, 80, n_keys=60)
+    ix = IntersectionIndex(indptr, keys, vals)
+    D = _dense(indptr, keys, vals, 60)
+    for _ in range(3):  # the buffers must be clean between queries
+        qk = np.sort(rng.choice(60, 9, replace=False)).astype(np.int64)
+        qv = rng.random(9).astype(np.float32)
+        q = np.zeros(60)
+        q[qk] = qv
+        rows = rng.choice(80, 7, replace=False)
+        want = np.minimum(D[rows], q).sum(axis=1)
+        np.testing.assert_allclose(ix.score(qk, qv, rows), want, rtol=1e-5)
+
+
+def test_fused_candidates_union_of_both_hashes():
+    from types import SimpleNamespace
+
+    from engine.collection import _fused_candidates
+
+    rng = np.random.default_rng(0)
+    n, m = 200, 64
+    wta = rng.integers(0, 4, (n, m)).astype(np.uint8)
+    rh = rng.integers(0, 256, (n, 16)).astype(np.uint8)
+    q = SimpleNamespace(wta=wta[:1].copy(), rh=rh[:1].copy())
+    q.wta[0] = wta[17]  # row 17 agrees perfectly on the WTA codes
+    q.rh[0] = rh[42]  # row 42 agrees perfectly on the hyperplane bits
+    data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh)
+    cand = _fused_candidates(q, data, 20)
+    assert cand.shape == (20,) and np.unique(cand).size == 20
+    assert {17, 42} <= set(cand[:2].tolist())
+    assert cand.min() >= 0 and cand.max() < n
