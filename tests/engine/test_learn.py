@@ -207,3 +207,56 @@ def test_oasis_from_feedback_triplets():
     assert precision_at_k(S, y, y, 10, exclude_self=True) > base
     with pytest.raises(ValueError, match="lie in"):
         OASIS().fit_triplets(X, [[0, 1, 10_000]])
+
+
+def test_oasis_generalises_to_unseen_images():
+    # The benchmark protocol in miniature: train on half of every class, rank the
+    # other (unseen) half against itself.
+    from engine.learn import train_test_split_by_class
+
+    X, y = _sparse_topics(n_per=60, seed=5)
+    train, test = train_test_split_by_class(y, 0.5, random_state=0)
+    Xte = X[test].toarray()
+    Xte /= np.linalg.norm(Xte, axis=1, keepdims=True)
+    base = precision_at_k(Xte @ Xte.T, y[test], y[test], 10, exclude_self=True)
+    model = OASIS(n_steps=6_000, eval_every=2_000, random_state=0).fit(X[train], y[train])
+    learned = precision_at_k(model.similarity(X[test]), y[test], y[test], 10, exclude_self=True)
+    assert learned > 1.2 * base, (learned, base)
+    # early stopping kept the W with the best held-out score it reported
+    assert model.best_score_ == max(s for _, s in model.history_)
+
+
+@pytest.mark.parametrize("variant", ["plain", "symmetric"])
+def test_oasis_single_passive_aggressive_step_is_exact(variant):
+    # One triplet whose positive and negative share a word: with C large the update of
+    # Eqs. 3-5 makes the hinge loss exactly zero, S_W(p, p+) - S_W(p, p-) = 1.
+    X = sp.csr_matrix(
+        np.array(
+            [[1.0, 2.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0, 3.0], [0.5, 0.0, 1.0, 2.0, 0.0]],
+            np.float32,
+        )
+    )
+    model = OASIS(C=100.0, n_steps=1, eval_every=1, variant=variant)
+    model.fit_triplets(X, [[0, 1, 2]])
+    S = model.similarity(X)
+    if variant == "plain":
+        assert S[0, 1] - S[0, 2] == pytest.approx(1.0, abs=1e-5)
+    else:  # half the step on each side keeps W symmetric
+        np.testing.assert_allclose(model.W_, model.W_.T, atol=1e-6)
+    # a small C caps the step size: tau = C, ‖ΔW‖_F = C‖p‖‖p+ − p−‖
+    small = OASIS(C=1e-3, n_steps=1, eval_every=1, variant="plain").fit_triplets(X, [[0, 1, 2]])
+    P = small.transform(X).toarray()
+    expected = 1e-3 * np.linalg.norm(P[0]) * np.linalg.norm(P[1] - P[2])
+    assert np.linalg.norm(small.W_ - np.eye(5)) == pytest.approx(expected, rel=1e-4)
+
+
+def test_oasis_validation_split_is_held_out_and_stratified():
+    from engine.learn import _class_members, _validation_split
+
+    y = np.repeat(np.arange(4), [20, 10, 3, 1])
+    train, val = _validation_split(_class_members(y), 0.2, np.random.default_rng(0))
+    assert np.intersect1d(train, val).size == 0
+    np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(y.size))
+    # classes big enough give >= 2 held-out images (each has a held-out match) and
+    # keep >= 2 for training; tiny classes stay in training
+    np.testing.assert_array_equal(np.bincount(y[val], minlength=4), [4, 2, 0, 0])
