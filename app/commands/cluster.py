@@ -1,7 +1,16 @@
 """``simile cluster FOLDER``: group an indexed photo folder into categories (thesis Ch. 9).
 
-The grouping, its prototypes and a classifier trained on them are stored in the index
-(``cluster.*`` arrays) so ``simile classify`` can assign new photos to the groups.
+The grouping is refined with per-image feature masks (thesis 9.3-9.4): every image is
+matched (pyramid-match correspondences on the stored features, no geometric verification)
+against up to ``--partners`` members of its group, each feature's mask value is the median
+of its match indicators, and members are ranked by their mask-weighted flow; the top
+``--prototypes`` percent are prototypes and low-flow members outliers.
+
+The grouping, prototypes, masks (``cluster.masks`` float32 concatenated, image i's mask =
+``masks[mask_offsets[i]:mask_offsets[i + 1]]``, aligned with ``Collection.features`` and
+with the rows of ``cluster.paths``), ``cluster.flow`` and a classifier trained on the
+prototypes are stored in the index (``cluster.*`` arrays) so ``simile classify`` can assign
+new photos to the groups and the app can show the masks.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "Group the indexed images of FOLDER by normalized cuts on their pyramid-match "
             "affinities; every image lands in exactly one group. Groups list prototypes "
-            "(the best-connected members) first; poorly fitting members are outliers. "
+            "(members with the highest feature-mask-weighted flow) first; poorly fitting "
+            "members are outliers. "
             "The folder is indexed first (as 'simile index') unless --no-update."
         ),
     )
@@ -47,6 +57,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--k-max", type=int, default=12, help="largest k tried by --k auto")
     p.add_argument("--prototypes", type=float, default=25.0, metavar="PCT",
                    help="top percent of each group kept as prototypes (default 25)")  # fmt: skip
+    p.add_argument("--partners", type=int, default=8, metavar="N",
+                   help="refinement: group members matched per image (default 8)")  # fmt: skip
+    p.add_argument("--no-refine", action="store_true",
+                   help="skip the feature-mask refinement (kernel-flow prototypes)")  # fmt: skip
     p.add_argument("--no-update", action="store_true", help="do not re-scan the folder")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
@@ -92,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--power must be in (0, 1], got {args.power}")
     if not 0 < args.prototypes <= 100:
         raise CommandError(f"--prototypes must be in (0, 100], got {args.prototypes}")
+    if args.partners < 1:
+        raise CommandError(f"--partners must be >= 1, got {args.partners}")
     col = open_collection(args.folder, args.index, create=not args.no_update)
     try:
         if not args.no_update:
@@ -141,8 +157,13 @@ def run(args: argparse.Namespace) -> int:
         protos = result.prototypes if result is not None else np.ones(1, bool)
         outliers = result.outliers if result is not None else np.zeros(1, bool)
         flow = result.flow if result is not None else np.zeros(1)
+        refinement = None
+        if result is not None and not args.no_refine:
+            refinement = _refine(col, paths, labels, args)
+            protos, outliers = refinement.prototypes, refinement.outliers
+            flow = refinement.flow
         kk = int(labels.max()) + 1
-        _save(col, paths, labels, protos, outliers, K, args, result)
+        _save(col, paths, labels, protos, outliers, K, args, result, refinement)
     finally:
         col.close()
 
@@ -157,10 +178,18 @@ def run(args: argparse.Namespace) -> int:
             "outliers": [str(paths[i]) for i in idx if outliers[i]],
         })  # fmt: skip
     reason = result.k_reason if result is not None else "k=1: a single image"
+    refined = {"refined": refinement is not None}
+    if refinement is not None:
+        refined["n_matches"] = int(refinement.n_matches)
     if args.json:
-        emit_json({"k": kk, "k_reason": reason, "clusters": clusters})
+        emit_json({"k": kk, "k_reason": reason, **refined, "clusters": clusters})
     else:
-        print(f"{n} images in {kk} groups ({reason})")
+        how = (
+            f"refined with feature masks from {refinement.n_matches} matchings"
+            if refinement is not None
+            else "not refined"
+        )
+        print(f"{n} images in {kk} groups ({reason}; {how})")
         for c in clusters:
             print(f"group {c['id']}: {len(c['members'])} images, "
                   f"{len(c['outliers'])} outliers")  # fmt: skip
@@ -171,11 +200,55 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save(col, paths, labels, protos, outliers, K, args, result) -> None:
-    """Store the grouping and a classifier trained on its prototypes in the index."""
+def _refine(col, paths, labels, args):
+    """Feature masks, masked flow, prototypes and outliers (thesis 9.3-9.4).
+
+    Correspondences come from the collection's own fitted pyramid (vocabulary-guided or
+    uniform, as ``--method``) applied to the stored features, without geometric
+    verification (:class:`engine.cluster.BinnedMatcher`); every image is matched against
+    at most ``--partners`` members of its group. Masked affinities are normalised by the
+    mask masses (``normalize="mask"``) so feature-rich images do not dominate the flow.
+    """
+    from engine.cluster import BinnedMatcher, refine_with_masks_iter
+
+    # Read-only use of the collection's fitted models (no public accessor exists yet).
+    models, _ = col._ensure()
+    pyramid = models.vocab if args.method == "vocabulary" else models.uniform
+    feats = [col.features(p) for p in paths]
+    matcher = BinnedMatcher(pyramid, [f.descriptors for f in feats])
+    progress = Progress("refining", json_lines=False)
+    gen = refine_with_masks_iter(
+        feats, labels, matcher, max_partners=args.partners,
+        prototype_percentile=args.prototypes, normalize="mask",
+    )  # fmt: skip
+    try:
+        while True:
+            pr = next(gen)
+            progress.update(pr.done, pr.total)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        progress.close()
+
+
+def _save(col, paths, labels, protos, outliers, K, args, result, refinement=None) -> None:
+    """Store the grouping, the feature masks (``cluster.masks`` float32 concatenated,
+    ``cluster.mask_offsets`` (n+1,) int64, rows = ``cluster.paths``; see
+    :func:`engine.cluster.masks_from_arrays`) and a classifier trained on the prototypes."""
     from engine.classify import CategoryClassifier
+    from engine.cluster import masks_to_arrays
 
     try:
+        if refinement is not None:
+            flat, offsets = masks_to_arrays(refinement.masks)
+            col.save_array(PREFIX + "masks", flat)
+            col.save_array(PREFIX + "mask_offsets", offsets)
+            col.save_array(PREFIX + "flow", refinement.flow.astype(np.float64))
+        else:  # no masks: every image's mask is empty (never leave a stale one behind)
+            flow = result.flow if result is not None else np.zeros(len(paths))
+            col.save_array(PREFIX + "masks", np.zeros(0, np.float32))
+            col.save_array(PREFIX + "mask_offsets", np.zeros(len(paths) + 1, np.int64))
+            col.save_array(PREFIX + "flow", np.asarray(flow, np.float64))
         col.save_array(PREFIX + "paths", np.array([str(p) for p in paths], dtype=str))
         col.save_array(PREFIX + "labels", labels.astype(np.int64))
         col.save_array(PREFIX + "prototypes", protos.astype(bool))

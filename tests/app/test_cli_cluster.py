@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from app.cli import main
@@ -57,16 +58,42 @@ def test_cluster_json_partitions_every_image(folder, capsys):
         assert c["members"][: len(c["prototypes"])] == c["prototypes"]  # prototypes first
         # the photo variants of one scene group together
         assert len({_family(m) for m in c["members"]}) == 1
+    # the refinement ran and its feature masks are stored, one per image, aligned with
+    # the stored features (thesis 9.3), for the GUI to show
+    assert res["refined"] is True and res["n_matches"] > 0
+    from engine.cluster import masks_from_arrays
+    from engine.collection import Collection
+
+    col = Collection.open(photos, index, create=False, readonly=True)
+    try:
+        stored = [str(p) for p in col.load_array("cluster.paths")]
+        masks = masks_from_arrays(
+            col.load_array("cluster.masks"), col.load_array("cluster.mask_offsets")
+        )
+        assert sorted(stored) == indexed and len(masks) == len(stored)
+        for path, mask in zip(stored, masks, strict=True):
+            assert mask.shape == (len(col.features(path)),)
+            assert mask.min() >= 0.0 and mask.max() == pytest.approx(1.0)
+            assert np.ptp(mask) > 0  # graded by how consistently each feature matches
+        flow = col.load_array("cluster.flow")
+    finally:
+        col.close()
+    by_path = dict(zip(stored, flow, strict=True))
+    for c in res["clusters"]:  # members are listed by decreasing masked flow
+        f = [by_path[m] for m in c["members"]]
+        assert f == sorted(f, reverse=True)
 
 
 def test_cluster_auto_k_and_constraints(folder, capsys):
     photos = folder / "photos"
     index = str(folder / "idx")
-    code, out = _run(["cluster", str(photos), "--index", index, "--no-update", "--json"],
-                     capsys)  # fmt: skip
+    code, out = _run(["cluster", str(photos), "--index", index, "--no-update", "--json",
+                      "--no-refine"], capsys)  # fmt: skip
     assert code == 0
     res = json.loads(out.strip().splitlines()[-1])
     assert res["k"] == 3
+    assert res["refined"] is False and "n_matches" not in res
+    assert all(c["prototypes"] for c in res["clusters"])
     assert "eigengap" in res["k_reason"]
     # cannot-group two variants of one scene with k=4: they end up apart
     code, out = _run(
@@ -114,6 +141,7 @@ def test_classify_assigns_new_photos(folder, demo_folder, capsys):
         (["--k", "0"], "--k"),
         (["--must", "nope.jpg", "brick.jpg"], "not an indexed image"),
         (["--power", "2"], "--power"),
+        (["--partners", "0"], "--partners"),
     ],
 )
 def test_cluster_errors(folder, capsys, extra, message):

@@ -6,6 +6,8 @@ Run::
     nice python tests/benchmarks/bench_discovery.py caltech4   # Caltech-4-style, k=4 and auto
     nice python tests/benchmarks/bench_discovery.py eth80      # ETH-80 dev, 8 classes
     nice python tests/benchmarks/bench_discovery.py nystrom    # 10,000-image timing
+    nice python tests/benchmarks/bench_discovery.py cli --folder /tmp/c4/photos
+        # the `simile cluster` command on a COPY of the class folders (one per class)
 
 Features are cached in /tmp/simile_bench_cache (npz, allow_pickle=False). The kernel is a
 vocabulary-guided pyramid match (thesis Ch. 4) built here from a hierarchical k-means
@@ -409,6 +411,56 @@ def run_nystrom(args):
               f"{clustering_accuracy(truth[sub], r2.labels):.3f}")  # fmt: skip
 
 
+def run_cli(args) -> None:
+    """``simile cluster`` end to end on a folder whose sub-folders are the classes (e.g. a
+    COPY of the four Caltech-4 class folders in /tmp): grouping accuracy (best one-to-one
+    matching), prototype accuracy (prototypes labelled by their group's matched class)
+    and time, with and without the feature-mask refinement."""
+    import contextlib
+    import io
+    import json
+
+    from app.cli import main as cli
+    from engine.cluster import clustering_accuracy
+
+    if not args.folder:
+        raise SystemExit("cli: give --folder (a copy of the class folders, never the repo)")
+    folder = Path(args.folder)
+    index = args.index or str(folder.parent / (folder.name + "_index"))
+    base = ["cluster", str(folder), "--index", index, "--json"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli([*base[:4], "--k", "2", "--no-refine"])  # index once, untimed
+    for k in args.k:
+        for refine in (False, True):
+            argv = [*base, "--no-update", "--k", k, "--partners", str(args.partners)]
+            argv += [] if refine else ["--no-refine"]
+            out = io.StringIO()
+            t0 = time.time()
+            with contextlib.redirect_stdout(out):
+                code = cli(argv)
+            dt = time.time() - t0
+            if code:
+                raise SystemExit(f"simile {' '.join(argv)} failed ({code})")
+            res = json.loads(out.getvalue().strip().splitlines()[-1])
+            members = [(m, c["id"]) for c in res["clusters"] for m in c["members"]]
+            names = sorted({Path(m).parent.name for m, _ in members})
+            truth = np.array([names.index(Path(m).parent.name) for m, _ in members])
+            labels = np.array([g for _, g in members])
+            C = np.zeros((labels.max() + 1, len(names)))
+            np.add.at(C, (labels, truth), 1)
+            from scipy.optimize import linear_sum_assignment
+
+            r, c = linear_sum_assignment(-C)
+            cls_of = dict(zip(r.tolist(), c.tolist(), strict=True))
+            pro = [(names.index(Path(m).parent.name), c["id"]) for c in res["clusters"]
+                   for m in c["prototypes"]]  # fmt: skip
+            pacc = np.mean([cls_of.get(g, -1) == t for t, g in pro])
+            print(f"[cli k={k} {'refined' if refine else 'no refine'}] k found {res['k']} "
+                  f"accuracy {clustering_accuracy(truth, labels):.3f} prototype accuracy "
+                  f"{pacc:.3f} ({len(pro)}) {dt:.1f}s  ({res['k_reason'][:60]})",
+                  flush=True)  # fmt: skip
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("parts", nargs="*", default=["caltech4", "eth80", "nystrom"])
@@ -419,11 +471,17 @@ def main(argv=None):
     p.add_argument("--kind", nargs="+", default=["dense:400"])
     p.add_argument("--landmarks", type=int, default=500)
     p.add_argument("--exact-check", action="store_true")
+    p.add_argument("--folder", help="cli part: folder with one sub-folder per class")
+    p.add_argument("--index", help="cli part: index directory")
+    p.add_argument("--k", nargs="+", default=["4", "auto"], help="cli part: --k values")
+    p.add_argument("--partners", type=int, default=8, help="cli part: --partners")
     args = p.parse_args(argv)
     args.features = [(s.split(":")[0], int(s.split(":")[1])) for s in args.kind]
     args.powers = [None if x == 1.0 else x for x in args.powers]
     for part in args.parts:
-        {"caltech4": run_caltech4, "eth80": run_eth80, "nystrom": run_nystrom}[part](args)
+        parts = {"caltech4": run_caltech4, "eth80": run_eth80, "nystrom": run_nystrom}
+        parts["cli"] = run_cli
+        parts[part](args)
     return 0
 
 

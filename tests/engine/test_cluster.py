@@ -7,6 +7,7 @@ import pytest
 
 from engine.classify import CategoryClassifier
 from engine.cluster import (
+    BinnedMatcher,
     Clustering,
     Refinement,
     choose_landmarks,
@@ -14,6 +15,8 @@ from engine.cluster import (
     diagonal_dominance,
     discover_categories,
     discover_categories_iter,
+    masks_from_arrays,
+    masks_to_arrays,
     merge_groups,
     move_constraints,
     ncut_embedding,
@@ -289,6 +292,14 @@ def test_masks_mark_consistently_matched_features_and_flag_outlier():
     back = Refinement.from_state(ref.to_state())
     assert all(np.array_equal(x, y) for x, y in zip(back.masks, ref.masks, strict=True))
     assert np.array_equal(back.outliers, ref.outliers)
+    # mask-normalised affinities (Eq. 3.12 with mask masses): object features all match,
+    # so members' affinities are exactly 1, the intruder's 0, and it is still the outlier
+    refn = refine_with_masks(sets, labels, _GridMatcher(), normalize="mask")
+    W = refn.extra["masked_affinity"]
+    np.testing.assert_allclose(W[:7, :7][~np.eye(7, dtype=bool)], 1.0)
+    assert np.all(W[7] == 0.0) and refn.outliers[7] and not refn.outliers[:7].any()
+    with pytest.raises(ValueError, match="normalize"):
+        refine_with_masks(sets, labels, _GridMatcher(), normalize="max")
 
 
 def test_masks_partner_sampling_and_callable_matcher():
@@ -403,3 +414,62 @@ def test_masks_from_pyramid_match_prefer_shared_object_features():
     obj = np.mean([m[:20].mean() for m in ref.masks])
     background = np.mean([m[20:].mean() for m in ref.masks])
     assert obj > 3 * background
+
+
+def _object_sets(seed=0):
+    rng = np.random.default_rng(seed)
+    objects = [rng.normal(size=(20, 8)) for _ in range(2)]
+    return [
+        np.concatenate(
+            [objects[g] + 0.05 * rng.normal(size=(20, 8)), 2 * rng.normal(size=(20, 8))]
+        ).astype(np.float32)
+        for g in (0, 1)
+        for _ in range(6)
+    ]
+
+
+@pytest.mark.parametrize("bins", ["uniform", "vocabulary"])
+def test_binned_matcher_equals_pyramid_match_correspondences(bins):
+    from engine.pyramid import PyramidMatch
+
+    sets = _object_sets(1)
+    sets[3] = sets[3][:25]  # unequal sizes
+    pm = PyramidMatch(bins).fit(sets)
+    bm = BinnedMatcher(pm, sets)
+    assert len(bm) == len(sets)
+    for i, j in [(0, 1), (0, 3), (3, 7), (5, 2)]:
+        ref = pm.match(sets[i], sets[j])
+        got = bm(i, j)
+        assert np.array_equal(got.pairs, ref.pairs)
+        assert np.array_equal(got.level, ref.level)
+        np.testing.assert_allclose(got.weight, ref.weight)
+        assert got.score == pytest.approx(ref.weight.sum())
+
+
+def test_binned_matcher_masks_prefer_object_features_and_handle_empty_sets():
+    from engine.pyramid import PyramidMatch
+
+    sets = _object_sets(2)
+    pm = PyramidMatch().fit(sets)
+    labels = np.repeat([0, 1], 6)
+    ref = refine_with_masks(sets, labels, BinnedMatcher(pm, sets), max_partners=3)
+    obj = np.mean([m[:20].mean() for m in ref.masks])
+    background = np.mean([m[20:].mean() for m in ref.masks])
+    assert obj > 3 * background
+    assert ref.n_matches <= 12 * 3
+    empty = BinnedMatcher(pm, [sets[0], np.zeros((0, 8), np.float32)])
+    assert empty(0, 1).pairs.shape == (0, 2)
+    with pytest.raises(ValueError, match="fitted"):
+        BinnedMatcher(PyramidMatch(), sets)
+    with pytest.raises(ValueError, match="common D"):
+        BinnedMatcher(pm, [sets[0], np.zeros((3, 5), np.float32)])
+
+
+def test_masks_pack_roundtrip_and_validation():
+    masks = [np.array([0.5, 1.0], np.float32), np.zeros(0, np.float32), np.ones(3, np.float32)]
+    flat, offsets = masks_to_arrays(masks)
+    assert flat.dtype == np.float32 and offsets.tolist() == [0, 2, 2, 5]
+    back = masks_from_arrays(flat, offsets)
+    assert all(np.array_equal(a, b) for a, b in zip(back, masks, strict=True))
+    with pytest.raises(ValueError, match="offsets"):
+        masks_from_arrays(flat, np.array([0, 2, 4]))
