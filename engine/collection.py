@@ -79,7 +79,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -94,6 +94,9 @@ from engine.search import (
     verify_pair,
 )
 from engine.store import INDEX_DIRNAME, IndexStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.pyramid import PyramidMatch
 
 __all__ = [
     "METHODS",
@@ -907,6 +910,22 @@ class Collection:
         """(n, n_words) float32 tf-idf bag of visual words, L2-normalised rows (:meth:`paths`)."""
         _, data = self._ensure()
         return data.bow.copy()
+
+    def bow_vector(self, image: Any) -> sp.csr_matrix:
+        """(1, n_words) float32 tf-idf bag of words of any image, in :meth:`bow_matrix`'s
+        columns (path inside or outside the collection, ndarray or Features)."""
+        models, _ = self._ensure()
+        feats, _row = self._query_features(image)
+        return self._query_encoding(models, feats).bow
+
+    def pyramid(self, method: str = "vocabulary") -> PyramidMatch:
+        """The collection's fitted pyramid match (``"vocabulary"`` or ``"uniform"``),
+        e.g. for correspondences on stored features (:class:`engine.cluster.BinnedMatcher`).
+        Treat it as read-only: it is shared with the search."""
+        if method not in ("vocabulary", "uniform"):
+            raise ValueError(f"method must be 'vocabulary' or 'uniform', got {method!r}")
+        models, _ = self._ensure()
+        return models.vocab if method == "vocabulary" else models.uniform
 
     def duplicates(self, threshold: float = 0.3) -> list[DuplicateGroup]:
         """Groups of near-duplicate images (the same picture resized, recompressed,

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.learn import (
     OASIS,
@@ -483,18 +482,13 @@ def run_learn(collection: Collection, **kwargs) -> LearnSummary | None:
 
 
 # --------------------------------------------------------------------------- search
-def _query_bow(collection: Collection, feats: Features) -> sp.csr_matrix:
-    models, _ = collection._ensure()
-    return collection._query_encoding(models, feats).bow
-
-
 def learned_query(collection: Collection, feats: Features, top: int) -> list[Hit]:
     """The ``learned`` search method: rank the collection by the stored learned model."""
     from engine.collection import Hit
 
     model = load_model(collection)
     X = collection.bow_matrix()
-    q = _query_bow(collection, feats)
+    q = collection.bow_vector(feats)
     scores = model.similarity(q, X)[0]
     top = min(int(top), scores.size)
     order = np.argsort(-scores, kind="stable")[:top]

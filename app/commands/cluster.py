@@ -211,9 +211,7 @@ def _refine(col, paths, labels, args):
     """
     from engine.cluster import BinnedMatcher, refine_with_masks_iter
 
-    # Read-only use of the collection's fitted models (no public accessor exists yet).
-    models, _ = col._ensure()
-    pyramid = models.vocab if args.method == "vocabulary" else models.uniform
+    pyramid = col.pyramid(args.method)
     feats = [col.features(p) for p in paths]
     matcher = BinnedMatcher(pyramid, [f.descriptors for f in feats])
     progress = Progress("refining", json_lines=False)

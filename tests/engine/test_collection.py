@@ -221,3 +221,20 @@ def test_open_errors(tmp_path):
         Collection.open(tmp_path / "missing")
     with pytest.raises(FileNotFoundError):
         Collection.open(tmp_path, readonly=True)
+
+
+def test_public_pyramid_and_bow_vector(indexed):
+    from engine.pyramid import PyramidMatch
+
+    coll = indexed[0]
+    X = coll.bow_matrix()
+    p = coll.paths()[3]
+    v = coll.bow_vector(p)
+    assert v.shape == (1, X.shape[1])
+    np.testing.assert_allclose(v.toarray()[0], X[3].toarray()[0], atol=1e-6)
+    pm = coll.pyramid("uniform")
+    assert isinstance(pm, PyramidMatch) and isinstance(coll.pyramid(), PyramidMatch)
+    f = coll.features(p)
+    assert pm.kernel([f.descriptors])[0, 0] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        coll.pyramid("wta")
