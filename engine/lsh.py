@@ -27,6 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from engine.pyramid import SparseEmbedding
+
 __all__ = [
     "BandParams",
     "BandedIndex",
@@ -166,29 +168,8 @@ class SparseRows(Protocol):
     values: np.ndarray
 
 
-@dataclass
-class KeyedSparse:
-    """CSR-like rows over stable int64 keys, duck-compatible with ``SparseEmbedding``.
-
-    Attributes
-    ----------
-    indptr : (n + 1,) int64
-    keys : (nnz,) int64
-    values : (nnz,) float32
-    """
-
-    indptr: np.ndarray
-    keys: np.ndarray
-    values: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.indptr) - 1
-
-    def norms(self) -> np.ndarray:
-        """(n,) float64 Euclidean norms of the rows."""
-        sq = np.add.reduceat(np.append(self.values.astype(np.float64) ** 2, 0.0), self.indptr[:-1])
-        sq[np.diff(self.indptr) == 0] = 0.0
-        return np.sqrt(sq)
+# CSR-like rows over stable int64 keys: the pyramid engine's type serves every embedding here.
+KeyedSparse = SparseEmbedding
 
 
 def _as_keyed(x: Any, name: str) -> tuple[sp.csr_matrix, np.ndarray]:
