@@ -6,6 +6,10 @@ against up to ``--partners`` members of its group, each feature's mask value is 
 of its match indicators, and members are ranked by their mask-weighted flow; the top
 ``--prototypes`` percent are prototypes and low-flow members outliers.
 
+``--spatial G`` groups on a pyramid match of visual words within G x G and coarser image
+cells on top of the feature-space levels (:func:`engine.cluster.spatial_pyramid_kernel`);
+the stored classifier still uses the collection's kernel, as ``simile classify`` does.
+
 The grouping, prototypes, masks (``cluster.masks`` float32 concatenated, image i's mask =
 ``masks[mask_offsets[i]:mask_offsets[i + 1]]``, aligned with ``Collection.features`` and
 with the rows of ``cluster.paths``), ``cluster.flow`` and a classifier trained on the
@@ -54,6 +58,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="pyramid match used for affinities (default: vocabulary)")  # fmt: skip
     p.add_argument("--power", type=float, default=None, metavar="P",
                    help="affinity power 0 < P <= 1 against a dominant diagonal")  # fmt: skip
+    p.add_argument("--spatial", type=int, default=0, metavar="G",
+                   help="add image layout to the affinities: match visual words within "
+                        "GxG and coarser grid cells (power of two, e.g. 4; default 0 = off). "
+                        "Helps for objects photographed in similar poses")  # fmt: skip
     p.add_argument("--k-max", type=int, default=12, help="largest k tried by --k auto")
     p.add_argument("--prototypes", type=float, default=25.0, metavar="PCT",
                    help="top percent of each group kept as prototypes (default 25)")  # fmt: skip
@@ -104,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     k = parse_k(args.k)
     if args.power is not None and not 0 < args.power <= 1:
         raise CommandError(f"--power must be in (0, 1], got {args.power}")
+    if args.spatial and (args.spatial < 2 or args.spatial & (args.spatial - 1)):
+        raise CommandError(f"--spatial must be 0 or a power of two >= 2, got {args.spatial}")
     if not 0 < args.prototypes <= 100:
         raise CommandError(f"--prototypes must be in (0, 100], got {args.prototypes}")
     if args.partners < 1:
@@ -131,13 +141,18 @@ def run(args: argparse.Namespace) -> int:
         must = resolve_pairs(args.must, row_of, col.folder, "--must")
         cannot = resolve_pairs(args.cannot, row_of, col.folder, "--cannot")
         K = col.kernel_matrix(args.method)
+        feats = matcher = None
+        A = K  # grouping affinities; the stored classifier keeps K (as `simile classify`)
+        if args.spatial and n > 1:
+            feats, matcher = _matcher(col, paths, args.method)
+            A = _spatial_kernel(feats, matcher, args.spatial)
         if n == 1:
             labels = np.zeros(1, np.int64)
             result = None
         else:
             progress = Progress("grouping", json_lines=False)
             gen = discover_categories_iter(
-                K, k=k, must=must, cannot=cannot, power=args.power,
+                A, k=k, must=must, cannot=cannot, power=args.power,
                 k_max=min(args.k_max, n - 1), k_min=min(2, n - 1),
                 prototype_percentile=args.prototypes,
             )  # fmt: skip
@@ -159,7 +174,9 @@ def run(args: argparse.Namespace) -> int:
         flow = result.flow if result is not None else np.zeros(1)
         refinement = None
         if result is not None and not args.no_refine:
-            refinement = _refine(col, paths, labels, args)
+            if matcher is None:
+                feats, matcher = _matcher(col, paths, args.method)
+            refinement = _refine(feats, matcher, labels, args)
             protos, outliers = refinement.prototypes, refinement.outliers
             flow = refinement.flow
         kk = int(labels.max()) + 1
@@ -178,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
             "outliers": [str(paths[i]) for i in idx if outliers[i]],
         })  # fmt: skip
     reason = result.k_reason if result is not None else "k=1: a single image"
+    if args.spatial and n > 1:
+        reason += f"; affinities with {args.spatial}x{args.spatial} spatial cells"
     refined = {"refined": refinement is not None}
     if refinement is not None:
         refined["n_matches"] = int(refinement.n_matches)
@@ -200,7 +219,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refine(col, paths, labels, args):
+def _matcher(col, paths, method):
+    """The stored features of ``paths`` and a :class:`engine.cluster.BinnedMatcher` on the
+    collection's fitted ``method`` pyramid (every feature binned once)."""
+    from engine.cluster import BinnedMatcher
+
+    feats = [col.features(p) for p in paths]
+    return feats, BinnedMatcher(col.pyramid(method), [f.descriptors for f in feats])
+
+
+def _spatial_kernel(feats, matcher, grid: int) -> np.ndarray:
+    """Pyramid match of visual words (the pyramid level above the finest) within
+    ``grid x grid`` and coarser image cells, on top of the feature-space levels
+    (:func:`engine.cluster.spatial_pyramid_kernel`)."""
+    from engine.cluster import spatial_pyramid_kernel
+
+    xy = []
+    for f in feats:
+        size = np.maximum(np.asarray(f.image_size, np.float64), 1.0)
+        xy.append(np.asarray(f.xy, np.float64).reshape(-1, 2) / size)
+    word_level = min(1, matcher.n_levels - 1)
+    return spatial_pyramid_kernel(matcher.bins, xy, grid=grid, word_level=word_level)
+
+
+def _refine(feats, matcher, labels, args):
     """Feature masks, masked flow, prototypes and outliers (thesis 9.3-9.4).
 
     Correspondences come from the collection's own fitted pyramid (vocabulary-guided or
@@ -209,11 +251,8 @@ def _refine(col, paths, labels, args):
     at most ``--partners`` members of its group. Masked affinities are normalised by the
     mask masses (``normalize="mask"``) so feature-rich images do not dominate the flow.
     """
-    from engine.cluster import BinnedMatcher, refine_with_masks_iter
+    from engine.cluster import refine_with_masks_iter
 
-    pyramid = col.pyramid(args.method)
-    feats = [col.features(p) for p in paths]
-    matcher = BinnedMatcher(pyramid, [f.descriptors for f in feats])
     progress = Progress("refining", json_lines=False)
     gen = refine_with_masks_iter(
         feats, labels, matcher, max_partners=args.partners,

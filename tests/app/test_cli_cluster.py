@@ -134,6 +134,22 @@ def test_classify_assigns_new_photos(folder, demo_folder, capsys):
         assert 0 < r["confidence"] <= 1
 
 
+def test_cluster_spatial_affinities_group_scenes(folder, capsys):
+    """--spatial 4: word-in-cell pyramid match; the scene variants still group together,
+    the choice is explained, and every image lands in one group."""
+    photos = folder / "photos"
+    code, out = _run(["cluster", str(photos), "--index", str(folder / "idx"),
+                      "--k", "3", "--spatial", "4", "--no-refine", "--json"],
+                     capsys)  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert "4x4 spatial cells" in res["k_reason"]
+    members = [m for c in res["clusters"] for m in c["members"]]
+    assert sorted(members) == sorted(str(p) for p in photos.iterdir())
+    for c in res["clusters"]:
+        assert len({_family(m) for m in c["members"]}) == 1
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -142,6 +158,8 @@ def test_classify_assigns_new_photos(folder, demo_folder, capsys):
         (["--must", "nope.jpg", "brick.jpg"], "not an indexed image"),
         (["--power", "2"], "--power"),
         (["--partners", "0"], "--partners"),
+        (["--spatial", "3"], "--spatial"),
+        (["--spatial", "1"], "--spatial"),
     ],
 )
 def test_cluster_errors(folder, capsys, extra, message):

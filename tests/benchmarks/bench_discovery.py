@@ -7,7 +7,8 @@ Run::
     nice python tests/benchmarks/bench_discovery.py eth80      # ETH-80 dev, 8 classes
     nice python tests/benchmarks/bench_discovery.py nystrom    # 10,000-image timing
     nice python tests/benchmarks/bench_discovery.py cli --folder /tmp/c4/photos
-        # the `simile cluster` command on a COPY of the class folders (one per class)
+        # the `simile cluster` command on a COPY of the class folders (one per class),
+        # without and with --spatial 4 (``--cli-spatial``)
 
 Features are cached in /tmp/simile_bench_cache (npz, allow_pickle=False). The kernel is a
 vocabulary-guided pyramid match (thesis Ch. 4) built here from a hierarchical k-means
@@ -430,35 +431,38 @@ def run_cli(args) -> None:
     base = ["cluster", str(folder), "--index", index, "--json"]
     with contextlib.redirect_stdout(io.StringIO()):
         cli([*base[:4], "--k", "2", "--no-refine"])  # index once, untimed
-    for k in args.k:
-        for refine in (False, True):
-            argv = [*base, "--no-update", "--k", k, "--partners", str(args.partners)]
-            argv += [] if refine else ["--no-refine"]
-            out = io.StringIO()
-            t0 = time.time()
-            with contextlib.redirect_stdout(out):
-                code = cli(argv)
-            dt = time.time() - t0
-            if code:
-                raise SystemExit(f"simile {' '.join(argv)} failed ({code})")
-            res = json.loads(out.getvalue().strip().splitlines()[-1])
-            members = [(m, c["id"]) for c in res["clusters"] for m in c["members"]]
-            names = sorted({Path(m).parent.name for m, _ in members})
-            truth = np.array([names.index(Path(m).parent.name) for m, _ in members])
-            labels = np.array([g for _, g in members])
-            C = np.zeros((labels.max() + 1, len(names)))
-            np.add.at(C, (labels, truth), 1)
-            from scipy.optimize import linear_sum_assignment
+    for k, spatial, refine in [
+        (k, g, r) for g in args.cli_spatial for k in args.k for r in (False, True)
+    ]:
+        argv = [*base, "--no-update", "--k", k, "--partners", str(args.partners)]
+        argv += [] if refine else ["--no-refine"]
+        argv += ["--spatial", str(spatial)] if spatial else []
+        out = io.StringIO()
+        t0 = time.time()
+        with contextlib.redirect_stdout(out):
+            code = cli(argv)
+        dt = time.time() - t0
+        if code:
+            raise SystemExit(f"simile {' '.join(argv)} failed ({code})")
+        res = json.loads(out.getvalue().strip().splitlines()[-1])
+        members = [(m, c["id"]) for c in res["clusters"] for m in c["members"]]
+        names = sorted({Path(m).parent.name for m, _ in members})
+        truth = np.array([names.index(Path(m).parent.name) for m, _ in members])
+        labels = np.array([g for _, g in members])
+        C = np.zeros((labels.max() + 1, len(names)))
+        np.add.at(C, (labels, truth), 1)
+        from scipy.optimize import linear_sum_assignment
 
-            r, c = linear_sum_assignment(-C)
-            cls_of = dict(zip(r.tolist(), c.tolist(), strict=True))
-            pro = [(names.index(Path(m).parent.name), c["id"]) for c in res["clusters"]
-                   for m in c["prototypes"]]  # fmt: skip
-            pacc = np.mean([cls_of.get(g, -1) == t for t, g in pro])
-            print(f"[cli k={k} {'refined' if refine else 'no refine'}] k found {res['k']} "
-                  f"accuracy {clustering_accuracy(truth, labels):.3f} prototype accuracy "
-                  f"{pacc:.3f} ({len(pro)}) {dt:.1f}s  ({res['k_reason'][:60]})",
-                  flush=True)  # fmt: skip
+        r, c = linear_sum_assignment(-C)
+        cls_of = dict(zip(r.tolist(), c.tolist(), strict=True))
+        pro = [(names.index(Path(m).parent.name), c["id"]) for c in res["clusters"]
+               for m in c["prototypes"]]  # fmt: skip
+        pacc = np.mean([cls_of.get(g, -1) == t for t, g in pro])
+        tag = f"k={k} spatial={spatial} {'refined' if refine else 'no refine'}"
+        print(f"[cli {tag}] k found {res['k']} "
+              f"accuracy {clustering_accuracy(truth, labels):.3f} prototype accuracy "
+              f"{pacc:.3f} ({len(pro)}) {dt:.1f}s  ({res['k_reason'][:60]})",
+              flush=True)  # fmt: skip
 
 
 def main(argv=None):
@@ -475,6 +479,8 @@ def main(argv=None):
     p.add_argument("--index", help="cli part: index directory")
     p.add_argument("--k", nargs="+", default=["4", "auto"], help="cli part: --k values")
     p.add_argument("--partners", type=int, default=8, help="cli part: --partners")
+    p.add_argument("--cli-spatial", type=int, nargs="+", default=[0, 4],
+                   help="cli part: --spatial values (0 = off)")  # fmt: skip
     args = p.parse_args(argv)
     args.features = [(s.split(":")[0], int(s.split(":")[1])) for s in args.kind]
     args.powers = [None if x == 1.0 else x for x in args.powers]

@@ -24,6 +24,7 @@ from engine.cluster import (
     prepare_affinity,
     rank_groups,
     refine_with_masks,
+    spatial_pyramid_kernel,
     split_group,
 )
 
@@ -437,6 +438,12 @@ def test_binned_matcher_equals_pyramid_match_correspondences(bins):
     pm = PyramidMatch(bins).fit(sets)
     bm = BinnedMatcher(pm, sets)
     assert len(bm) == len(sets)
+    assert [b.shape for b in bm.bins] == [(len(s), pm.n_levels) for s in sets]
+    for b in bm.bins:  # nested: points sharing a bin at level l share one at l + 1
+        for lev in range(pm.n_levels - 1):
+            _, first = np.unique(b[:, lev], return_index=True)
+            parent = dict(zip(b[first, lev], b[first, lev + 1], strict=True))
+            assert all(parent[x] == y for x, y in zip(b[:, lev], b[:, lev + 1], strict=True))
     for i, j in [(0, 1), (0, 3), (3, 7), (5, 2)]:
         ref = pm.match(sets[i], sets[j])
         got = bm(i, j)
@@ -473,3 +480,73 @@ def test_masks_pack_roundtrip_and_validation():
     assert all(np.array_equal(a, b) for a, b in zip(back, masks, strict=True))
     with pytest.raises(ValueError, match="offsets"):
         masks_from_arrays(flat, np.array([0, 2, 4]))
+
+
+def _brute_spatial_kernel(bins, xy, grid, word_level):
+    """Reference: explicit per-level histogram intersections (dicts), same level order."""
+    from collections import Counter
+
+    def levels(b, p):
+        out, g = [], grid
+        while g >= 2:
+            cell = np.minimum((np.clip(p, 0, 1) * g).astype(int), g - 1)
+            pairs = zip(b[:, word_level], cell, strict=True)
+            out.append([(w, g, cx, cy) for w, (cx, cy) in pairs])
+            g //= 2
+        return out + [list(b[:, lev]) for lev in range(b.shape[1])]
+
+    hs = [[Counter(lv) for lv in levels(b, p)] for b, p in zip(bins, xy, strict=True)]
+    n_lev = len(hs[0])
+    w = 0.5 ** np.arange(n_lev)
+    dw = w - np.append(w[1:], 0.0)
+    n = len(bins)
+    K = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            K[i, j] = sum(
+                dw[lev] * sum(min(c, hs[j][lev][key]) for key, c in hs[i][lev].items())
+                for lev in range(n_lev)
+            )
+    d = np.sqrt(np.diag(K))
+    return K / np.outer(d, d)
+
+
+def test_spatial_pyramid_kernel_matches_explicit_intersections():
+    rng = np.random.default_rng(3)
+    bins, xy = [], []
+    for m in (30, 45, 12, 60):
+        leaf = rng.integers(0, 40, m)
+        bins.append(np.stack([leaf, leaf // 8, leaf // 40], axis=1).astype(np.int64))
+        xy.append(rng.uniform(0, 1, (m, 2)))
+    for grid, wl in ((4, 1), (2, 0), (8, 2)):
+        K = spatial_pyramid_kernel(bins, xy, grid=grid, word_level=wl)
+        np.testing.assert_allclose(K, _brute_spatial_kernel(bins, xy, grid, wl), atol=1e-12)
+        np.testing.assert_allclose(np.diag(K), 1.0)
+        assert np.linalg.eigvalsh(K).min() > -1e-9  # sum of intersection kernels: PSD
+
+
+def test_spatial_pyramid_kernel_rewards_same_layout():
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 50, 80)
+    b = np.stack([words, words // 10], axis=1).astype(np.int64)
+    xy = rng.uniform(0, 1, (80, 2))
+    moved = xy[rng.permutation(80)]  # same words, scrambled positions
+    K = spatial_pyramid_kernel([b, b, b], [xy, xy, moved], grid=4, word_level=0)
+    assert K[0, 1] == pytest.approx(1.0)
+    assert K[0, 2] < 0.9
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"grid": 3}, "grid"),
+        ({"grid": 1}, "grid"),
+        ({"word_level": 5}, "word_level"),
+    ],
+)
+def test_spatial_pyramid_kernel_validation(kwargs, match):
+    b = [np.zeros((3, 2), np.int64)]
+    with pytest.raises(ValueError, match=match):
+        spatial_pyramid_kernel(b, [np.zeros((3, 2))], **kwargs)
+    with pytest.raises(ValueError, match="positions"):
+        spatial_pyramid_kernel(b, [np.zeros((2, 2))])
