@@ -29,8 +29,9 @@ time and as CPU time of the process (``time.process_time``: on a loaded shared m
 the wall time mostly measures waiting for a core), the fraction of the collection scored
 exactly, and recall@10 against the exhaustive pyramid match of the same method
 (``wta``: the ``vocabulary`` score). ``fused`` is the default candidate generation of
-:mod:`engine.collection`; the banded WTA index (``bands``, the previous default) is
-measured on the same queries for comparison.
+:mod:`engine.collection` (rank fusion of the WTA codes, the hyperplane bits and the
+bag-of-words inverted file); ``hashes`` fuses the two hashes only, and the banded WTA
+index (``bands``) is the older default; all are measured on the same queries.
 """
 
 from __future__ import annotations
@@ -217,11 +218,11 @@ def query_phase(args) -> dict:
     out = {"n": n, "queries": len(qs), "load_seconds": load_s}
     found, timing = {}, {}
     with single_threaded_blas():
-        for kind in ("fused", "wta"):
+        for kind, label in (("fused", "fused"), ("hashes", "hashes"), ("wta", "bands")):
             ec.CANDIDATE_KIND = kind
             col._bands = {}
             for method in ("vocabulary", "uniform", "wta"):
-                key = f"{method}/{'fused' if kind == 'fused' else 'bands'}"
+                key = f"{method}/{label}"
                 times, cpus, fracs = [], [], []
                 for i, q in enumerate(qs):
                     t, c = time.perf_counter(), time.process_time()

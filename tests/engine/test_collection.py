@@ -238,3 +238,27 @@ def test_public_pyramid_and_bow_vector(indexed):
     assert pm.kernel([f.descriptors])[0, 0] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="vocabulary"):
         coll.pyramid("wta")
+
+
+def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
+    """A reader loads the saved search data without the (nnz,) keys, in arrays it owns,
+    and answers every method -- exhaustive and hashed -- exactly as the writer does."""
+    import engine.collection as ec
+
+    col, _, _ = indexed
+    other = Collection.open(col.folder, col.index_dir, readonly=True)
+    try:
+        _, data = other._ensure()
+        for ix in (data.vocab, data.uniform):
+            assert ix._keys is None and ix.values.flags.owndata
+        for limit in (ec.EXHAUSTIVE_LIMIT, 0):  # 0: every method takes hashed candidates
+            monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", limit)
+            for method in ("vocabulary", "uniform", "wta"):
+                for p in col.paths()[:3]:
+                    a = col.query(p, method=method, top=5)
+                    b = other.query(p, method=method, top=5)
+                    assert [h.path for h in a] == [h.path for h in b]
+                    np.testing.assert_allclose([h.score for h in a], [h.score for h in b])
+        assert other.kernel_matrix("uniform").shape == (len(col), len(col))
+    finally:
+        other.close()

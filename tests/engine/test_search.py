@@ -152,3 +152,84 @@ def test_fused_candidates_union_of_both_hashes():
     assert cand.shape == (20,) and np.unique(cand).size == 20
     assert {17, 42} <= set(cand[:2].tolist())
     assert cand.min() >= 0 and cand.max() < n
+
+
+def test_fused_candidates_with_inverted_file_matches_full_ranking():
+    """With the bag-of-words postings a third ranking joins the fusion: its best row is
+    proposed too, and the partial selection equals the fusion of full rankings."""
+    from types import SimpleNamespace
+
+    import scipy.sparse as sp
+
+    from engine.collection import _fused_candidates
+
+    rng = np.random.default_rng(1)
+    n, m, nw = 300, 64, 50
+    wta = rng.integers(0, 4, (n, m)).astype(np.uint8)
+    rh = rng.integers(0, 256, (n, 16)).astype(np.uint8)
+    bow = sp.random(n, nw, density=0.1, random_state=2, format="csr", dtype=np.float32)
+    norms = np.sqrt(np.asarray(bow.multiply(bow).sum(axis=1)).ravel())
+    bow = sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ bow, dtype=np.float32)
+    q = SimpleNamespace(wta=wta[:1].copy(), rh=rh[:1].copy(), bow=bow[7] * 1.0)
+    q.wta[0] = wta[17]
+    q.rh[0] = rh[42]
+    data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh, bow=bow)
+    cand = _fused_candidates(q, data, 30, bow.T.tocsr())
+    assert cand.shape == (30,) and np.unique(cand).size == 30
+    assert {7, 17, 42} <= set(cand[:3].tolist())
+    # reference: full stable rankings, fused rank = min over rankings (interleaved)
+    from engine.collection import _bit_agreement
+    from engine.wta import code_agreement
+
+    ags = [
+        code_agreement(q.wta, wta)[0],
+        _bit_agreement(q.rh, rh),
+        (q.bow @ bow.T).toarray().ravel(),
+    ]
+    fused = np.full(n, np.iinfo(np.int64).max)
+    for j, a in enumerate(ags):
+        rank = np.empty(n, np.int64)
+        rank[np.argsort(-a, kind="stable")] = np.arange(n)
+        fused = np.minimum(fused, rank * 3 + (2 - j))
+    want = np.argsort(fused, kind="stable")[:30]
+    # the same set up to ties at the selection boundary of a ranking
+    assert np.intersect1d(cand, want).size >= 27
+
+
+def test_compact_index_without_keys():
+    """keys=None with columns: scoring, rows, self-similarity and subsets are identical
+    to the index holding its keys, and keys materialise only on demand."""
+    rng = np.random.default_rng(4)
+    indptr, keys, vals = _random_rows(rng, 60, n_keys=80)
+    full = IntersectionIndex(indptr, keys, vals)
+    compact = IntersectionIndex(indptr, None, vals, columns=full.columns())
+    assert compact._keys is None
+    D = _dense(indptr, keys, vals, 80)
+    np.testing.assert_allclose(compact.self_similarity(), D.sum(axis=1), rtol=1e-5)
+    for i in (0, 5, 59):
+        np.testing.assert_array_equal(compact.row(i)[0], full.row(i)[0])
+    rows = np.array([3, 1, 40, 7])
+    qk, qv = full.row(11)
+    np.testing.assert_allclose(compact.score(qk, qv, rows), full.score(qk, qv, rows))
+    sub = compact.subset(rows)
+    assert sub._keys is None
+    np.testing.assert_allclose(sub.score(qk, qv), full.subset(rows).score(qk, qv))
+    assert compact._keys is None  # nothing above needed the keys
+    np.testing.assert_array_equal(compact.keys, keys)
+    np.testing.assert_allclose(compact.score(qk, qv), full.score(qk, qv))
+    with pytest.raises(ValueError, match="keys may be None"):
+        IntersectionIndex(indptr, None, vals)
+
+
+@pytest.mark.parametrize("n_bytes", [32, 5])
+def test_bit_agreement_matches_unpacked_bits(n_bytes):
+    from engine.collection import _bit_agreement
+
+    rng = np.random.default_rng(n_bytes)
+    codes = rng.integers(0, 256, (50, n_bytes)).astype(np.uint8)
+    q = codes[3:4].copy()
+    q[0, 0] ^= 7
+    want = 1.0 - np.unpackbits(codes ^ q, axis=1).sum(axis=1) / (8.0 * n_bytes)
+    np.testing.assert_allclose(_bit_agreement(q, codes), want)
+    np.testing.assert_allclose(_bit_agreement(q, codes[::2]), want[::2])  # not contiguous
+    assert _bit_agreement(q, codes)[3] == 1.0 - 3 / (8.0 * n_bytes)
