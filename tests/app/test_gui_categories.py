@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,46 +22,12 @@ cv2 = pytest.importorskip("cv2")
 import app.gui  # noqa: E402,F401  (PySide6 refcount work-around before other Qt code)
 
 # isort: split
-from PySide6.QtCore import QPointF, QSettings, Qt  # noqa: E402
+from PySide6.QtCore import QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
-INDEX_TIMEOUT = 180_000
+from tests.app._gui import INDEX_TIMEOUT, make_grouped_folder  # noqa: E402
+
 N_PER_GROUP = 4
-
-
-def _scene(rng: np.random.Generator, h: int = 300, w: int = 400) -> np.ndarray:
-    img = np.full((h, w, 3), rng.integers(0, 256, 3), np.uint8)
-    for _ in range(45):
-        color = tuple(int(c) for c in rng.integers(0, 256, 3))
-        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
-        if rng.random() < 0.5:
-            cv2.circle(img, (x, y), int(rng.integers(6, 40)), color, -1)
-        else:
-            x2, y2 = x + int(rng.integers(8, 70)), y + int(rng.integers(8, 70))
-            cv2.rectangle(img, (x, y), (x2, y2), color, -1)
-    return img
-
-
-def make_grouped_folder(folder: Path, n_groups: int = 2, per_group: int = N_PER_GROUP,
-                        seed: int = 1) -> dict[str, list[Path]]:  # fmt: skip
-    """``folder/g{i}/`` holds ``per_group`` views of scene i; returns sub-folder -> paths."""
-    rng = np.random.default_rng(seed)
-    out: dict[str, list[Path]] = {}
-    for gi in range(n_groups):
-        sub = folder / f"g{gi}"
-        sub.mkdir(parents=True, exist_ok=True)
-        img = _scene(rng)
-        h, w = img.shape[:2]
-        out[sub.name] = []
-        for v in range(per_group):
-            m = cv2.getRotationMatrix2D((w / 2, h / 2), float(rng.uniform(-25, 25)),
-                                        float(rng.uniform(0.75, 1.0)))  # fmt: skip
-            var = cv2.warpAffine(img, m, (w, h), borderMode=cv2.BORDER_REFLECT)
-            p = sub / f"g{gi}_view{v}.jpg"
-            cv2.imwrite(str(p), var[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 90])
-            out[sub.name].append(p)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -71,22 +36,6 @@ def grouped(tmp_path_factory):
     folder = root / "photos"
     groups = make_grouped_folder(folder)
     return folder, root / "index", groups
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    from app.gui.theme import apply_theme
-    from app.gui.window import MainWindow
-
-    apply_theme(QApplication.instance())
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings, persist=False)
-    qtbot.addWidget(win)
-    win.resize(1200, 800)
-    win.show()
-    yield win
-    win.cancel_indexing()
-    qtbot.waitUntil(lambda: not win.is_indexing(), timeout=INDEX_TIMEOUT)
 
 
 def open_and_group(qtbot, win, folder, index):

@@ -12,12 +12,9 @@ pytest.importorskip("cv2")
 import app.gui  # noqa: F401  (PySide6 refcount work-around before other Qt code)
 
 # isort: split
-from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 
-from tests.app.test_gui_categories import make_grouped_folder
-
-INDEX_TIMEOUT = 180_000
+from tests.app._gui import INDEX_TIMEOUT, make_grouped_folder
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +23,6 @@ def grouped(tmp_path_factory):
     folder = root / "photos"
     groups = make_grouped_folder(folder, n_groups=3, per_group=3, seed=5)
     return folder, root / "index", groups
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    from app.gui.theme import apply_theme
-    from app.gui.window import MainWindow
-
-    apply_theme(QApplication.instance())
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings, persist=False)
-    qtbot.addWidget(win)
-    win.resize(1200, 800)
-    win.show()
-    yield win
-    win.cancel_indexing()
-    qtbot.waitUntil(lambda: not win.is_indexing() and not win.is_learning(), timeout=60_000)
 
 
 def click_thumb(qtbot, win, result: str, up: bool) -> None:

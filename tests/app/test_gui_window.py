@@ -19,31 +19,15 @@ import pytest
 pytest.importorskip("pytestqt")
 cv2 = pytest.importorskip("cv2")
 
-from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from tests.app._gui import INDEX_TIMEOUT, open_and_wait, query_and_wait  # noqa: E402
+from tests.app._gui import scene as _scene  # noqa: E402
+from tests.app._gui import variant as _variant  # noqa: E402
+
 N_SCENES = 5
-INDEX_TIMEOUT = 180_000
-
-
-def _scene(rng: np.random.Generator, h: int = 300, w: int = 400) -> np.ndarray:
-    img = np.full((h, w, 3), rng.integers(0, 256, 3), np.uint8)
-    for _ in range(45):
-        color = tuple(int(c) for c in rng.integers(0, 256, 3))
-        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
-        if rng.random() < 0.5:
-            cv2.circle(img, (x, y), int(rng.integers(6, 40)), color, -1)
-        else:
-            x2, y2 = x + int(rng.integers(8, 70)), y + int(rng.integers(8, 70))
-            cv2.rectangle(img, (x, y), (x2, y2), color, -1)
-    return img
-
-
-def _variant(img: np.ndarray, angle: float, scale: float) -> np.ndarray:
-    h, w = img.shape[:2]
-    m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, scale)
-    return cv2.warpAffine(img, m, (w, h), borderMode=cv2.BORDER_REFLECT)
 
 
 def make_folder(folder: Path, n_scenes: int, seed: int = 0) -> list[tuple[Path, Path]]:
@@ -68,33 +52,6 @@ def photo_folder(tmp_path_factory):
     pairs = make_folder(folder, N_SCENES)
     (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
     return folder, root / "index", pairs
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    from app.gui.theme import apply_theme
-    from app.gui.window import MainWindow
-
-    apply_theme(QApplication.instance())
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings, persist=False)
-    qtbot.addWidget(win)
-    win.resize(1100, 760)
-    win.show()
-    yield win
-    win.cancel_indexing()
-    qtbot.waitUntil(lambda: not win.is_indexing(), timeout=INDEX_TIMEOUT)
-
-
-def open_and_wait(qtbot, win, folder, index):
-    with qtbot.waitSignal(win.indexing_finished, timeout=INDEX_TIMEOUT):
-        win.open_folder(folder, index)
-    assert not win.is_indexing()
-
-
-def query_and_wait(qtbot, win, action):
-    with qtbot.waitSignal(win.results_changed, timeout=60_000):
-        action()
 
 
 def test_open_folder_indexes_and_lists_skipped(qtbot, window, photo_folder):
