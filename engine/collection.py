@@ -113,6 +113,7 @@ __all__ = [
     "Hit",
     "IndexProgress",
     "IndexSummary",
+    "available_methods",
     "default_index_dir",
     "register_method",
 ]
@@ -146,6 +147,11 @@ def register_method(name: str, fn: Callable[..., list[Hit]]) -> None:
     ``fn`` should raise ``LookupError`` with a helpful message when its model is missing.
     """
     _REGISTRY[name] = fn
+
+
+def available_methods() -> tuple[str, ...]:
+    """Names accepted by :meth:`Collection.query`: the built-in ones, then registered ones."""
+    return METHODS + tuple(name for name in _REGISTRY if name not in METHODS)
 
 
 @dataclass(frozen=True)
@@ -765,7 +771,7 @@ class Collection:
         engine.imageio.ImageLoadError
             The query image cannot be read.
         """
-        if method not in METHODS and method not in _REGISTRY:
+        if method not in available_methods():
             raise ValueError(
                 f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}"
             )

@@ -27,3 +27,12 @@ def open_collection(folder: str, index: str | None, *, create: bool, readonly: b
         raise CommandError(str(exc)) from None
     except (StoreError, OSError) as exc:
         raise CommandError(f"cannot open the index in {where}: {exc}") from None
+
+
+def check_method(method: str) -> None:
+    """Raise :class:`CommandError` unless ``method`` is a search method of the engine."""
+    from engine.collection import available_methods
+
+    names = available_methods()
+    if method not in names:
+        raise CommandError(f"unknown method {method!r}; choose one of {', '.join(names)}")

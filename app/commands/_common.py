@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Generator
 from typing import Any, NoReturn
 
 
@@ -64,3 +65,27 @@ class Progress:
         if self.tty and not self.json_lines:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def drive(
+    gen: Generator[Any, None, Any],
+    progress: Progress,
+    position: Callable[[int, Any], tuple[int, int]] = lambda i, item: (item.done, item.total),
+) -> Any:
+    """Run a progress-yielding engine generator to its end and return its value.
+
+    ``position(i, item)`` turns the i-th yielded item into ``(done, total)`` for
+    ``progress``; a ``ValueError`` from the engine becomes a one-line :class:`CommandError`.
+    """
+    i = 0
+    try:
+        while True:
+            item = next(gen)
+            i += 1
+            progress.update(*position(i, item))
+    except StopIteration as stop:
+        return stop.value
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        progress.close()

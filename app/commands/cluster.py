@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from app.commands._collection import open_collection
-from app.commands._common import CommandError, Progress, emit_json
+from app.commands._common import CommandError, Progress, drive, emit_json
 
 #: Prefix of the arrays this command stores in the index.
 PREFIX = "cluster."
@@ -121,16 +121,7 @@ def run(args: argparse.Namespace) -> int:
     col = open_collection(args.folder, args.index, create=not args.no_update)
     try:
         if not args.no_update:
-            progress = Progress("indexing", json_lines=False)
-            gen = col.update()
-            try:
-                while True:
-                    pr = next(gen)
-                    progress.update(pr.done, pr.total)
-            except StopIteration:
-                pass
-            finally:
-                progress.close()
+            drive(col.update(), Progress("indexing", json_lines=False))
         paths = [Path(p) for p in col.paths()]
         n = len(paths)
         if n == 0:
@@ -156,18 +147,7 @@ def run(args: argparse.Namespace) -> int:
                 k_max=min(args.k_max, n - 1), k_min=min(2, n - 1),
                 prototype_percentile=args.prototypes,
             )  # fmt: skip
-            steps = 0
-            try:
-                while True:
-                    next(gen)
-                    steps += 1
-                    progress.update(steps, 7)
-            except StopIteration as stop:
-                result = stop.value
-            except ValueError as exc:
-                raise CommandError(str(exc)) from None
-            finally:
-                progress.close()
+            result = drive(gen, progress, lambda i, _item: (i, 7))
             labels = result.labels
         protos = result.prototypes if result is not None else np.ones(1, bool)
         outliers = result.outliers if result is not None else np.zeros(1, bool)
@@ -258,14 +238,7 @@ def _refine(feats, matcher, labels, args):
         feats, labels, matcher, max_partners=args.partners,
         prototype_percentile=args.prototypes, normalize="mask",
     )  # fmt: skip
-    try:
-        while True:
-            pr = next(gen)
-            progress.update(pr.done, pr.total)
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        progress.close()
+    return drive(gen, progress)
 
 
 def _save(col, paths, labels, protos, outliers, K, args, result, refinement=None) -> None:

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from app.commands._collection import open_collection
+from app.commands._collection import check_method, open_collection
 from app.commands._common import CommandError, Progress, emit_json
 
 PROTOCOLS = ("ukbench", "holidays", "folders")
@@ -51,10 +51,8 @@ def labels_for(paths, folder, protocol: str) -> np.ndarray:
 
 def run(args: argparse.Namespace) -> int:
     from engine import metrics
-    from engine.collection import _REGISTRY, METHODS
 
-    if args.method not in METHODS and args.method not in _REGISTRY:
-        raise CommandError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
+    check_method(args.method)
     if args.k < 1:
         raise CommandError(f"--k must be >= 1, got {args.k}")
     col = open_collection(args.folder, args.index, create=False, readonly=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.commands._common import CommandError, Progress, emit_json
+from app.commands._common import CommandError, Progress, drive, emit_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,17 +47,11 @@ def run(args: argparse.Namespace) -> int:
                 raise CommandError(str(exc)) from None
             add_marks(coll, marks)
         progress = Progress(f"learning ({args.method})", json_lines=args.json)
-        gen = learn(coll, method=args.method, source=source)
-        try:
-            while True:
-                prog = next(gen)
-                progress.update(prog.step, prog.total)
-        except StopIteration as stop:
-            summary = stop.value
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-        finally:
-            progress.close()
+        summary = drive(
+            learn(coll, method=args.method, source=source),
+            progress,
+            lambda _i, prog: (prog.step, prog.total),
+        )
     result = {
         "method": summary.method,
         "source": summary.source,

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from app.commands._collection import open_collection
+from app.commands._collection import check_method, open_collection
 from app.commands._common import CommandError, emit_json
 
 
@@ -33,12 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.collection import _REGISTRY, METHODS
     from engine.features import extract_features
     from engine.imageio import ImageLoadError
 
-    if args.method not in METHODS and args.method not in _REGISTRY:
-        raise CommandError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
+    check_method(args.method)
     if args.top < 1:
         raise CommandError(f"--top must be >= 1, got {args.top}")
     col = open_collection(args.folder, args.index, create=False, readonly=True)

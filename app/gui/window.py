@@ -1301,8 +1301,7 @@ def _available_methods(coll) -> list[str]:
         import engine.collection as ec
         import engine.feedback as fb  # registers "learned"
 
-        registry = getattr(ec, "_REGISTRY", {})
-        if "learned" in registry and coll.store.has_state(fb.MODEL_STATE):
+        if "learned" in ec.available_methods() and coll.store.has_state(fb.MODEL_STATE):
             methods.append("learned")
     except Exception as exc:  # optional: never block the window
         log.debug("learned method probe failed: %s", exc)
