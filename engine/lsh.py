@@ -245,6 +245,53 @@ class RandomHyperplaneHash:
         if self.n_bits % 8:
             raise ValueError(f"n_bits must be a multiple of 8, got {n_bits}")
         self.random_state = _check_int(random_state, "random_state", 0)
+        self._cache_keys = np.zeros(0, np.int64)
+        self._cache = np.zeros((0, self.n_bits), np.float32)
+
+    def cache(self, keys: Any) -> RandomHyperplaneHash:
+        """Precompute the hyperplane coordinates of a known key set (e.g. every bin of a
+        vocabulary tree): projecting rows over those keys then costs one gather and one
+        small product instead of generating ``n_bits`` Gaussians per key (the query-time
+        cost of hashing a pyramid, about 3 ms for 1,500 keys x 256 bits, drops to well
+        under 1 ms). Keys outside the cache are generated as before; results are the same
+        up to float32 summation order. Memory: ``4 * n_bits`` bytes per key.
+
+        Parameters
+        ----------
+        keys : (K,) int64
+            Any order, duplicates allowed; replaces the previous cache.
+
+        Returns
+        -------
+        self
+        """
+        k = np.unique(np.asarray(keys).astype(np.int64).reshape(-1))
+        bits = np.arange(self.n_bits)
+        G = np.empty((k.size, self.n_bits), np.float32)
+        for s in range(0, k.size, _KEY_BLOCK):
+            G[s : s + _KEY_BLOCK] = _gaussian_kb(self.random_state, bits, k[s : s + _KEY_BLOCK])
+        self._cache_keys, self._cache = k, G
+        return self
+
+    @property
+    def n_cached(self) -> int:
+        """Number of keys whose coordinates are cached (:meth:`cache`)."""
+        return int(self._cache_keys.size)
+
+    def _coordinates(self, keys: np.ndarray) -> np.ndarray:
+        """(J, n_bits) float32 coordinates of ``keys`` (J,) int64 (cache, else generated)."""
+        bits = np.arange(self.n_bits)
+        ck = self._cache_keys
+        if ck.size == 0:
+            return _gaussian_kb(self.random_state, bits, keys)
+        pos = np.minimum(np.searchsorted(ck, keys), ck.size - 1)
+        known = ck[pos] == keys
+        if known.all():
+            return self._cache[pos]
+        G = np.empty((keys.size, self.n_bits), np.float32)
+        G[known] = self._cache[pos[known]]
+        G[~known] = _gaussian_kb(self.random_state, bits, keys[~known])
+        return G
 
     def project(self, x: SparseRows | sp.spmatrix | np.ndarray) -> np.ndarray:
         """Raw projections ``r_b · x`` for every row and hyperplane.
@@ -258,11 +305,27 @@ class RandomHyperplaneHash:
         (n, n_bits) float32
         """
         M, keys = _as_keyed(x, "x")
+        if M.shape[0] == 1 and self._cache_keys.size:
+            # one query row: a sparse row times the cached coordinates (streams the
+            # cached rows of its keys, no gathered copy), plus generated unknown keys
+            ck = self._cache_keys
+            k = keys[M.indices]
+            v = M.data.astype(np.float32)
+            pos = np.minimum(np.searchsorted(ck, k), ck.size - 1)
+            known = ck[pos] == k
+            row = (
+                sp.csr_matrix(
+                    (v[known], pos[known], np.array([0, int(known.sum())])), shape=(1, ck.size)
+                )
+                @ self._cache
+            )
+            if not known.all():
+                row = row + v[~known] @ self._coordinates(k[~known])
+            return np.asarray(row, np.float32).reshape(1, self.n_bits)
         M = M.tocsc()  # cheap column blocks
         out = np.zeros((M.shape[0], self.n_bits), dtype=np.float64)
-        bits = np.arange(self.n_bits)
         for s in range(0, keys.size, _KEY_BLOCK):
-            G = _gaussian_kb(self.random_state, bits, keys[s : s + _KEY_BLOCK])  # (J, B)
+            G = self._coordinates(keys[s : s + _KEY_BLOCK])  # (J, B)
             out += M[:, s : s + _KEY_BLOCK] @ G
         return out.astype(np.float32)
 

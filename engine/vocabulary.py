@@ -536,8 +536,9 @@ class VocabularyTree:
         if not self._fitted:
             raise RuntimeError("VocabularyTree is not fitted; call fit(sample) first")
 
-    def _descend(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Push points down the tree; bins and distances (M, L), COARSEST first."""
+    def _descend(self, X: np.ndarray, need_dist: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Push points down the tree; bins and distances (M, L), COARSEST first
+        (``need_dist=False``: the distances are left uninitialised, not computed)."""
         m = X.shape[0]
         L = self.levels
         bins = np.empty((m, L), dtype=np.int64)
@@ -545,7 +546,8 @@ class VocabularyTree:
         if m == 0:
             return bins, dist
         bins[:, 0] = 0  # the root
-        dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0][np.zeros(m, np.int64)]))
+        if need_dist:
+            dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0][np.zeros(m, np.int64)]))
         perm = np.arange(m)
         Xs = X
         node = np.zeros(m, dtype=np.int64)
@@ -561,7 +563,8 @@ class VocabularyTree:
                 self._csq[lvl],
             )
             bins[perm, lvl] = chosen
-            dist[perm, lvl] = np.sqrt(_rowwise_sqdist(Xs, self._centers[lvl][chosen]))
+            if need_dist:
+                dist[perm, lvl] = np.sqrt(_rowwise_sqdist(Xs, self._centers[lvl][chosen]))
             if lvl + 1 < L:
                 order = np.argsort(chosen, kind="stable")
                 perm, Xs, node = perm[order], Xs[order], chosen[order]
@@ -592,6 +595,21 @@ class VocabularyTree:
         with _single_threaded_blas():
             bins, dist = self._descend(X)
         return np.ascontiguousarray(bins[:, ::-1]), np.ascontiguousarray(dist[:, ::-1])
+
+    def assign_bins(self, X: np.ndarray) -> np.ndarray:
+        """``assign(X)[0]`` without the distances (the query path of a collection needs
+        only the bins: one gather and product per level less).
+
+        Returns
+        -------
+        (M, levels) int64
+            Finest level first, as :meth:`assign`.
+        """
+        self._check_fitted()
+        X = as_point_set(X, "X", dim=self.dim)
+        with _single_threaded_blas():
+            bins, _ = self._descend(X, need_dist=False)
+        return np.ascontiguousarray(bins[:, ::-1])
 
     def leaf_ids(self, X: np.ndarray) -> np.ndarray:
         """(M,) int64 leaf (visual word) index of every point, in ``[0, n_leaves)``."""

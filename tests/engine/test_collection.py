@@ -16,6 +16,7 @@ from engine.collection import (
     default_index_dir,
 )
 from engine.imageio import load_image
+from engine.search import histograms_from_codes
 
 GROUPS = ("astronaut", "brick", "coffee")
 
@@ -262,3 +263,70 @@ def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
         assert other.kernel_matrix("uniform").shape == (len(col), len(col))
     finally:
         other.close()
+
+
+def test_query_codes_equal_the_pyramid_encoding(indexed):
+    """The lean query encoder gives exactly the keys, counts and levels of
+    PyramidMatch.encode (which the stored rows were built with), empty sets included."""
+    import engine.collection as ec
+
+    col, _, _ = indexed
+    models, _ = col._ensure()
+    d = col.features(col.paths()[0]).descriptors
+    for X in (d, d[:1], d[:0]):
+        got = ec._query_codes(models, X)
+        assert got.sizes.tolist() == [X.shape[0]]
+        if X.shape[0] == 0:
+            assert got.key.size == 0
+            continue
+        ref = ec._light_codes(models.vocab.encode([X]))
+        o = np.argsort(ref.key)
+        np.testing.assert_array_equal(got.key, ref.key[o])
+        np.testing.assert_array_equal(got.count, ref.count[o])
+        np.testing.assert_array_equal(got.level, ref.level[o])
+        # the uniform pyramid's weighted histogram (what the uniform score reads)
+        lean = ec._single_set_codes(models.uniform, X, weights=True)
+        full = models.uniform.encode([X])
+        for a, b in zip(
+            histograms_from_codes(lean, weighting="pm"),
+            histograms_from_codes(full, weighting="pm"),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_more_hyperplanes_migrate_the_stored_bits(tmp_path, demo_folder, monkeypatch):
+    """When rh_bits asks for more bits than the index holds, a writer re-hashes the
+    stored pyramids (no feature is read) and saves them; the old bits are a prefix of
+    the new ones; a reader keeps what is stored."""
+    import engine.collection as ec
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    for name in sorted(os.listdir(demo_folder))[:8]:
+        if name.endswith(".jpg"):
+            shutil.copy(demo_folder / name, folder / name)
+    with Collection.open(folder) as col:
+        _run(col.update(jobs=1))
+        old = col._data.rh.copy()
+        assert col._models.rh.n_bits == ec.rh_bits(len(col)) == old.shape[1] * 8
+    monkeypatch.setattr(ec, "rh_bits", lambda n: 1024)
+    with Collection.open(folder, readonly=True) as reader:
+        _, data = reader._ensure()
+        np.testing.assert_array_equal(data.rh, old)  # readers never re-hash
+    with Collection.open(folder) as col:
+        models, data = col._ensure()
+        assert models.rh.n_bits == old.shape[1] * 8  # only update() migrates
+        monkeypatch.setattr(Collection, "_sets", lambda self, ids: pytest.fail("read features"))
+        summary, _ = _run(col.update(jobs=1))
+        assert summary.unchanged == len(col)
+        models, data = col._ensure()
+        assert models.rh.n_bits == 1024 and data.rh.shape == (len(col), 128)
+        np.testing.assert_array_equal(data.rh[:, : old.shape[1]], old)
+        # the query side hashes with the same hyperplanes: an image finds its own bits
+        q = col._query_encoding(models, col.features(col.paths()[2]), frozenset({"rh"}))
+        assert (np.unpackbits(q.rh ^ data.rh[2]).mean()) < 0.02
+    monkeypatch.undo()
+    with Collection.open(folder, readonly=True) as reader:
+        models, data = reader._ensure()
+        assert models.rh.n_bits == 1024 and data.rh.shape[1] == 128

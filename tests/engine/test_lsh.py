@@ -110,6 +110,23 @@ def test_hyperplane_input_forms_agree_and_state():
         RandomHyperplaneHash(12)
 
 
+def test_hyperplane_cache_gives_the_same_projections():
+    """Cached coordinates (a known key set) give the generated ones: single query rows
+    (the gather path), batches, keys outside the cache, and the same bits."""
+    rng = np.random.default_rng(7)
+    X = np.where(rng.random((12, 400)) < 0.05, rng.random((12, 400)), 0).astype(np.float32)
+    keys = rng.permutation(np.unique(rng.integers(-(10**12), 10**12, 500)))[:400]
+    plain = RandomHyperplaneHash(128, random_state=3)
+    cached = RandomHyperplaneHash(128, random_state=3).cache(keys[:300])  # 100 unknown
+    for rows in (slice(0, 12), slice(4, 5)):
+        x = _keyed_from_csr(sp.csr_matrix(X[rows]), keys)
+        np.testing.assert_allclose(cached.project(x), plain.project(x), rtol=1e-4, atol=1e-5)
+        agree = (cached.hash(x) == plain.hash(x)).mean()
+        assert agree > 0.99
+    G = hashed_gaussian(3, np.arange(128), keys[:300])
+    np.testing.assert_array_equal(cached._coordinates(keys[:300]), G.T)
+
+
 def test_pyramid_match_hashing_follows_normalised_kernel():
     pyramid = pytest.importorskip("engine.pyramid")
     if not hasattr(pyramid.PyramidMatch, "embed"):

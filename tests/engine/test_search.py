@@ -135,7 +135,21 @@ def test_row_scoring_paths_match_bruteforce(monkeypatch, dense_max):
         np.testing.assert_allclose(ix.score(qk, qv, rows), want, rtol=1e-5)
 
 
-def test_fused_candidates_union_of_both_hashes():
+def _hash_score(q, wta, rh):
+    from engine.collection import WTA_FUSION_WEIGHT, _bit_agreement
+    from engine.wta import code_agreement
+
+    def z(x):
+        x = np.asarray(x, np.float64)
+        return (x - x.mean()) / x.std()
+
+    return z(_bit_agreement(q.rh, rh)) + WTA_FUSION_WEIGHT * z(code_agreement(q.wta, wta)[0])
+
+
+def test_fused_candidates_hash_score_is_standardised_sum():
+    """Without postings the candidates are the best rows by z(bit agreement) + w *
+    z(WTA agreement): a row agreeing on every bit comes first, a row agreeing on every
+    WTA code is proposed, and the selection equals the full ranking's head."""
     from types import SimpleNamespace
 
     from engine.collection import _fused_candidates
@@ -150,13 +164,18 @@ def test_fused_candidates_union_of_both_hashes():
     data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh)
     cand = _fused_candidates(q, data, 20)
     assert cand.shape == (20,) and np.unique(cand).size == 20
-    assert {17, 42} <= set(cand[:2].tolist())
-    assert cand.min() >= 0 and cand.max() < n
+    assert cand[0] == 42 and 17 in cand.tolist()
+    score = _hash_score(q, wta, rh)
+    want = np.lexsort((np.arange(n), -score))[:20]
+    np.testing.assert_array_equal(cand, want)
+    # a row perfect on both beats a row perfect on the bits alone
+    q.wta[0] = wta[42]
+    assert _fused_candidates(q, data, 5)[0] == 42
 
 
 def test_fused_candidates_with_inverted_file_matches_full_ranking():
-    """With the bag-of-words postings a third ranking joins the fusion: its best row is
-    proposed too, and the partial selection equals the fusion of full rankings."""
+    """With the bag-of-words postings a second ranking joins the hash score: its best
+    row is proposed too, and the partial selection equals the fusion of full rankings."""
     from types import SimpleNamespace
 
     import scipy.sparse as sp
@@ -171,29 +190,58 @@ def test_fused_candidates_with_inverted_file_matches_full_ranking():
     norms = np.sqrt(np.asarray(bow.multiply(bow).sum(axis=1)).ravel())
     bow = sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ bow, dtype=np.float32)
     q = SimpleNamespace(wta=wta[:1].copy(), rh=rh[:1].copy(), bow=bow[7] * 1.0)
-    q.wta[0] = wta[17]
+    q.wta[0] = wta[42]
     q.rh[0] = rh[42]
     data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh, bow=bow)
     cand = _fused_candidates(q, data, 30, bow.T.tocsr())
     assert cand.shape == (30,) and np.unique(cand).size == 30
-    assert {7, 17, 42} <= set(cand[:3].tolist())
+    assert {7, 42} == set(cand[:2].tolist())
     # reference: full stable rankings, fused rank = min over rankings (interleaved)
-    from engine.collection import _bit_agreement
-    from engine.wta import code_agreement
-
-    ags = [
-        code_agreement(q.wta, wta)[0],
-        _bit_agreement(q.rh, rh),
-        (q.bow @ bow.T).toarray().ravel(),
-    ]
+    ags = [_hash_score(q, wta, rh), (q.bow @ bow.T).toarray().ravel()]
     fused = np.full(n, np.iinfo(np.int64).max)
     for j, a in enumerate(ags):
         rank = np.empty(n, np.int64)
         rank[np.argsort(-a, kind="stable")] = np.arange(n)
-        fused = np.minimum(fused, rank * 3 + (2 - j))
+        fused = np.minimum(fused, rank * 2 + (1 - j))
     want = np.argsort(fused, kind="stable")[:30]
     # the same set up to ties at the selection boundary of a ranking
-    assert np.intersect1d(cand, want).size >= 27
+    assert np.intersect1d(cand, want).size >= 28
+
+
+def test_lookup_directory_matches_binary_search():
+    """Above _DIRECTORY_MIN_KEYS columns the key -> column lookup goes through the
+    bucket directory: same columns as a binary search, hits and misses, and exact
+    scores through it."""
+    import engine.search as es
+
+    rng = np.random.default_rng(3)
+    K = es._DIRECTORY_MIN_KEYS + 5000
+    uk = np.unique(rng.integers(-(2**63), 2**63 - 1, K + 10, dtype=np.int64))[:K]
+    uk[0], uk[-1] = -(2**63), 2**63 - 1  # the extreme keys are found too
+    n, per = 40, 300
+    cols = np.sort(rng.choice(K, (n, per)), axis=1)
+    cols = [np.unique(c) for c in cols]
+    indptr = np.concatenate([[0], np.cumsum([c.size for c in cols])])
+    cols = np.concatenate(cols).astype(np.int32)
+    vals = rng.random(cols.size).astype(np.float32)
+    ix = es.IntersectionIndex(indptr, None, vals, columns=(uk, cols))
+    q = np.concatenate([uk[rng.choice(K, 500, replace=False)], uk[[0, K - 1]]])
+    q = np.unique(np.concatenate([q, rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64)]))
+    pos, hit = ix._lookup(q)
+    assert ix._directory is not None
+    want = np.minimum(np.searchsorted(uk, q), K - 1)
+    np.testing.assert_array_equal(hit, uk[want] == q)
+    np.testing.assert_array_equal(pos[hit], want[hit])
+    assert hit.sum() >= 502
+    qv = rng.random(q.size).astype(np.float32)
+    rows = np.array([3, 17, 29])
+    dense_q = dict(zip(q.tolist(), qv.tolist(), strict=True))
+    for r, got in zip(rows, ix.score(q, qv, rows), strict=True):
+        s = slice(indptr[r], indptr[r + 1])
+        exp = sum(
+            min(v, dense_q.get(int(k), 0.0)) for k, v in zip(uk[cols[s]], vals[s], strict=True)
+        )
+        assert got == pytest.approx(exp, rel=1e-5)
 
 
 def test_compact_index_without_keys():

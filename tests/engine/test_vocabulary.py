@@ -91,6 +91,8 @@ def test_assign_matches_brute_force_descent(tree):
         d = np.linalg.norm(X - tree.centers(lvl)[bins[:, lvl]], axis=1)
         np.testing.assert_allclose(dist[:, lvl], d, rtol=1e-5, atol=1e-5)
     assert np.array_equal(tree.leaf_ids(X), bins[:, 0])
+    assert np.array_equal(tree.assign_bins(X), expected)  # the distance-free query path
+    assert tree.assign_bins(X[:0]).shape == (0, L)
 
 
 def test_assign_large_segments_uses_same_rule():
@@ -99,6 +101,7 @@ def test_assign_large_segments_uses_same_rule():
     tree = VocabularyTree(branching=3, levels=3, random_state=0).fit(X)
     Q = _blobs(400, 5, 3, seed=8)
     assert np.array_equal(tree.assign(Q)[0], _brute_force_descent(tree, Q))
+    assert np.array_equal(tree.assign_bins(Q), tree.assign(Q)[0])
 
 
 def test_statistics_cover_training_points(data, tree):

@@ -145,6 +145,12 @@ def test_sparse_input_equals_dense_and_chunks():
     h2 = WTAHash(n_codes=600, window=8).fit(50)
     full = h2.hash(X)
     np.testing.assert_array_equal(full[8000:], h2.hash(X[8000:]))
+    # a few sparse rows (densified internally) hash like the same rows in a big batch
+    # (700 x 3000 > _DENSE_ROWS_ELEMENTS: column-sliced sparse path)
+    d = DensifiedWTAHash(n_codes=64, window=8, random_state=2).fit(3000)
+    batch = d.hash(S)
+    for r in (0, 5, 699):
+        np.testing.assert_array_equal(d.hash(S[r]), batch[r : r + 1])
 
 
 def test_state_roundtrip_is_bit_identical():
@@ -305,6 +311,23 @@ def test_code_agreement_paths_agree_with_bruteforce():
     )
     with pytest.raises(ValueError, match="same number of codes"):
         code_agreement(A, B[:, :10])
+
+
+@pytest.mark.parametrize("n_rows", [1, 3, 16])
+def test_code_agreement_byte_path_is_exact(n_rows):
+    """A few uint8 query rows take the 8-codes-per-word path: exact equal-code counts,
+    for every byte value (0 and 255 included) and non-contiguous inputs."""
+    rng = np.random.default_rng(n_rows)
+    B = rng.integers(0, 256, (500, 96)).astype(np.uint8)
+    B[:, :8] = rng.integers(0, 2, (500, 8)) * 255  # codes 0 and 255
+    A = B[rng.choice(500, n_rows)].copy()
+    A[:, ::3] = rng.integers(0, 256, (n_rows, 32))
+    brute = (A[:, None, :] == B[None]).sum(axis=2) / 96.0
+    S = code_agreement(A, B)
+    assert S.dtype == np.float32 and S.shape == (n_rows, 500)
+    np.testing.assert_array_equal(S, brute.astype(np.float32))
+    np.testing.assert_array_equal(code_agreement(A, B[::2]), S[:, ::2])
+    assert np.all(code_agreement(B[:1], B[:1]) == 1.0)
 
 
 def test_hamming_distance_matches_unpacked_bits():
