@@ -32,15 +32,29 @@ import numpy as np
 from engine._validate import check_choice
 
 __all__ = [
+    "BinsMatcher",
+    "CategoryChannel",
+    "CategoryModel",
+    "CategoryResult",
     "ClusterProgress",
     "Clustering",
     "Refinement",
     "apply_constraints",
+    "bin_correspondences",
+    "binned_pyramid_kernel",
+    "categorize",
+    "categorize_iter",
+    "category_features",
+    "category_features_of",
+    "category_kernel_rows",
+    "category_mask",
+    "category_model_iter",
     "choose_landmarks",
     "clustering_accuracy",
     "diagonal_dominance",
     "discover_categories",
     "discover_categories_iter",
+    "knn_graph",
     "merge_groups",
     "move_constraints",
     "ncut_embedding",
@@ -182,6 +196,9 @@ class Refinement:
         As in :class:`Clustering`, from the masked flow.
     n_matches : int
         Number of pairwise matchings computed.
+    extra : dict
+        ``"masked_affinity"``: scipy.sparse (n, n) csr float64 mask-weighted affinities of
+        the matched pairs; ``"known"``: (n, n) csr bool, which pairs were matched.
     """
 
     labels: np.ndarray
@@ -502,6 +519,25 @@ def _eigengap_k(values: np.ndarray, k_min: int, k_max: int) -> tuple[int, str]:
     return k, reason
 
 
+def knn_graph(W: np.ndarray, m: int) -> np.ndarray:
+    """Symmetric m-nearest-neighbour graph of affinities ``W`` (n, n): ``W_ij`` is kept when
+    j is among the m largest off-diagonal entries of row i OR i among those of row j, else
+    0 (von Luxburg, "A tutorial on spectral clustering", 2007, Sec. 2.2). Its spectrum
+    separates groups of unequal density better than the full affinities, so the eigengap
+    that chooses k is read from it; the diagonal is 0."""
+    W = np.asarray(W, np.float64)
+    n = W.shape[0]
+    m = int(min(max(m, 1), n - 1))
+    Wz = W.copy()
+    np.fill_diagonal(Wz, -np.inf)
+    idx = np.argpartition(-Wz, m - 1, axis=1)[:, :m]
+    keep = np.zeros((n, n), bool)
+    keep[np.arange(n)[:, None], idx] = True
+    keep |= keep.T
+    np.fill_diagonal(keep, False)
+    return np.where(keep, W, 0.0)
+
+
 def _enforce_must(labels: np.ndarray, must: np.ndarray) -> np.ndarray:
     """Make must-group constraints hard: every connected component of the must-graph takes
     the most common label among its members (the affinity change of Sec. 9.2 only biases
@@ -604,6 +640,17 @@ def choose_landmarks(
     rng = np.random.default_rng(random_state)
     pick = rng.choice(rest, size=m_rest, replace=False) if m_rest else rest[:0]
     return np.sort(np.concatenate([forced, pick])).astype(np.int64)
+
+
+def _one_blas_thread():
+    """Context limiting BLAS to one thread (threadpoolctl, shipped with scikit-learn)."""
+    import contextlib
+
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _nystrom_embedding(
@@ -740,9 +787,12 @@ def discover_categories_iter(
     prototype_percentile: float = 25.0,
     outlier_z: float = 3.0,
     random_state: int = 0,
+    k_graph: int | None = None,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
+    if k_graph is not None and int(k_graph) < 1:
+        raise ValueError(f"k_graph must be a positive integer or None, got {k_graph!r}")
     check_choice(method, "method", ("spectral", "recursive"))
     check_choice(discretize, "discretize", ("kmeans", "yu_shi"))
     if isinstance(k, str):
@@ -806,7 +856,12 @@ def discover_categories_iter(
     yield ClusterProgress("spectrum", 0, 1, f"{q} leading eigenvectors of {n}x{n}")
     values, vectors = ncut_embedding(W, q)
     yield ClusterProgress("spectrum", 1, 1)
-    if k == "auto":
+    if k == "auto" and k_graph is not None and n > int(k_graph) + 1:
+        G = knn_graph(W, int(k_graph))
+        g_values, _ = ncut_embedding(G, q)
+        kk, reason = _eigengap_k(g_values, k_min, k_max)
+        reason += f" of the {int(k_graph)}-nearest-neighbour graph"
+    elif k == "auto":
         kk, reason = _eigengap_k(values, k_min, k_max)
     else:
         kk, reason = int(k), f"k={int(k)} given by the user"
@@ -870,7 +925,8 @@ def _discover_nystrom(
     yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
     q = min(m, (k_max if k == "auto" else int(k)) + 1)
     yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
-    values, vectors = _nystrom_embedding(W, landmarks, q)
+    with _one_blas_thread():  # m x m problems: thread hand-offs cost more than they save
+        values, vectors = _nystrom_embedding(W, landmarks, q)
     yield ClusterProgress("spectrum", 1, 1)
     if k == "auto":
         kk, reason = _eigengap_k(values, k_min, k_max)
@@ -949,6 +1005,11 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         or Yu & Shi's rotation-based discretisation.
     k_min, k_max : int
         Range searched by ``k="auto"``.
+    k_graph : int, optional
+        With ``k="auto"`` (exact mode), read the eigengap from the spectrum of the
+        symmetric ``k_graph``-nearest-neighbour graph of the affinities
+        (:func:`knn_graph`) instead of the full affinities; the cut itself still uses
+        the full affinities.
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).
@@ -1153,7 +1214,14 @@ def refine_with_masks_iter(
     pairs = sorted(pair_set)
     total = len(pairs)
     results: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    for done, (a, b) in enumerate(pairs, 1):
+    many = getattr(matcher, "match_many", None)
+    if many is not None:  # batched (BinsMatcher): a few sorts per level for 256 pairs
+        for s0 in range(0, total, 256):
+            batch = pairs[s0 : s0 + 256]
+            for key, (p, w) in zip(batch, many(np.array(batch, np.int64)), strict=True):
+                results[key] = (p, w)
+            yield ClusterProgress("match", s0 + len(batch), total, "within-group correspondences")
+    for done, (a, b) in enumerate(pairs if many is None else (), 1):
         r = match(a, b)
         p = np.asarray(r.pairs, dtype=np.int64).reshape(-1, 2)
         w = np.asarray(getattr(r, "weight", np.ones(p.shape[0])), dtype=np.float64)
@@ -1178,25 +1246,28 @@ def refine_with_masks_iter(
     # Mask-weighted, un-normalised affinities: each correspondence counts with the smaller
     # mask mass of its two features (the histogram intersection of weighted bin masses,
     # restricted to the matched pairs), times its pyramid-level weight (Sec. 9.4).
-    Wm = np.zeros((n, n))
-    known = np.zeros((n, n), bool)
-    for (a, b), (p, w) in results.items():
-        if p.shape[0]:
-            s = float(np.sum(w * np.minimum(masks[a][p[:, 0]], masks[b][p[:, 1]])))
-        else:
-            s = 0.0
-        Wm[a, b] = Wm[b, a] = s
-        known[a, b] = known[b, a] = True
+    # Sparse (n, n) over the matched pairs only: O(n * max_partners) memory for any n.
+    import scipy.sparse as sp
+
+    keys = list(results)
+    pa = np.array([a for a, _ in keys], np.int64)
+    pb = np.array([b for _, b in keys], np.int64)
+    sc = np.array([
+        float(np.sum(w * np.minimum(masks[a][p[:, 0]], masks[b][p[:, 1]]))) if p.shape[0]
+        else 0.0
+        for (a, b), (p, w) in results.items()
+    ])  # fmt: skip
     if normalize == "mask":  # Eq. 3.12 with mask masses as the self-similarities
         mass = np.array([float(m.sum()) for m in masks])
-        den = np.sqrt(np.outer(mass, mass))
-        Wm = np.where(den > 0, Wm / np.where(den > 0, den, 1.0), 0.0)
-    flow = np.zeros(n)
+        den = np.sqrt(mass[pa] * mass[pb]) if pa.size else np.zeros(0)
+        sc = np.where(den > 0, sc / np.where(den > 0, den, 1.0), 0.0)
+    rows, cols = np.concatenate([pa, pb]), np.concatenate([pb, pa])
+    Wm = sp.csr_matrix((np.concatenate([sc, sc]), (rows, cols)), shape=(n, n))
+    cnt = np.bincount(rows, minlength=n).astype(np.float64)
+    tot = np.bincount(rows, weights=np.concatenate([sc, sc]), minlength=n)
     group_size = np.bincount(labels)
-    for i in range(n):
-        cnt = known[i].sum()
-        if cnt:
-            flow[i] = Wm[i, known[i]].mean() * (group_size[labels[i]] - 1)
+    flow = np.where(cnt > 0, tot / np.maximum(cnt, 1.0), 0.0) * (group_size[labels] - 1)
+    known = sp.csr_matrix((np.ones(rows.size, bool), (rows, cols)), shape=(n, n))
     protos = np.zeros(n, bool)
     outl = np.zeros(n, bool)
     for g in np.unique(labels):
@@ -1365,7 +1436,6 @@ def spatial_pyramid_kernel(
     of an image in a bin sets coordinate ``(bin, t)``; thesis Sec. 5.1), one sparse product
     for all pairs; cost ~ ``n * nnz`` at worst, no Python loop over points or pairs.
     """
-    import scipy.sparse as sp
 
     if len(bins) != len(xy):
         raise ValueError(f"bins has {len(bins)} entries but xy has {len(xy)}")
@@ -1397,29 +1467,9 @@ def spatial_pyramid_kernel(
         levels.append(word * (g * g) + cell[:, 0] * g + cell[:, 1])
         g //= 2
     levels += [allb[:, lev] for lev in range(n_levels)]
-    w = 0.5 ** np.arange(len(levels))
-    dw = w - np.append(w[1:], 0.0)
-    rows, cols, vals = [], [], []
-    offset = 0
-    for lev, ids in enumerate(levels):
-        if ids.size == 0:
-            continue
-        _, ids = np.unique(ids, return_inverse=True)  # compact ids
-        order = np.lexsort((ids, owner))
-        key = owner[order] * (int(ids.max()) + 1) + ids[order]
-        start = np.r_[0, np.flatnonzero(np.diff(key)) + 1]
-        rank = np.arange(key.size) - np.repeat(start, np.diff(np.r_[start, key.size]))
-        width = int(rank.max()) + 1
-        rows.append(owner[order])
-        cols.append(offset + ids[order] * width + rank)
-        vals.append(np.full(key.size, np.sqrt(dw[lev])))
-        offset += (int(ids.max()) + 1) * width
-    if not rows:
+    if owner.size == 0:
         return np.zeros((n, n))
-    E = sp.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(n, offset),
-    )
+    E = _unary_embedding(levels, owner, n)
     K = np.asarray((E @ E.T).todense(), dtype=np.float64)
     d = np.sqrt(np.diag(K))
     d = np.where(d > 0, d, 1.0)
@@ -1444,3 +1494,1194 @@ def clustering_accuracy(truth: np.ndarray, labels: np.ndarray) -> float:
     np.add.at(cm, (g, t), 1)
     r, c = linear_sum_assignment(-cm)
     return float(cm[r, c].sum() / truth.shape[0])
+
+
+# --------------------------------------------------------------------------------------------
+# the categorisation channel: dense SIFT per image, cached in the index
+# --------------------------------------------------------------------------------------------
+
+#: Settings of the categorisation features (:func:`category_features`). Part of the cache
+#: key: changing any of them recomputes the channel.
+CATEGORY_FEATURES: dict[str, Any] = {
+    "side": 300,
+    "max_features": 400,
+    "windows": ((12, 8), (24, 12)),
+    "trim": 245,
+    "rootsift": True,
+}
+#: Bumped whenever :func:`category_features` changes its output for equal settings.
+CATEGORY_FEATURES_VERSION = 1
+#: Vocabulary of the categorisation kernel: branching and levels below the root.
+CATEGORY_VOCAB = {"branching": 10, "levels": 3, "sample": 60_000}
+#: Refit the categorisation vocabulary when the collection has grown this many times.
+VOCAB_REFIT_GROWTH = 4.0
+#: Images per cached chunk of dense features (an interrupted run keeps finished chunks).
+DENSE_CHUNK = 64
+#: Landmark images of the Nystrom approximation in :func:`categorize_iter`.
+NYSTROM_LANDMARKS = 500
+
+_DENSE_PREFIX = "cluster.dense."
+_DENSE_KV = "cluster.dense.manifest"
+_VOCAB_STATE = "cluster.dense.vocab"
+_VOCAB_EXTRA = ("settings_key", "n_fit", "token")
+
+
+def _trim_box(gray: np.ndarray, thresh: int) -> tuple[int, int, int, int]:
+    """``(r0, r1, c0, c1)`` of ``gray`` without a uniform white frame (rows / columns with
+    fewer than 2 % pixels darker than ``thresh``); many Caltech photos have one and the
+    thesis removed it too (Sec. 9.5). The full image when the rest would be tiny."""
+    dark = gray < thresh
+    keep_r = np.flatnonzero(dark.mean(axis=1) > 0.02)
+    keep_c = np.flatnonzero(dark.mean(axis=0) > 0.02)
+    h, w = gray.shape
+    if keep_r.size < 16 or keep_c.size < 16:
+        return 0, h, 0, w
+    return int(keep_r[0]), int(keep_r[-1]) + 1, int(keep_c[0]), int(keep_c[-1]) + 1
+
+
+def category_features(
+    image: Any,
+    *,
+    side: int = 300,
+    max_features: int = 400,
+    windows: Sequence[Sequence[int]] = ((12, 8), (24, 12)),
+    trim: int = 245,
+    rootsift: bool = True,
+):
+    """Dense multi-scale SIFT of one image for categorisation (thesis Sec. 9.5).
+
+    The image is loaded upright in grey (at most 1024 pixels a side), a uniform white frame
+    is cut off (``trim``: grey level above which a pixel counts as white; 0 disables), the
+    rest is shrunk so its longest side is ``side`` pixels, and SIFT descriptors are computed
+    on a regular grid of windows for every ``(size, step)`` in ``windows`` (pixels), then
+    evenly subsampled to ``max_features``. Dense windows describe the object's surface
+    uniformly, where keypoint detectors favour clutter and texture; on Caltech-4 the
+    normalized cut reaches 0.95 with them against 0.89 with 300 keypoints.
+
+    Parameters
+    ----------
+    image : path, bytes or ndarray
+        Anything :func:`engine.imageio.load_gray` accepts, or an (H, W) / (H, W, 3) uint8
+        array.
+    side, max_features, windows, trim, rootsift
+        See above (:data:`CATEGORY_FEATURES` holds the defaults used by the app).
+
+    Returns
+    -------
+    engine.features.Features
+        ``descriptors`` (M, 128) float32 RootSIFT (unit L2 norm, values in [0, 1]); ``xy``
+        (M, 2) float32 window centres in pixels of the image as loaded
+        (``image_size``); ``kind = "category_dense"``.
+    """
+    import cv2
+
+    from engine.features import Features
+    from engine.imageio import load_gray
+
+    if isinstance(image, np.ndarray):
+        gray = np.asarray(image)
+        if gray.ndim == 3:
+            gray = cv2.cvtColor(np.ascontiguousarray(gray[..., :3], np.uint8), cv2.COLOR_RGB2GRAY)
+        if gray.ndim != 2:
+            raise ValueError(f"image must be (H, W) or (H, W, 3), got shape {gray.shape}")
+        gray = np.ascontiguousarray(gray, np.uint8)
+    else:
+        gray = load_gray(image, max_side=1024)
+    H, W = gray.shape
+    r0, r1, c0, c1 = _trim_box(gray, int(trim)) if trim else (0, H, 0, W)
+    crop = gray[r0:r1, c0:c1]
+    h, w = crop.shape
+    s = min(1.0, float(side) / max(h, w, 1))
+    if s < 1.0:
+        crop = cv2.resize(crop, (max(1, round(w * s)), max(1, round(h * s))),
+                          interpolation=cv2.INTER_AREA)  # fmt: skip
+    h, w = crop.shape
+    pts, sizes = [], []
+    for size, step in windows:
+        ys, xs = np.mgrid[size // 2 : h - size // 2 : step, size // 2 : w - size // 2 : step]
+        pts.append(np.stack([xs.ravel(), ys.ravel()], axis=1))
+        sizes.append(np.full(xs.size, float(size)))
+    P = np.concatenate(pts).astype(np.float32) if pts else np.zeros((0, 2), np.float32)
+    S = np.concatenate(sizes) if sizes else np.zeros(0)
+    if P.shape[0] > max_features:
+        sel = np.linspace(0, P.shape[0] - 1, max_features).astype(np.int64)
+        P, S = P[sel], S[sel]
+    desc = None
+    if P.shape[0]:
+        # Describe a window of size z on the pyramid octave o = floor(log2(z / 6)) (image
+        # shrunk 2^o times): the same SIFT window, 5x fewer pixels to sample than octave 0.
+        octs = np.maximum(np.floor(np.log2(S / 6.0)), 0).astype(int).tolist()
+        kps = []
+        for (x, y), z, o in zip(P.tolist(), S.tolist(), octs, strict=True):
+            kp = cv2.KeyPoint(x, y, z)
+            kp.octave = o & 255
+            kps.append(kp)
+        kps, desc = cv2.SIFT_create().compute(crop, kps)
+    if desc is None or len(kps) == 0:
+        D, xy = np.zeros((0, 128), np.float32), np.zeros((0, 2), np.float32)
+    else:
+        D = desc.astype(np.float32)
+        if rootsift:
+            D = np.sqrt(D / np.maximum(D.sum(axis=1, keepdims=True), 1e-12))
+        else:
+            D /= np.maximum(np.linalg.norm(D, axis=1, keepdims=True), 1e-12)
+        xy = np.array([k.pt for k in kps], np.float32).reshape(-1, 2)
+        xy = xy / np.float32(s) + np.array([c0, r0], np.float32)
+    return Features(
+        descriptors=np.ascontiguousarray(D, np.float32),
+        xy=np.ascontiguousarray(xy, np.float32),
+        scale=None,
+        angle=None,
+        image_size=(int(W), int(H)),
+        kind="category_dense",
+    )
+
+
+def _category_extractor(data: bytes, **kwargs: Any):
+    """Module-level extractor for :func:`engine.ingest.extract_parallel` workers."""
+    return category_features(data, **kwargs)
+
+
+def _settings_key(settings: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(
+        {"v": CATEGORY_FEATURES_VERSION, **{k: settings[k] for k in sorted(settings)}},
+        sort_keys=True, default=list,
+    )  # fmt: skip
+
+
+class CategoryChannel:
+    """Dense categorisation features of a collection, computed lazily and cached.
+
+    The index built by ``simile index`` holds sparse SIFT keypoints for retrieval; grouping
+    works better on dense windows (:func:`category_features`). This channel computes them
+    the first time a folder is grouped, in worker processes
+    (:func:`engine.ingest.extract_parallel`), and keeps them in the index through the
+    store's named arrays and key-value API, so indexing costs nothing extra.
+
+    Storage: chunks of at most :data:`DENSE_CHUNK` images, each three arrays
+    ``cluster.dense.<token>.{desc,xy,off}`` (descriptors as uint8 ``round(255 v)``, RootSIFT
+    values lie in [0, 1]; xy float32; offsets (c+1,) int64), and a JSON manifest in the
+    key-value table (``cluster.dense.manifest``) mapping every image's CONTENT HASH to
+    ``(chunk, row, width, height)``. A chunk is written (atomically) before the manifest
+    names it, so an interrupted run keeps every finished chunk and leaves a usable cache;
+    unreferenced chunk files are deleted on the next update. Images are keyed by content,
+    so renamed or moved photos are not recomputed; entries of images no longer in the
+    collection are dropped and their chunks compacted once they are mostly dead.
+
+    Parameters
+    ----------
+    store : engine.store.IndexStore
+        The collection's store. Read-only stores work: missing features are then computed
+        in memory and not kept.
+    settings : dict, optional
+        :func:`category_features` keyword arguments (default :data:`CATEGORY_FEATURES`).
+    """
+
+    def __init__(self, store: Any, settings: dict[str, Any] | None = None) -> None:
+        import json
+
+        self.store = store
+        self.settings = dict(CATEGORY_FEATURES if settings is None else settings)
+        self.key = _settings_key(self.settings)
+        raw = store.get_kv(_DENSE_KV)
+        man = None
+        if raw:
+            try:
+                man = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            except ValueError:
+                man = None
+        if not man or man.get("key") != self.key:
+            man = {"key": self.key, "chunks": {}, "items": {}}
+        self.manifest: dict[str, Any] = man
+        self._memory: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def has(self, content_hash: str) -> bool:
+        return content_hash in self.manifest["items"] or content_hash in self._memory
+
+    def _write_manifest(self) -> None:
+        import json
+
+        self.store.set_kv(_DENSE_KV, json.dumps(self.manifest, separators=(",", ":")))
+
+    def _chunk_names(self, token: str) -> tuple[str, str, str]:
+        base = f"{_DENSE_PREFIX}{token}"
+        return base + ".desc", base + ".xy", base + ".off"
+
+    def _save_chunk(self, feats: list[tuple[str, Any]]) -> None:
+        """Write one chunk of ``(content_hash, Features)`` and name it in the manifest."""
+        import secrets
+
+        token = secrets.token_hex(6)
+        descs = [np.asarray(f.descriptors, np.float32) for _, f in feats]
+        off = np.concatenate([[0], np.cumsum([d.shape[0] for d in descs])]).astype(np.int64)
+        D = np.concatenate(descs) if descs else np.zeros((0, 128), np.float32)
+        q = np.clip(np.rint(D * 255.0), 0, 255).astype(np.uint8)
+        xy = np.concatenate([np.asarray(f.xy, np.float32).reshape(-1, 2) for _, f in feats])
+        n_desc, n_xy, n_off = self._chunk_names(token)
+        self.store.save_array(n_desc, q)
+        self.store.save_array(n_xy, xy)
+        self.store.save_array(n_off, off)
+        self.manifest["chunks"][token] = len(feats)
+        for row, (h, f) in enumerate(feats):
+            self.manifest["items"][h] = [token, row, int(f.image_size[0]), int(f.image_size[1])]
+        self._write_manifest()
+
+    def _drop_chunk(self, token: str) -> None:
+        for name in (*self._chunk_names(token), f"{_DENSE_PREFIX}{token}.bins"):
+            if self.store.has_array(name):
+                self.store.delete_array(name)
+        self.manifest.get("bins", {}).pop(token, None)
+        self._arrays.pop(token, None)
+
+    def _collect_garbage(self, live: set[str]) -> None:
+        """Forget images not in ``live`` (content hashes); compact mostly dead chunks;
+        delete chunk files no manifest names (left by an interrupted run)."""
+        items = self.manifest["items"]
+        dead = [h for h in items if h not in live]
+        for h in dead:
+            del items[h]
+        alive = np.zeros(0)
+        if dead:
+            per_chunk: dict[str, int] = {}
+            for tok, _row, _w, _h in items.values():
+                per_chunk[tok] = per_chunk.get(tok, 0) + 1
+            alive = np.array([per_chunk.get(t, 0) for t in self.manifest["chunks"]])
+            total = np.array(list(self.manifest["chunks"].values()))
+            if total.sum() and alive.sum() < 0.5 * total.sum():  # compact everything
+                keep = list(items)
+                loaded = [(h, self.features(h)) for h in keep]
+                old = list(self.manifest["chunks"])
+                self.manifest["chunks"] = {}
+                self.manifest["items"] = {}
+                for s in range(0, len(loaded), DENSE_CHUNK):
+                    self._save_chunk(loaded[s : s + DENSE_CHUNK])
+                for tok in old:
+                    self._drop_chunk(tok)
+            else:
+                for tok, a in zip(list(self.manifest["chunks"]), alive, strict=True):
+                    if a == 0:
+                        del self.manifest["chunks"][tok]
+                        self._drop_chunk(tok)
+            self._write_manifest()
+        arrays = self.store.index_dir / "arrays"
+        named = {f"{_DENSE_PREFIX}{t}" for t in self.manifest["chunks"]}
+        for f in arrays.glob(_DENSE_PREFIX + "*.npy") if arrays.is_dir() else ():
+            stem = f.name[: -len(".npy")]
+            base = stem.rsplit(".", 1)[0]
+            if base not in named and stem.rsplit(".", 1)[-1] in ("desc", "xy", "off", "bins"):
+                self.store.delete_array(stem)
+
+    # -- computing ----------------------------------------------------------------------------
+    def update_iter(
+        self,
+        items: Sequence[tuple[str, str | None]],
+        *,
+        jobs: int | None = None,
+        cancel: Any = None,
+    ) -> Generator[ClusterProgress, None, int]:
+        """Compute the features of every ``(path, content_hash)`` not cached yet.
+
+        Yields ``ClusterProgress("features", done, total)``; returns the number of images
+        computed. Work is spread over ``jobs`` processes; ``cancel`` (threading.Event) or
+        closing the generator stops it, keeping finished chunks. Images that cannot be
+        read get an empty feature set (they still take part in the grouping).
+        """
+        from engine.ingest import extract_parallel
+
+        writable = not getattr(self.store, "readonly", False)
+        if writable:
+            self._collect_garbage({h for _, h in items if h})
+        todo = [(p, h) for p, h in items if not h or not self.has(h)]
+        seen: set[str] = set()
+        todo = [(p, h) for p, h in todo if not (h in seen or seen.add(h))]  # type: ignore[func-returns-value]
+        total = len(todo)
+        yield ClusterProgress("features", 0, total, "dense features for grouping")
+        if not total:
+            return 0
+        want = {p: h for p, h in todo}
+        pending: list[tuple[str, Any]] = []
+        done = 0
+        results = extract_parallel(
+            [p for p, _ in todo], jobs=jobs, cancel=cancel, feature_kwargs=self.settings,
+            extractor=_category_extractor,
+        )  # fmt: skip
+        try:
+            for r in results:
+                h = want.get(r.path) or r.content_hash or r.path
+                f = r.features
+                if f is None:  # unreadable now: an empty set for this run, not cached
+                    self._memory[h] = (np.zeros((0, 128), np.float32),
+                                       np.zeros((0, 2), np.float32), (0, 0))  # fmt: skip
+                elif writable:
+                    pending.append((h, f))
+                    if len(pending) >= DENSE_CHUNK:
+                        self._save_chunk(pending)
+                        pending = []
+                else:
+                    self._memory[h] = (f.descriptors, f.xy, f.image_size)
+                done += 1
+                yield ClusterProgress("features", done, total, "dense features for grouping")
+        finally:
+            if pending:
+                self._save_chunk(pending)
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+        return done
+
+    # -- reading ------------------------------------------------------------------------------
+    def _chunk(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if token not in self._arrays:
+            n_desc, n_xy, n_off = self._chunk_names(token)
+            self._arrays[token] = (
+                self.store.load_array(n_desc, mmap=True),
+                self.store.load_array(n_xy, mmap=True),
+                np.asarray(self.store.load_array(n_off, mmap=False), np.int64),
+            )
+        return self._arrays[token]
+
+    def raw(self, content_hash: str) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """``(descriptors (m, 128) uint8 or float32, xy (m, 2) float32, (w, h))`` of one
+        image (KeyError if it has not been computed)."""
+        if content_hash in self._memory:
+            d, xy, size = self._memory[content_hash]
+            return d, xy, size
+        tok, row, w, h = self.manifest["items"][content_hash]
+        D, XY, off = self._chunk(tok)
+        return D[off[row] : off[row + 1]], XY[off[row] : off[row + 1]], (int(w), int(h))
+
+    def bins(
+        self, hashes: Sequence[str], tree: Any, vocab_token: str, levels: int
+    ) -> Generator[ClusterProgress, None, list[np.ndarray]]:
+        """(m_i, levels) int64 bins of every image of ``hashes`` under ``tree``, finest
+        first. Bins are cached per chunk (``cluster.dense.<token>.bins``, uint16/int32)
+        and tagged with ``vocab_token``: a refitted vocabulary recomputes them, a chunk is
+        assigned in one call. Yields ``ClusterProgress("bins", chunks done, chunks)``."""
+        items = self.manifest["items"]
+        tags = self.manifest.setdefault("bins", {})
+        need = sorted({items[h][0] for h in hashes if h in items})
+        writable = not getattr(self.store, "readonly", False)
+        per_chunk: dict[str, np.ndarray] = {}
+        dirty = False
+        for done, tok in enumerate(need, 1):
+            name = f"{_DENSE_PREFIX}{tok}.bins"
+            B = None
+            if vocab_token and tags.get(tok) == vocab_token and self.store.has_array(name):
+                B = np.asarray(self.store.load_array(name, mmap=False))
+                if B.ndim != 2 or B.shape[1] != levels:
+                    B = None
+            if B is None:
+                D = self._chunk(tok)[0]
+                B = (tree.assign(_as_float(np.asarray(D)))[0][:, :levels] if D.shape[0]
+                     else np.zeros((0, levels), np.int64))  # fmt: skip
+                B = B.astype(np.uint16 if B.size == 0 or B.max() < 65535 else np.int32)
+                if writable and vocab_token:
+                    self.store.save_array(name, B)
+                    tags[tok] = vocab_token
+                    dirty = True
+            per_chunk[tok] = B
+            yield ClusterProgress("bins", done, len(need), "visual words")
+        if dirty:
+            self._write_manifest()
+        out = []
+        for h in hashes:
+            if h in self._memory:
+                d = self._memory[h][0]
+                out.append(tree.assign(_as_float(d))[0][:, :levels] if d.shape[0]
+                           else np.zeros((0, levels), np.int64))  # fmt: skip
+                continue
+            tok, row, _w, _h = items[h]
+            off = self._chunk(tok)[2]
+            out.append(per_chunk[tok][off[row] : off[row + 1]].astype(np.int64))
+        return out
+
+    def features(self, content_hash: str):
+        """:class:`engine.features.Features` of one image (float32 descriptors)."""
+        from engine.features import Features
+
+        d, xy, size = self.raw(content_hash)
+        return Features(_as_float(d), np.asarray(xy, np.float32), None, None, size,
+                        "category_dense")  # fmt: skip
+
+
+def _as_float(d: np.ndarray) -> np.ndarray:
+    """uint8-quantised descriptors back to float32 (``v / 255``); float input unchanged."""
+    if d.dtype == np.uint8:
+        return d.astype(np.float32) * np.float32(1.0 / 255.0)
+    return np.asarray(d, np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# vocabulary-guided pyramid match on binned sets
+# --------------------------------------------------------------------------------------------
+
+
+def _unary_embedding(
+    levels: Sequence[np.ndarray], owner: np.ndarray, n: int, dw: np.ndarray | None = None
+):
+    """Sparse unary embedding of nested histograms: ``E[i] . E[j]`` is the pyramid match
+    ``sum_l (w_l - w_{l+1}) I_l`` with ``w_l = 2^-l`` (thesis Eq. 3.13 and Sec. 5.1: the
+    ``t``-th point of an image in a bin sets coordinate ``(bin, t)``, so a dot product of
+    two such codes is the histogram intersection). ``levels`` finest first."""
+    import scipy.sparse as sp
+
+    if dw is None:
+        w = 0.5 ** np.arange(len(levels))
+        dw = w - np.append(w[1:], 0.0)
+    rows, cols, vals = [], [], []
+    offset = 0
+    for lev, ids in enumerate(levels):
+        if ids.size == 0:
+            continue
+        if ids.min() < 0 or ids.max() > 4 * ids.size:  # compact only sparse id ranges
+            _, ids = np.unique(ids, return_inverse=True)
+        order = np.lexsort((ids, owner))
+        key = owner[order] * (int(ids.max()) + 1) + ids[order]
+        start = np.r_[0, np.flatnonzero(np.diff(key)) + 1]
+        rank = np.arange(key.size) - np.repeat(start, np.diff(np.r_[start, key.size]))
+        width = int(rank.max()) + 1
+        rows.append(owner[order])
+        cols.append(offset + ids[order] * width + rank)
+        vals.append(np.full(key.size, np.sqrt(dw[lev]), np.float32))
+        offset += (int(ids.max()) + 1) * width
+    if not rows:
+        return sp.csr_matrix((n, 1), dtype=np.float32)
+    return sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(n, offset),
+    )
+
+
+def _as_bins(b: Any) -> np.ndarray:
+    """(m, L) int64 view of one set's bins (a 1-D array is one level)."""
+    b = np.asarray(b, np.int64)
+    return b if b.ndim == 2 else b.reshape(-1, 1)
+
+
+def _dense_intersections(
+    ids: np.ndarray, owner: np.ndarray, n: int, cols: np.ndarray, n_bins: int
+) -> np.ndarray:
+    """``I[i, j] = sum_b min(h_i(b), h_cols[j](b))`` from dense (n, n_bins) histograms,
+    in row chunks (levels with few bins, where nearly every image fills every bin)."""
+    H = np.zeros((n, n_bins), np.float32)
+    np.add.at(H, (owner, ids), 1.0)
+    Hc = H[cols]
+    out = np.empty((n, cols.size))
+    step = max(1, int(4_000_000 // max(cols.size * n_bins, 1)))
+    for s0 in range(0, n, step):
+        out[s0 : s0 + step] = np.minimum(H[s0 : s0 + step, None, :], Hc[None, :, :]).sum(-1)
+    return out
+
+
+#: Levels with at most this many bins are intersected with dense histograms.
+DENSE_LEVEL_BINS = 256
+
+
+def binned_pyramid_kernel(
+    bins: Sequence[np.ndarray], columns: np.ndarray | None = None
+) -> np.ndarray:
+    """Normalised vocabulary-guided pyramid match between binned sets (thesis Ch. 4).
+
+    ``K(X, Y) = sum_l (w_l - w_{l+1}) I_l(X, Y)`` with level weights ``w_l = 2^-l`` from
+    the finest level and ``I_l`` the histogram intersection of the bin counts at level l
+    (Eq. 3.13), divided by ``sqrt(K(X, X) K(Y, Y)) = sqrt(|X| |Y|)`` (Eq. 3.12).
+
+    Parameters
+    ----------
+    bins : sequence of (m_i, L) int arrays
+        Nested bin ids per feature, finest level first, unique within a level.
+    columns : (m,) int, optional
+        Only the columns of these images (Nystrom landmarks): returns (n, m).
+
+    Returns
+    -------
+    (n, n) or (n, m) float64
+        Symmetric with unit diagonal for non-empty sets; empty sets give zero rows.
+
+    Notes
+    -----
+    Fine levels (many bins, sparse counts) are intersected as sparse dot products of
+    unary-encoded counts (Sec. 5.1); coarse levels (at most :data:`DENSE_LEVEL_BINS` bins,
+    which nearly every image fills) as element-wise minima of dense histograms, where the
+    unary code would be dense. No Python loop over images or points.
+    """
+    n = len(bins)
+    cols = np.arange(n) if columns is None else np.asarray(columns, np.int64)
+    if n == 0:
+        return np.zeros((0, cols.size))
+    B = [_as_bins(b) for b in bins]
+    L = max(b.shape[1] for b in B)
+    sizes = np.array([b.shape[0] for b in B], np.int64)
+    owner = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    allb = np.concatenate(B) if owner.size else np.zeros((0, L), np.int64)
+    w = 0.5 ** np.arange(L)
+    dw = w - np.append(w[1:], 0.0)
+    K = np.zeros((n, cols.size))
+    sparse_levels = []
+    for lev in range(L):
+        if owner.size == 0:
+            break
+        ids = allb[:, lev]
+        if ids.min() >= 0 and ids.max() < DENSE_LEVEL_BINS:  # few bins: dense histograms
+            K += dw[lev] * _dense_intersections(ids, owner, n, cols, int(ids.max()) + 1)
+        else:
+            sparse_levels.append(lev)
+    if sparse_levels:
+        E = _unary_embedding([allb[:, lev] for lev in sparse_levels], owner, n,
+                             dw=dw[sparse_levels])  # fmt: skip
+        K += np.asarray((E @ E[cols].T).todense(), np.float64)
+    d = np.sqrt(sizes.astype(np.float64))  # K(X, X) = sum_l dw_l |X| = |X|
+    d = np.where(d > 0, d, 1.0)
+    return K / d[:, None] / d[cols][None, :]
+
+
+def bin_correspondences(bins_a: np.ndarray, bins_b: np.ndarray):
+    """Explicit correspondences of a pyramid match from bin ids alone (thesis 3.2.3, 9.3).
+
+    From the finest level up, the r-th still unmatched point of A in a bin is paired with
+    the r-th still unmatched point of B in that bin; a pair formed at level l weighs
+    ``2^-l``. Vectorised per level (sort + join on (bin, rank)).
+
+    Returns
+    -------
+    engine.pyramid.MatchResult
+        ``pairs`` (P, 2) int64 indices into A and B, ``level`` (P,), ``weight`` (P,).
+    """
+    from engine.pyramid import MatchResult
+
+    bins_a = np.asarray(bins_a, np.int64)
+    bins_b = np.asarray(bins_b, np.int64)
+    free_a = np.ones(bins_a.shape[0], bool)
+    free_b = np.ones(bins_b.shape[0], bool)
+    out_p, out_l = [], []
+    n_levels = bins_a.shape[1] if bins_a.ndim == 2 else 0
+    for lev in range(n_levels):
+        ia, ib = np.flatnonzero(free_a), np.flatnonzero(free_b)
+        if ia.size == 0 or ib.size == 0:
+            break
+        ka, kb = bins_a[ia, lev], bins_b[ib, lev]
+        oa, ob = np.argsort(ka, kind="stable"), np.argsort(kb, kind="stable")
+        ia, ka, ib, kb = ia[oa], ka[oa], ib[ob], kb[ob]
+        ra = np.arange(ka.size) - np.searchsorted(ka, ka, side="left")
+        rb = np.arange(kb.size) - np.searchsorted(kb, kb, side="left")
+        width = int(max(ra.max(), rb.max())) + 1
+        _, pa, pb = np.intersect1d(ka * width + ra, kb * width + rb, assume_unique=True,
+                                   return_indices=True)  # fmt: skip
+        if pa.size:
+            out_p.append(np.stack([ia[pa], ib[pb]], axis=1))
+            out_l.append(np.full(pa.size, lev, np.int64))
+            free_a[ia[pa]] = False
+            free_b[ib[pb]] = False
+    pairs = np.concatenate(out_p) if out_p else np.zeros((0, 2), np.int64)
+    level = np.concatenate(out_l) if out_l else np.zeros(0, np.int64)
+    weight = 0.5 ** level.astype(np.float64)
+    return MatchResult(score=float(weight.sum()), pairs=pairs, level=level, weight=weight,
+                       xy_a=None, xy_b=None)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# the categorisation pipeline shared by `simile cluster`, `simile classify` and the app
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CategoryModel:
+    """What the pipeline needs to place images: the channel, the vocabulary and binned sets.
+
+    Attributes
+    ----------
+    channel : CategoryChannel
+    tree : engine.vocabulary.VocabularyTree
+        Hierarchical k-means vocabulary fitted on the collection's dense features.
+    paths : list of Path
+        The collection's usable images (= ``Collection.paths()``).
+    hashes : list of str
+        Their content hashes (keys into ``channel``).
+    bins : list of (m_i, L) int64
+        Bin ids per feature, finest level first (the root level is left out).
+    """
+
+    channel: CategoryChannel
+    tree: Any
+    paths: list[Any]
+    hashes: list[str]
+    bins: list[np.ndarray]
+
+    def bin_features(self, descriptors: np.ndarray) -> np.ndarray:
+        """(m, L) int64 bins of new descriptors (e.g. an image to classify)."""
+        d = _as_float(np.asarray(descriptors))
+        levels = int(CATEGORY_VOCAB["levels"])
+        if d.shape[0] == 0:
+            return np.zeros((0, levels), np.int64)
+        return self.tree.assign(d)[0][:, :levels]
+
+    def kernel_rows(self, bins: Sequence[np.ndarray], columns: np.ndarray) -> np.ndarray:
+        """Normalised pyramid match (q, len(columns)) of new binned sets against the
+        collection images ``columns`` (row indices)."""
+        cols = np.asarray(columns, np.int64)
+        sets = list(bins) + [self.bins[int(c)] for c in cols]
+        K = binned_pyramid_kernel(sets, columns=np.arange(len(bins), len(sets)))
+        return K[: len(bins)]
+
+
+@dataclass
+class CategoryResult:
+    """Result of :func:`categorize_iter` (rows = ``paths``).
+
+    Attributes
+    ----------
+    paths : list of Path
+    labels : (n,) int64
+        Final group of every image, groups numbered by decreasing size.
+    k : int
+    k_reason : str
+        Why this number of groups, and how the images were assigned.
+    flow : (n,) float64
+        Within-group flow used to order members (mask-weighted when refined).
+    prototypes, outliers : (n,) bool
+    clustering : Clustering
+        The normalized cut before refinement.
+    refinement : Refinement or None
+        Feature masks (aligned with the dense features of :class:`CategoryChannel`).
+    classifier : engine.classify.CategoryClassifier or None
+        SVM trained on the prototypes (``train_ids_`` = rows of ``paths``).
+    kernel : (n, n) float64 or None
+        Exact affinities (None in Nystrom mode).
+    model : CategoryModel
+    seconds : dict of str to float
+        Wall time per stage, ``"total"``, and ``"cpu"``: CPU seconds of this process
+        (feature workers excluded), which a loaded machine does not inflate.
+    """
+
+    paths: list[Any]
+    labels: np.ndarray
+    k: int
+    k_reason: str
+    flow: np.ndarray
+    prototypes: np.ndarray
+    outliers: np.ndarray
+    clustering: Clustering
+    refinement: Refinement | None
+    classifier: Any
+    kernel: np.ndarray | None
+    model: CategoryModel
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def _collection_rows(collection: Any) -> tuple[list[Any], list[str]]:
+    """The collection's usable paths (row order) and their content hashes."""
+    from pathlib import Path
+
+    recs = collection.store.records("ok")
+    paths = [Path(r.path) for r in recs]
+    hashes = [r.content_hash or f"path:{r.path}:{r.size}:{r.mtime_ns}" for r in recs]
+    return paths, hashes
+
+
+def _vocab_sample(channel: CategoryChannel, hashes: Sequence[str], size: int, seed: int):
+    """Up to ``size`` descriptors drawn evenly from the images (float32)."""
+    rng = np.random.default_rng(seed)
+    counts = np.array([channel.raw(h)[0].shape[0] for h in hashes], np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros((0, 128), np.float32)
+    frac = min(1.0, size / total)
+    parts = []
+    for h, c in zip(hashes, counts.tolist(), strict=True):
+        if c == 0:
+            continue
+        take = int(rng.binomial(c, frac)) if frac < 1 else c
+        if take:
+            d = channel.raw(h)[0]
+            parts.append(_as_float(np.asarray(d[np.sort(rng.choice(c, take, replace=False))])))
+    return np.concatenate(parts) if parts else np.zeros((0, 128), np.float32)
+
+
+def category_model_iter(
+    collection: Any,
+    *,
+    jobs: int | None = None,
+    cancel: Any = None,
+    random_state: int = 0,
+) -> Generator[ClusterProgress, None, CategoryModel]:
+    """Dense channel (computed for new images), vocabulary (fitted once, refitted when the
+    collection has grown :data:`VOCAB_REFIT_GROWTH` times) and binned sets of a collection.
+
+    Yields ``ClusterProgress`` with stages ``"features"``, ``"vocabulary"``, ``"bins"``.
+    """
+    import secrets
+
+    from engine.vocabulary import VocabularyTree
+
+    store = collection.store
+    channel = CategoryChannel(store)
+    vocab_token = ""
+    paths, hashes = _collection_rows(collection)
+    yield from channel.update_iter(list(zip((str(p) for p in paths), hashes, strict=True)),
+                                   jobs=jobs, cancel=cancel)  # fmt: skip
+    if cancel is not None and cancel.is_set():
+        raise InterruptedError("cancelled")
+    missing = [h for h in hashes if not channel.has(h)]
+    if missing:
+        raise RuntimeError(f"{len(missing)} image(s) have no dense features (interrupted?)")
+    n = len(paths)
+    b, levels = int(CATEGORY_VOCAB["branching"]), int(CATEGORY_VOCAB["levels"])
+    tree = None
+    writable = not getattr(store, "readonly", False)
+    if store.has_state(_VOCAB_STATE):
+        try:
+            st = store.load_state(_VOCAB_STATE)
+            if str(st.get("settings_key")) == channel.key and (
+                n <= VOCAB_REFIT_GROWTH * max(int(st["n_fit"]), 1)
+            ):
+                tree = VocabularyTree.from_state(
+                    {k: v for k, v in st.items() if k not in _VOCAB_EXTRA}
+                )
+                vocab_token = str(st.get("token", ""))
+                if not vocab_token and writable:  # tag it, so bins can be cached
+                    vocab_token = secrets.token_hex(6)
+                    store.save_state(_VOCAB_STATE, {**st, "token": vocab_token})
+        except (KeyError, ValueError):
+            tree = None
+    if tree is None:
+        yield ClusterProgress("vocabulary", 0, 1, "fitting the grouping vocabulary")
+        sample = _vocab_sample(channel, hashes, int(CATEGORY_VOCAB["sample"]), random_state)
+        if sample.shape[0] < b:
+            raise ValueError("too few features in the collection to group its photos")
+        tree = VocabularyTree(b, levels + 1, random_state=random_state).fit(sample)
+        vocab_token = secrets.token_hex(6)
+        if writable:
+            store.save_state(_VOCAB_STATE, {**tree.to_state(), "settings_key": channel.key,
+                                            "n_fit": n, "token": vocab_token})  # fmt: skip
+        yield ClusterProgress("vocabulary", 1, 1, "fitting the grouping vocabulary")
+    bins = yield from channel.bins(hashes, tree, vocab_token, levels)
+    return CategoryModel(channel, tree, paths, hashes, bins)
+
+
+def default_k_graph(n: int) -> int:
+    """Neighbours of the graph whose eigengap chooses k: ``clip(n / 10, 10, 50)``."""
+    return int(np.clip(round(n / 10), 10, 50))
+
+
+def categorize_iter(
+    collection: Any,
+    *,
+    k: int | str = "auto",
+    must: Iterable[Sequence[int]] = (),
+    cannot: Iterable[Sequence[int]] = (),
+    power: float | None = None,
+    k_min: int = 2,
+    k_max: int = 12,
+    refine: bool = True,
+    relabel: bool = True,
+    partners: int = 8,
+    prototype_percentile: float = 25.0,
+    nystrom: int | str = "auto",
+    jobs: int | None = None,
+    cancel: Any = None,
+    random_state: int = 0,
+) -> Generator[ClusterProgress, None, CategoryResult]:
+    """Group a collection into categories: the pipeline of ``simile cluster`` and the app.
+
+    1. Dense multi-scale SIFT per image (:class:`CategoryChannel`, computed once per image
+       and cached in the index; the retrieval index keeps its sparse keypoints).
+    2. Vocabulary-guided pyramid match (thesis Ch. 4) over a hierarchical k-means tree of
+       those features (:func:`binned_pyramid_kernel`), exact below
+       :data:`NYSTROM_AUTO_MIN` images, else Nystrom columns of
+       :data:`NYSTROM_LANDMARKS` landmarks.
+    3. Normalized cuts with the user's constraints (:func:`discover_categories_iter`); with
+       ``k="auto"`` the eigengap of the ``default_k_graph(n)``-nearest-neighbour graph.
+    4. Feature masks from explicit within-group correspondences, masked flow, prototypes
+       and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).
+    5. An SVM on the precomputed kernel trained on the prototypes assigns every image
+       (Sec. 9.4: the prototypes "train a classifier"); must-group constraints are kept.
+
+    Parameters
+    ----------
+    collection : engine.collection.Collection
+        An indexed collection (its store writable to cache the channel, else computed in
+        memory).
+    k, must, cannot, power, k_min, k_max, prototype_percentile
+        As :func:`discover_categories` (constraints are row indices of
+        ``collection.paths()``).
+    refine : bool
+        Step 4 (else prototypes and flow come from the affinities).
+    relabel : bool
+        Step 5.
+    partners : int
+        Group members matched per image in step 4.
+    nystrom : "auto", bool or int
+        Nystrom mode: ``"auto"`` above :data:`NYSTROM_AUTO_MIN` images, ``True``/``False``,
+        or the number of landmarks.
+    jobs, cancel
+        Processes for the features and a ``threading.Event`` that stops the run (an
+        ``InterruptedError`` is raised after the finished feature chunks are saved).
+
+    Yields
+    ------
+    ClusterProgress
+        Stages ``features``, ``vocabulary``, ``bins``, ``affinity``, ``spectrum``,
+        ``discretize``, ``rank``, ``match``, ``masks``, ``classify``.
+
+    Returns
+    -------
+    CategoryResult
+    """
+    import time
+
+    if partners < 1:
+        raise ValueError(f"partners must be >= 1, got {partners}")
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    seconds: dict[str, float] = {}
+    model = yield from category_model_iter(
+        collection, jobs=jobs, cancel=cancel, random_state=random_state
+    )
+    t1 = time.perf_counter()
+    seconds["features"] = t1 - t0
+    n = len(model.paths)
+    if n == 0:
+        raise ValueError("there are no indexed images to group")
+    if isinstance(k, int | np.integer) and int(k) > n:
+        raise ValueError(f"k={k} is larger than the number of images ({n})")
+
+    def check_cancel() -> None:
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("cancelled")
+
+    use_nystrom = (n > NYSTROM_AUTO_MIN) if nystrom == "auto" else bool(nystrom)
+    m_land = nystrom if isinstance(nystrom, int) and not isinstance(nystrom, bool) else None
+    m_land = int(m_land or NYSTROM_LANDMARKS)
+    must = [tuple(int(v) for v in p) for p in must]
+    cannot = [tuple(int(v) for v in p) for p in cannot]
+    yield ClusterProgress("affinity", 0, 1, "pyramid-match affinities")
+    if use_nystrom and n > m_land:
+        landmarks = choose_landmarks(n, m_land, must=must, cannot=cannot,
+                                     random_state=random_state)  # fmt: skip
+        C = binned_pyramid_kernel(model.bins, columns=landmarks)
+        K = None
+    else:
+        landmarks, K = None, binned_pyramid_kernel(model.bins)
+        C = K
+    seconds["affinity"] = time.perf_counter() - t1
+    check_cancel()
+    t2 = time.perf_counter()
+    kw = dict(k=k, must=must, cannot=cannot, power=power, k_min=min(k_min, max(n - 1, 1)),
+              k_max=max(min(k_max, n - 1), 1), prototype_percentile=prototype_percentile,
+              random_state=random_state)  # fmt: skip
+    if landmarks is not None:
+        kw["landmarks"] = landmarks
+    elif n > 2:
+        kw["k_graph"] = default_k_graph(n)
+    if n == 1:
+        res = Clustering(np.zeros(1, np.int64), 1, "k=1: a single image", np.ones(1),
+                         np.zeros(1), np.ones(1, bool), np.zeros(1, bool))  # fmt: skip
+    else:
+        res = yield from discover_categories_iter(C, **kw)
+    seconds["ncut"] = time.perf_counter() - t2
+    check_cancel()
+    labels, flow = res.labels.copy(), res.flow.copy()
+    protos, outl = res.prototypes.copy(), res.outliers.copy()
+    reason = res.k_reason
+    refinement = None
+    t3 = time.perf_counter()
+    if refine and res.k >= 1 and n > 1:
+        bins = model.bins
+        gen = refine_with_masks_iter(
+            bins, labels, BinsMatcher(bins),
+            max_partners=partners, prototype_percentile=prototype_percentile,
+            normalize="mask", random_state=random_state,
+        )  # fmt: skip
+        for p in gen_items(gen):
+            if isinstance(p, Refinement):
+                refinement = p
+            else:
+                check_cancel()
+                yield p
+        protos, outl, flow = refinement.prototypes, refinement.outliers, refinement.flow
+    seconds["refine"] = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    from engine.classify import CategoryClassifier
+
+    classifier = None
+    train = np.flatnonzero(protos)
+    if landmarks is not None:  # the SVM needs kernel columns: prototypes among landmarks
+        train = np.intersect1d(train, landmarks)
+    if relabel and n > 2 and np.unique(labels[train]).size >= 2:
+        yield ClusterProgress("classify", 0, 1, "SVM on the prototypes")
+        if K is not None:
+            K_tt, rows = K[np.ix_(train, train)], K[:, train]
+        else:
+            pos = np.searchsorted(landmarks, train)
+            K_tt, rows = C[np.ix_(train, pos)], C[:, pos]
+        classifier = CategoryClassifier(C=10.0, power=power).fit(K_tt, labels[train], ids=train)
+        new = classifier.predict(rows).labels.astype(np.int64)
+        new[train] = labels[train]  # the training images keep their group
+        new = _enforce_must(new, _constraint_pairs(must, n, "must"))
+        moved = new != labels
+        if moved.any():
+            reason += f"; {int(moved.sum())} image(s) reassigned by an SVM on the prototypes"
+            # members that moved are ranked after the group's own members
+            flow = np.where(moved, np.min(flow) - 1.0, flow) if flow.size else flow
+            outl = outl & ~moved
+            protos = protos & ~moved
+        labels = new
+        yield ClusterProgress("classify", 1, 1, "SVM on the prototypes")
+    seconds["classify"] = time.perf_counter() - t4
+    # groups numbered by decreasing size (empty ones removed); the SVM learns those numbers
+    order = _relabel_by_size(labels)
+    if classifier is not None:
+        classifier = CategoryClassifier(C=10.0, power=power).fit(K_tt, order[train], ids=train)
+    labels = order
+    seconds["total"] = time.perf_counter() - t0
+    seconds["cpu"] = time.process_time() - c0  # this process (not feature workers)
+    return CategoryResult(
+        paths=model.paths, labels=labels, k=int(labels.max()) + 1, k_reason=reason,
+        flow=np.asarray(flow, np.float64), prototypes=protos, outliers=outl, clustering=res,
+        refinement=refinement, classifier=classifier, kernel=K, model=model, seconds=seconds,
+    )  # fmt: skip
+
+
+def gen_items(gen: Generator[Any, None, Any]) -> Iterable[Any]:
+    """Iterate a progress generator, yielding its items and finally its return value."""
+    while True:
+        try:
+            yield next(gen)
+        except StopIteration as stop:
+            yield stop.value
+            return
+
+
+def categorize(collection: Any, **kwargs: Any) -> CategoryResult:
+    """Drain :func:`categorize_iter` (same arguments)."""
+    gen = categorize_iter(collection, **kwargs)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _load_tree(store: Any, channel: CategoryChannel):
+    """The stored categorisation vocabulary (KeyError when the folder was never grouped
+    with the current feature settings)."""
+    from engine.vocabulary import VocabularyTree
+
+    st = store.load_state(_VOCAB_STATE)
+    if str(st.get("settings_key")) != channel.key:
+        raise KeyError(_VOCAB_STATE)
+    return VocabularyTree.from_state({k: v for k, v in st.items() if k not in _VOCAB_EXTRA})
+
+
+def _hash_of(collection: Any, path: Any) -> str:
+    import os
+
+    rec = collection.store.record(os.path.abspath(os.fspath(path)))
+    if rec is None or rec.status != "ok":
+        raise KeyError(f"{path} is not an indexed image")
+    return rec.content_hash or f"path:{rec.path}:{rec.size}:{rec.mtime_ns}"
+
+
+def category_features_of(collection: Any, path: Any):
+    """The cached dense categorisation features of an indexed image (the features the
+    masks of :func:`categorize_iter` refer to); computed on the fly when not cached."""
+    channel = CategoryChannel(collection.store)
+    h = _hash_of(collection, path)
+    if channel.has(h):
+        return channel.features(h)
+    return category_features(path, **channel.settings)
+
+
+def category_kernel_rows(
+    collection: Any, images: Sequence[Any], columns: Sequence[Any]
+) -> np.ndarray:
+    """Normalised pyramid match (q, t) between new images and indexed ones, on the dense
+    categorisation channel and the vocabulary stored by :func:`categorize_iter` (for
+    :meth:`engine.classify.CategoryClassifier.predict`).
+
+    Parameters
+    ----------
+    images : sequence of paths, bytes or arrays
+        Images to place (inside or outside the collection).
+    columns : sequence of paths
+        Indexed images (e.g. the classifier's prototypes) whose dense features are cached.
+
+    Raises
+    ------
+    KeyError
+        The folder has not been grouped with the current settings (no vocabulary), or a
+        column image is not cached.
+    engine.imageio.ImageLoadError
+        An image cannot be read.
+    """
+    channel = CategoryChannel(collection.store)
+    tree = _load_tree(collection.store, channel)
+    levels = int(CATEGORY_VOCAB["levels"])
+
+    def binned(d: np.ndarray) -> np.ndarray:
+        d = _as_float(np.asarray(d))
+        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+
+    q = [binned(category_features(img, **channel.settings).descriptors) for img in images]
+    cols = [binned(channel.raw(_hash_of(collection, p))[0]) for p in columns]
+    K = binned_pyramid_kernel(q + cols, columns=np.arange(len(q), len(q) + len(cols)))
+    return K[: len(q)]
+
+
+def category_mask(
+    collection: Any, path: Any, partners: Sequence[Any], *, max_partners: int = 8
+) -> tuple[Any, np.ndarray]:
+    """Feature mask of one image within its group, on the dense categorisation channel
+    (thesis Sec. 9.3, as :func:`refine_with_masks` with ``indicator="weight"``).
+
+    For each partner q the correspondence weights of the image's features in the
+    pyramid match with q (:func:`bin_correspondences`) form an indicator vector; the mask is
+    their median over at most ``max_partners`` partners, scaled to max 1.
+
+    Returns
+    -------
+    features : engine.features.Features
+        The image's dense features (``xy`` in pixels of the image loaded at 1024 px).
+    mask : (m,) float32 in [0, 1]
+    """
+    channel = CategoryChannel(collection.store)
+    tree = _load_tree(collection.store, channel)
+    levels = int(CATEGORY_VOCAB["levels"])
+
+    def binned(d: np.ndarray) -> np.ndarray:
+        d = _as_float(np.asarray(d))
+        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+
+    feats = category_features_of(collection, path)
+    bi = binned(feats.descriptors)
+    others = [q for q in partners if str(q) != str(path)][:max_partners]
+    ind = np.zeros((max(len(others), 1), len(feats)), np.float32)
+    for row, q in enumerate(others):
+        r = bin_correspondences(bi, binned(category_features_of(collection, q).descriptors))
+        ind[row, r.pairs[:, 0]] = r.weight
+    mask = np.median(ind, axis=0).astype(np.float32) if others else ind[0]
+    if mask.size and mask.max() > 0:
+        mask /= mask.max()
+    return feats, mask
+
+
+class BinsMatcher:
+    """Pyramid-match correspondences between binned sets, one pair or many at once.
+
+    ``matcher(i, j)`` is :func:`bin_correspondences` of sets i and j;
+    :meth:`match_many` computes a whole batch of pairs with a few sorts per level (no
+    Python loop over pairs or points), which :func:`refine_with_masks_iter` uses when it
+    is available. Results are identical.
+
+    Parameters
+    ----------
+    bins : sequence of (m_i, L) int arrays
+        Nested bin ids per feature, finest level first.
+    """
+
+    def __init__(self, bins: Sequence[np.ndarray]) -> None:
+        B = [_as_bins(b) for b in bins]
+        self.n_levels = max((b.shape[1] for b in B), default=0)
+        self.sizes = np.array([b.shape[0] for b in B], np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self.all = (
+            np.concatenate(B) if self.offsets[-1] else np.zeros((0, self.n_levels), np.int64)
+        )
+        self._bins = B
+        owner = np.repeat(np.arange(len(B), dtype=np.int64), self.sizes)
+        start = self.offsets[owner]
+        self.width = [
+            int(self.all[:, lev].max()) + 1 if self.all.shape[0] else 1
+            for lev in range(self.n_levels)
+        ]
+        # per level: each image's local feature indices sorted by bin (stable), and the
+        # bins in that order (contiguous, so a batch gathers each once)
+        self.local_order, self.sorted_bins = [], []
+        for lev in range(self.n_levels):
+            col = np.ascontiguousarray(self.all[:, lev])
+            order = np.argsort(owner * self.width[lev] + col, kind="stable")
+            self.local_order.append(order - start)
+            self.sorted_bins.append(col[order])
+
+    def __len__(self) -> int:
+        return len(self._bins)
+
+    def __call__(self, i: int, j: int):
+        return bin_correspondences(self._bins[i], self._bins[j])
+
+    def _side(self, images: np.ndarray):
+        """Slots of the features of ``images[q]`` (blocks in pair order): pair index,
+        block start and global feature index, per slot."""
+        cnt = self.sizes[images]
+        q = np.repeat(np.arange(images.size, dtype=np.int64), cnt)
+        blk = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(np.int64)
+        blk_rep = np.repeat(blk, cnt)
+        gidx = np.repeat(self.offsets[images] - blk, cnt) + np.arange(int(cnt.sum()))
+        return q, blk_rep, gidx
+
+    @staticmethod
+    def _ranks(key: np.ndarray) -> np.ndarray:
+        """Rank of every entry among equal keys of a SORTED key array (O(n))."""
+        if key.size == 0:
+            return key.copy()
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        return np.arange(key.size) - np.repeat(starts, np.diff(np.r_[starts, key.size]))
+
+    def match_many(self, pairs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Correspondences of every ``(i, j)`` row of ``pairs`` (P, 2): a list of
+        ``(pairs (c, 2) int64 local feature indices, weight (c,) float64 = 2^-level)``.
+
+        Every image's features are pre-sorted by bin at every level, so the features of a
+        batch of pairs come out sorted by (pair, bin) without sorting; ranks within a bin
+        and the join on (pair, bin, rank) are linear passes and one binary search."""
+        pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+        P = pairs.shape[0]
+        sides = [self._side(pairs[:, 0]), self._side(pairs[:, 1])]
+        free = [np.ones(sd[0].size, bool) for sd in sides]
+        out_q, out_a, out_b, out_l = [], [], [], []
+        for lev in range(self.n_levels):
+            width = int(self.width[lev])
+            keys, slots = [], []
+            for sd, fr in zip(sides, free, strict=True):
+                q, blk, gidx = sd
+                pos = blk + self.local_order[lev][gidx]  # slot of the bin-sorted feature
+                keep = fr[pos]
+                keys.append(q[keep] * width + self.sorted_bins[lev][gidx[keep]])
+                slots.append(pos[keep])
+            if keys[0].size == 0 or keys[1].size == 0:
+                break
+            ra, rb = self._ranks(keys[0]), self._ranks(keys[1])
+            rw = int(max(ra.max(), rb.max())) + 1
+            ca, cb = keys[0] * rw + ra, keys[1] * rw + rb
+            j = np.searchsorted(cb, ca)
+            ok = j < cb.size
+            ok[ok] = cb[j[ok]] == ca[ok]
+            ia, ib = slots[0][ok], slots[1][j[ok]]
+            if ia.size:
+                out_q.append(sides[0][0][ia])
+                out_a.append(ia)
+                out_b.append(ib)
+                out_l.append(np.full(ia.size, lev, np.int64))
+                free[0][ia] = False
+                free[1][ib] = False
+        if not out_q:
+            empty = (np.zeros((0, 2), np.int64), np.zeros(0))
+            return [empty] * P
+        q = np.concatenate(out_q)
+        ia, ib = np.concatenate(out_a), np.concatenate(out_b)
+        la, lb = ia - sides[0][1][ia], ib - sides[1][1][ib]  # slot - block start
+        lev = np.concatenate(out_l)
+        order = np.lexsort((la, lev, q))  # per pair: finest level first, then A's index
+        q, la, lb, lev = q[order], la[order], lb[order], lev[order]
+        bounds = np.searchsorted(q, np.arange(P + 1))
+        w = 0.5 ** lev.astype(np.float64)
+        pl = np.stack([la, lb], axis=1)
+        return [(pl[bounds[t] : bounds[t + 1]], w[bounds[t] : bounds[t + 1]]) for t in range(P)]

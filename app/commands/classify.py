@@ -1,8 +1,10 @@
 """``simile classify FOLDER IMAGE...``: assign new photos to the groups of ``simile cluster``.
 
 Uses the SVM stored by ``simile cluster`` (trained on the groups' prototypes over the
-pyramid-match kernel); the kernel row of a new image against the training images comes from
-the collection's ``vocabulary`` (or ``uniform``) scores.
+pyramid-match kernel). The kernel row of a new image against the training images is
+computed the way the grouping was: on the dense categorisation features and vocabulary
+(:func:`engine.cluster.category_kernel_rows`, the default ``--features dense``), or from the
+collection's ``vocabulary`` / ``uniform`` search scores (``--features index``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from app.commands._collection import open_collection
 from app.commands._common import CommandError, emit_json
 from app.commands.cluster import PREFIX
 
-_SVM_KEYS = ("C", "power", "empirical", "class_weight", "kernel", "labels", "ids", "names")
+SVM_KEYS = ("C", "power", "empirical", "class_weight", "kernel", "labels", "ids", "names")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -42,7 +44,7 @@ def load_classifier(col):
     from engine.classify import CategoryClassifier
 
     try:
-        state = {k: col.load_array(PREFIX + "svm." + k) for k in _SVM_KEYS}
+        state = {k: col.load_array(PREFIX + "svm." + k) for k in SVM_KEYS}
         paths = [Path(p) for p in col.load_array(PREFIX + "paths").tolist()]
         method = str(col.load_array(PREFIX + "method"))
     except KeyError:
@@ -68,28 +70,24 @@ def run(args: argparse.Namespace) -> int:
                 f"{missing[0]} (a prototype of the stored grouping) is no longer indexed; "
                 f"run 'simile cluster {args.folder}' again"
             )
-        col_of = {p: j for j, p in enumerate(train_paths)}
-        n = len(current)
-        results = []
+        images = []
         for img in args.images:
             path = Path(os.path.abspath(img))
             if not path.is_file():
                 raise CommandError(f"{img}: no such file")
-            try:
-                hits = col.query(path, method=method, top=n)
-            except ImageLoadError as exc:
-                raise CommandError(str(exc)) from None
-            row = np.zeros(len(train_paths))
-            for h in hits:
-                j = col_of.get(Path(h.path))
-                if j is not None:
-                    row[j] = h.score
-            pred = clf.predict(row[None, :])
-            results.append({
-                "image": str(path),
-                "cluster": int(pred.labels[0]),
-                "confidence": round(float(pred.confidence[0]), 4),
-            })  # fmt: skip
+            images.append(path)
+        try:
+            if method == "dense":
+                rows = _dense_rows(col, images, train_paths)
+            else:
+                rows = _index_rows(col, images, train_paths, method)
+        except ImageLoadError as exc:
+            raise CommandError(str(exc)) from None
+        pred = clf.predict(rows)
+        results = [
+            {"image": str(path), "cluster": int(lab), "confidence": round(float(conf), 4)}
+            for path, lab, conf in zip(images, pred.labels, pred.confidence, strict=True)
+        ]
     finally:
         col.close()
     if args.json:
@@ -98,3 +96,29 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             print(f"{r['image']}\tgroup {r['cluster']}\tconfidence {r['confidence']:.2f}")
     return 0
+
+
+def _dense_rows(col, images, train_paths) -> np.ndarray:
+    """Kernel rows (q, t) on the dense categorisation channel of ``simile cluster``."""
+    from engine.cluster import category_kernel_rows
+
+    try:
+        return category_kernel_rows(col, images, train_paths)
+    except KeyError:
+        raise CommandError(
+            f"{col.folder}: the stored grouping's features are missing or outdated; "
+            f"run 'simile cluster {col.folder}' again"
+        ) from None
+
+
+def _index_rows(col, images, train_paths, method) -> np.ndarray:
+    """Kernel rows (q, t) from the search index's ``method`` scores."""
+    col_of = {p: j for j, p in enumerate(train_paths)}
+    n = len(col.paths())
+    rows = np.zeros((len(images), len(train_paths)))
+    for i, path in enumerate(images):
+        for h in col.query(path, method=method, top=n):
+            j = col_of.get(Path(h.path))
+            if j is not None:
+                rows[i, j] = h.score
+    return rows

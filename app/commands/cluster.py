@@ -1,20 +1,25 @@
 """``simile cluster FOLDER``: group an indexed photo folder into categories (thesis Ch. 9).
 
-The grouping is refined with per-image feature masks (thesis 9.3-9.4): every image is
-matched (pyramid-match correspondences on the stored features, no geometric verification)
-against up to ``--partners`` members of its group, each feature's mask value is the median
-of its match indicators, and members are ranked by their mask-weighted flow; the top
-``--prototypes`` percent are prototypes and low-flow members outliers.
+Default pipeline (``--features dense``, :func:`engine.cluster.categorize_iter`, shared with
+the app's Categories view): dense multi-scale SIFT per image, computed the first time the
+folder is grouped (in parallel, with progress) and cached in the index
+(:class:`engine.cluster.CategoryChannel`; only new or changed photos are computed later), a
+vocabulary-guided pyramid match over them, normalized cuts (k given, or ``auto``: the
+eigengap of the nearest-neighbour graph), feature masks from within-group correspondences
+(every image matched with up to ``--partners`` members of its group, each feature's mask
+value the median of its match indicators; thesis 9.3), members ranked by mask-weighted flow
+(the top ``--prototypes`` percent are prototypes, low-flow members outliers; 9.4), and an
+SVM on the prototypes that assigns every image (``--no-relabel`` keeps the cut's groups).
 
-``--spatial G`` groups on a pyramid match of visual words within G x G and coarser image
-cells on top of the feature-space levels (:func:`engine.cluster.spatial_pyramid_kernel`);
-the stored classifier still uses the collection's kernel, as ``simile classify`` does.
+``--features index`` groups on the retrieval index's sparse keypoints instead
+(``--method``, ``--spatial G``: visual words within G x G and coarser cells).
 
 The grouping, prototypes, masks (``cluster.masks`` float32 concatenated, image i's mask =
-``masks[mask_offsets[i]:mask_offsets[i + 1]]``, aligned with ``Collection.features`` and
-with the rows of ``cluster.paths``), ``cluster.flow`` and a classifier trained on the
-prototypes are stored in the index (``cluster.*`` arrays) so ``simile classify`` can assign
-new photos to the groups and the app can show the masks.
+``masks[mask_offsets[i]:mask_offsets[i + 1]]``, aligned with the features named by
+``cluster.features``: ``"dense"`` = :func:`engine.cluster.category_features_of`, ``"index"``
+= ``Collection.features``; rows = ``cluster.paths``), ``cluster.flow`` and a classifier
+trained on the prototypes are stored in the index (``cluster.*`` arrays) so
+``simile classify`` can assign new photos to the groups and the app can show the masks.
 """
 
 from __future__ import annotations
@@ -54,8 +59,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="images A and B belong together (repeatable)")  # fmt: skip
     p.add_argument("--cannot", nargs=2, action="append", default=[], metavar=("A", "B"),
                    help="images A and B belong to different groups (repeatable)")  # fmt: skip
+    p.add_argument("--features", default="dense", choices=("dense", "index"),
+                   help="dense: dense SIFT computed for grouping and cached in the index "
+                        "(default, best); index: the search index's keypoints")  # fmt: skip
     p.add_argument("--method", default="vocabulary", choices=("vocabulary", "uniform"),
-                   help="pyramid match used for affinities (default: vocabulary)")  # fmt: skip
+                   help="--features index: pyramid match used (default: vocabulary)")  # fmt: skip
     p.add_argument("--power", type=float, default=None, metavar="P",
                    help="affinity power 0 < P <= 1 against a dominant diagonal")  # fmt: skip
     p.add_argument("--spatial", type=int, default=0, metavar="G",
@@ -69,6 +77,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="refinement: group members matched per image (default 8)")  # fmt: skip
     p.add_argument("--no-refine", action="store_true",
                    help="skip the feature-mask refinement (kernel-flow prototypes)")  # fmt: skip
+    p.add_argument("--no-relabel", action="store_true",
+                   help="keep the normalized cut's groups (no SVM on the prototypes)")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="processes for indexing and dense features (default: cores)")  # fmt: skip
     p.add_argument("--no-update", action="store_true", help="do not re-scan the folder")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
@@ -107,21 +119,23 @@ def resolve_pairs(
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cluster import discover_categories_iter
-
     k = parse_k(args.k)
     if args.power is not None and not 0 < args.power <= 1:
         raise CommandError(f"--power must be in (0, 1], got {args.power}")
     if args.spatial and (args.spatial < 2 or args.spatial & (args.spatial - 1)):
         raise CommandError(f"--spatial must be 0 or a power of two >= 2, got {args.spatial}")
+    if args.spatial and args.features == "dense":
+        raise CommandError("--spatial needs --features index")
     if not 0 < args.prototypes <= 100:
         raise CommandError(f"--prototypes must be in (0, 100], got {args.prototypes}")
     if args.partners < 1:
         raise CommandError(f"--partners must be >= 1, got {args.partners}")
+    if args.jobs is not None and args.jobs < 1:
+        raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
     col = open_collection(args.folder, args.index, create=not args.no_update)
     try:
         if not args.no_update:
-            drive(col.update(), Progress("indexing", json_lines=False))
+            drive(col.update(jobs=args.jobs), Progress("indexing", json_lines=False))
         paths = [Path(p) for p in col.paths()]
         n = len(paths)
         if n == 0:
@@ -131,36 +145,13 @@ def run(args: argparse.Namespace) -> int:
         row_of = {p: i for i, p in enumerate(paths)}
         must = resolve_pairs(args.must, row_of, col.folder, "--must")
         cannot = resolve_pairs(args.cannot, row_of, col.folder, "--cannot")
-        K = col.kernel_matrix(args.method)
-        feats = matcher = None
-        A = K  # grouping affinities; the stored classifier keeps K (as `simile classify`)
-        if args.spatial and n > 1:
-            feats, matcher = _matcher(col, paths, args.method)
-            A = _spatial_kernel(feats, matcher, args.spatial)
-        if n == 1:
-            labels = np.zeros(1, np.int64)
-            result = None
+        if args.features == "dense":
+            out = _group_dense(col, k, must, cannot, args)
         else:
-            progress = Progress("grouping", json_lines=False)
-            gen = discover_categories_iter(
-                A, k=k, must=must, cannot=cannot, power=args.power,
-                k_max=min(args.k_max, n - 1), k_min=min(2, n - 1),
-                prototype_percentile=args.prototypes,
-            )  # fmt: skip
-            result = drive(gen, progress, lambda i, _item: (i, 7))
-            labels = result.labels
-        protos = result.prototypes if result is not None else np.ones(1, bool)
-        outliers = result.outliers if result is not None else np.zeros(1, bool)
-        flow = result.flow if result is not None else np.zeros(1)
-        refinement = None
-        if result is not None and not args.no_refine:
-            if matcher is None:
-                feats, matcher = _matcher(col, paths, args.method)
-            refinement = _refine(feats, matcher, labels, args)
-            protos, outliers = refinement.prototypes, refinement.outliers
-            flow = refinement.flow
+            out = _group_index(col, paths, k, must, cannot, args)
+        labels, protos, outliers, flow, reason, refinement = out[:6]
         kk = int(labels.max()) + 1
-        _save(col, paths, labels, protos, outliers, K, args, result, refinement)
+        _save(col, paths, labels, protos, outliers, args, refinement, flow, out[6])
     finally:
         col.close()
 
@@ -174,9 +165,6 @@ def run(args: argparse.Namespace) -> int:
             "prototypes": [str(paths[i]) for i in idx if protos[i]],
             "outliers": [str(paths[i]) for i in idx if outliers[i]],
         })  # fmt: skip
-    reason = result.k_reason if result is not None else "k=1: a single image"
-    if args.spatial and n > 1:
-        reason += f"; affinities with {args.spatial}x{args.spatial} spatial cells"
     refined = {"refined": refinement is not None}
     if refinement is not None:
         refined["n_matches"] = int(refinement.n_matches)
@@ -197,6 +185,96 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {tag} {m}")
         print("(* prototype, ! outlier)", file=sys.stdout)
     return 0
+
+
+#: Progress labels of the stages of :func:`engine.cluster.categorize_iter`.
+STAGES = {
+    "features": "dense features", "vocabulary": "vocabulary", "bins": "visual words",
+    "affinity": "affinities", "spectrum": "grouping", "discretize": "grouping",
+    "rank": "grouping", "match": "refining", "masks": "refining", "classify": "classifying",
+}  # fmt: skip
+
+
+def drive_stages(gen):
+    """Run a :class:`engine.cluster.ClusterProgress` generator with one progress bar per
+    stage; returns its value (a ``ValueError`` becomes a :class:`CommandError`)."""
+    label, progress = None, None
+    try:
+        while True:
+            item = next(gen)
+            name = STAGES.get(item.stage, item.stage)
+            if name != label:
+                if progress is not None:
+                    progress.close()
+                label, progress = name, Progress(name, json_lines=False)
+            progress.update(int(item.done), int(item.total))
+    except StopIteration as stop:
+        return stop.value
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _group_dense(col, k, must, cannot, args):
+    """The shared pipeline (:func:`engine.cluster.categorize_iter`)."""
+    from engine.cluster import categorize_iter
+
+    gen = categorize_iter(
+        col, k=k, must=must, cannot=cannot, power=args.power, k_max=args.k_max,
+        refine=not args.no_refine, relabel=not args.no_relabel, partners=args.partners,
+        prototype_percentile=args.prototypes, jobs=args.jobs,
+    )  # fmt: skip
+    res = drive_stages(gen)
+    if [str(p) for p in res.paths] != [str(p) for p in col.paths()]:
+        raise CommandError("the index changed while grouping; run the command again")
+    return (res.labels, res.prototypes, res.outliers, res.flow, res.k_reason,
+            res.refinement, res.classifier)  # fmt: skip
+
+
+def _group_index(col, paths, k, must, cannot, args):
+    """Grouping on the retrieval index's sparse features (``--features index``)."""
+    from engine.cluster import discover_categories_iter
+
+    n = len(paths)
+    K = col.kernel_matrix(args.method)
+    feats = matcher = None
+    A = K  # grouping affinities; the stored classifier keeps K (as `simile classify`)
+    if args.spatial and n > 1:
+        feats, matcher = _matcher(col, paths, args.method)
+        A = _spatial_kernel(feats, matcher, args.spatial)
+    if n == 1:
+        z = np.zeros(1)
+        return (np.zeros(1, np.int64), np.ones(1, bool), np.zeros(1, bool), z,
+                "k=1: a single image", None, None)  # fmt: skip
+    gen = discover_categories_iter(
+        A, k=k, must=must, cannot=cannot, power=args.power,
+        k_max=min(args.k_max, n - 1), k_min=min(2, n - 1),
+        prototype_percentile=args.prototypes,
+    )  # fmt: skip
+    result = drive(gen, Progress("grouping", json_lines=False), lambda i, _item: (i, 7))
+    labels = result.labels
+    protos, outliers, flow = result.prototypes, result.outliers, result.flow
+    refinement = None
+    if not args.no_refine:
+        if matcher is None:
+            feats, matcher = _matcher(col, paths, args.method)
+        refinement = _refine(feats, matcher, labels, args)
+        protos, outliers = refinement.prototypes, refinement.outliers
+        flow = refinement.flow
+    reason = result.k_reason
+    if args.spatial:
+        reason += f"; affinities with {args.spatial}x{args.spatial} spatial cells"
+    clf = None
+    train = np.flatnonzero(protos)
+    if np.unique(labels[train]).size >= 2:
+        from engine.classify import CategoryClassifier
+
+        clf = CategoryClassifier(power=args.power).fit(
+            K[np.ix_(train, train)], labels[train], ids=train
+        )
+    return labels, protos, outliers, flow, reason, refinement, clf
 
 
 def _matcher(col, paths, method):
@@ -241,35 +319,38 @@ def _refine(feats, matcher, labels, args):
     return drive(gen, progress)
 
 
-def _save(col, paths, labels, protos, outliers, K, args, result, refinement=None) -> None:
+def _save(col, paths, labels, protos, outliers, args, refinement, flow, clf) -> None:
     """Store the grouping, the feature masks (``cluster.masks`` float32 concatenated,
-    ``cluster.mask_offsets`` (n+1,) int64, rows = ``cluster.paths``; see
-    :func:`engine.cluster.masks_from_arrays`) and a classifier trained on the prototypes."""
-    from engine.classify import CategoryClassifier
+    ``cluster.mask_offsets`` (n+1,) int64, rows = ``cluster.paths``, features named by
+    ``cluster.features``; see :func:`engine.cluster.masks_from_arrays`) and the classifier
+    trained on the prototypes (``cluster.svm.*``)."""
     from engine.cluster import masks_to_arrays
 
     try:
         if refinement is not None:
             flat, offsets = masks_to_arrays(refinement.masks)
-            col.save_array(PREFIX + "masks", flat)
-            col.save_array(PREFIX + "mask_offsets", offsets)
-            col.save_array(PREFIX + "flow", refinement.flow.astype(np.float64))
         else:  # no masks: every image's mask is empty (never leave a stale one behind)
-            flow = result.flow if result is not None else np.zeros(len(paths))
-            col.save_array(PREFIX + "masks", np.zeros(0, np.float32))
-            col.save_array(PREFIX + "mask_offsets", np.zeros(len(paths) + 1, np.int64))
-            col.save_array(PREFIX + "flow", np.asarray(flow, np.float64))
+            flat, offsets = np.zeros(0, np.float32), np.zeros(len(paths) + 1, np.int64)
+        col.save_array(PREFIX + "masks", flat)
+        col.save_array(PREFIX + "mask_offsets", offsets)
+        col.save_array(PREFIX + "flow", np.asarray(flow, np.float64))
         col.save_array(PREFIX + "paths", np.array([str(p) for p in paths], dtype=str))
         col.save_array(PREFIX + "labels", labels.astype(np.int64))
         col.save_array(PREFIX + "prototypes", protos.astype(bool))
         col.save_array(PREFIX + "outliers", outliers.astype(bool))
-        col.save_array(PREFIX + "method", np.array(args.method))
-        train = np.flatnonzero(protos)
-        if np.unique(labels[train]).size >= 2:
-            clf = CategoryClassifier(power=args.power).fit(
-                K[np.ix_(train, train)], labels[train], ids=train
-            )
+        method = "dense" if args.features == "dense" else args.method
+        col.save_array(PREFIX + "method", np.array(method))
+        col.save_array(PREFIX + "features", np.array(args.features))
+        for key in _svm_keys(col):  # never leave a stale classifier behind
+            col.store.delete_array(key)
+        if clf is not None:
             for key, val in clf.to_state().items():
                 col.save_array(PREFIX + "svm." + key, np.asarray(val))
     except (OSError, PermissionError) as exc:  # the grouping itself was still printed
         print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
+
+
+def _svm_keys(col) -> list[str]:
+    from app.commands.classify import SVM_KEYS
+
+    return [PREFIX + "svm." + k for k in SVM_KEYS if col.store.has_array(PREFIX + "svm." + k)]

@@ -62,6 +62,7 @@ from app.gui.views import register_view
 __all__ = [
     "CategoriesView",
     "Grouping",
+    "affinity_job",
     "carry_names",
     "compute_mask",
     "export_grouping",
@@ -252,40 +253,70 @@ def export_grouping(dest, grouping: Grouping, mode: str = "links") -> int:
 
 
 # ============================================================================ worker side
-def group_job(coll, K, k, must_paths, cannot_paths):
-    """Worker generator: affinities (unless ``K`` is given) and normalized cuts.
+#: Progress messages of the stages of :func:`engine.cluster.categorize_iter`.
+STAGE_TEXT = {
+    "features": "Computing dense features for grouping (once per photo)…",
+    "vocabulary": "Learning visual words…",
+    "bins": "Describing photos by visual words…",
+    "affinity": "Computing pyramid-match affinities…",
+    "spectrum": "Normalized cuts…",
+    "discretize": "Normalized cuts…",
+    "rank": "Ranking group members…",
+    "match": "Refining with feature masks…",
+    "masks": "Refining with feature masks…",
+    "classify": "Assigning photos with the prototypes' classifier…",
+}
 
-    Yields ``(message, done, total)``; returns ``(paths, K, Grouping)``.
+
+def _progress_items(gen):
+    """Turn ``ClusterProgress`` items into ``(message, done, total)`` for the view; returns
+    the generator's value."""
+    while True:
+        try:
+            p = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        yield (STAGE_TEXT.get(p.stage, p.message or f"{p.stage}…"), int(p.done), int(p.total))
+
+
+def group_job(coll, K, k, must_paths, cannot_paths, cancel=None):
+    """Worker generator: the shared grouping pipeline (:func:`engine.cluster.categorize_iter`,
+    the same as ``simile cluster``): dense features (computed once per photo and cached in
+    the index), pyramid-match affinities, normalized cuts with the user's constraints,
+    feature-mask refinement, prototypes' SVM.
+
+    ``K`` is unused (kept for the call signature; the affinities are always recomputed from
+    the cached channel, which is cheap). Yields ``(message, done, total)``; returns
+    ``(paths, K, Grouping)`` with ``K`` the (n, n) affinities for later edits (None for very
+    large folders, grouped with the Nystrom approximation).
     """
-    from engine.cluster import discover_categories_iter
+    from engine.cluster import categorize_iter
 
+    del K
     paths = [str(p) for p in coll.paths()]
     n = len(paths)
     if n == 0:
         raise ValueError("there are no indexed photos to group")
-    if K is None or K.shape[0] != n:
-        yield ("Computing pyramid-match affinities…", 0, 0)
-        K = coll.kernel_matrix("vocabulary")
-    if n == 1:
-        g = Grouping.from_labels(paths, np.zeros(1, np.int64), K, "a single photo: one group")
-        return paths, K, g
     if not isinstance(k, str) and k > n:
         raise ValueError(f"there are only {n} photos; cannot make {k} groups")
     row = {p: i for i, p in enumerate(paths)}
     must = [(row[a], row[b]) for a, b in must_paths if a in row and b in row]
     cannot = [(row[a], row[b]) for a, b in cannot_paths if a in row and b in row]
-    gen = discover_categories_iter(
-        K, k=k, must=must, cannot=cannot, k_min=min(2, n - 1), k_max=min(K_MAX, n - 1)
-    )
-    while True:
-        try:
-            p = next(gen)
-        except StopIteration as stop:
-            res = stop.value
-            break
-        yield (p.message or f"{p.stage}…", int(p.done), int(p.total))
-    g = Grouping.from_labels(paths, res.labels, K, res.k_reason)
-    return paths, K, g
+    gen = categorize_iter(coll, k=k, must=must, cannot=cannot, k_max=K_MAX, cancel=cancel)
+    res = yield from _progress_items(gen)
+    paths = [str(p) for p in res.paths]
+    reason = res.k_reason if n > 1 else "a single photo: one group"
+    g = Grouping(paths, _compact(res.labels), res.flow, res.prototypes, res.outliers, reason)
+    return paths, res.kernel, g
+
+
+def affinity_job(coll, cancel=None):
+    """Worker generator: the (n, n) affinities of the grouping pipeline from the cached dense
+    channel (for edits after a restart); yields ``(message, done, total)``."""
+    from engine.cluster import binned_pyramid_kernel, category_model_iter
+
+    model = yield from _progress_items(category_model_iter(coll, cancel=cancel))
+    return binned_pyramid_kernel(model.bins)
 
 
 @dataclass
@@ -298,30 +329,19 @@ class MaskData:
 
 
 def compute_mask(coll, path: str, partners: list[str]) -> MaskData:
-    """Worker side: the feature mask of ``path`` within its group (thesis Sec. 9.3).
-
-    For each partner q, the correspondence weights of ``path``'s features in the
-    vocabulary-guided pyramid match with q form an indicator vector (0 where a feature is
-    unmatched); the mask is their median over the partners, scaled to max 1
-    (as :func:`engine.cluster.refine_with_masks` with ``indicator="weight"``).
+    """Worker side: the feature mask of ``path`` within its group (thesis Sec. 9.3), on
+    the dense features the grouping used (:func:`engine.cluster.category_mask`): for each
+    partner the correspondence weights of ``path``'s features form an indicator vector (0
+    where a feature is unmatched); the mask is their median, scaled to max 1.
     """
+    from engine.cluster import category_mask
     from engine.imageio import load_image
 
-    fi = coll.features(path)
-    m = len(fi)
     partners = [q for q in partners if q != path][:MASK_PARTNERS]
-    ind = np.zeros((max(len(partners), 1), m), np.float32)
-    for row, q in enumerate(partners):
-        r = coll.match(fi, coll.features(q))
-        p = np.asarray(r.pairs, np.int64).reshape(-1, 2)
-        w = np.asarray(getattr(r, "weight", np.ones(len(p))), np.float32)
-        ind[row, p[:, 0]] = w
-    mask = np.median(ind, axis=0).astype(np.float32) if partners else ind[0]
-    if mask.size and mask.max() > 0:
-        mask /= mask.max()
+    fi, mask = category_mask(coll, path, partners, max_partners=MASK_PARTNERS)
     img = load_image(path, max_side=MASK_SIDE)
     fw, fh = fi.image_size
-    s = np.array([img.shape[1] / fw, img.shape[0] / fh], np.float32)
+    s = np.array([img.shape[1] / max(fw, 1), img.shape[0] / max(fh, 1)], np.float32)
     xy = np.asarray(fi.xy, np.float32).reshape(-1, 2) * s
     return MaskData(str(path), array_to_qimage(img), xy, mask, len(partners))
 
@@ -785,7 +805,7 @@ class CategoriesView(QWidget):
                 self.K = K
 
         self.window.run_worker(
-            coll.kernel_matrix, "vocabulary", connect={"returned": got},
+            affinity_job, coll, connect={"returned": got}, pass_cancel=True,
             context="Computing affinities failed",
         )  # fmt: skip
 
@@ -853,6 +873,7 @@ class CategoriesView(QWidget):
             list(self.must),
             list(self.cannot),
             connect={"yielded": progress, "returned": done, "errored": failed},
+            pass_cancel=True,
         )
 
     def _finish(self) -> None:
@@ -924,7 +945,7 @@ class CategoriesView(QWidget):
         from engine.cluster import move_constraints
 
         g = self.grouping
-        if g is None or self._busy or self.K is None:
+        if g is None or self._busy:
             return
         i = g.paths.index(str(path))
         if g.labels[i] == group:
@@ -948,7 +969,7 @@ class CategoriesView(QWidget):
         from engine.cluster import split_group
 
         g = self.grouping
-        if g is None or self.K is None or self._busy:
+        if g is None or self._busy or self._no_affinities():
             return
         try:
             labels = split_group(self.K, g.labels, group)
@@ -961,12 +982,25 @@ class CategoriesView(QWidget):
         from engine.cluster import merge_groups
 
         g = self.grouping
-        if g is None or self.K is None or self._busy or group == other:
+        if g is None or self._busy or group == other or self._no_affinities():
             return
         a, b = g.members(group)[0], g.members(other)[0]
         self._add_constraints([(g.paths[a], g.paths[b])], [])
         labels = merge_groups(g.labels, [group, other])
         self._apply_edit(labels, f"merged {g.name(other)} into {g.name(group)}")
+
+    def _no_affinities(self) -> bool:
+        """True (with a message) when the full affinities are not available: still being
+        computed, or a very large folder grouped with the Nystrom approximation."""
+        if self.K is not None:
+            return False
+        self.window.show_error(
+            "Split and merge need the affinities of all photos, which are not kept for "
+            "very large folders (or are still being computed); choose the number of "
+            "groups instead.",
+            kind="warning",
+        )
+        return True
 
     def _apply_edit(self, labels, what: str, split_from: int | None = None) -> None:
         old = self.grouping

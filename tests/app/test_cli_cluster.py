@@ -61,7 +61,7 @@ def test_cluster_json_partitions_every_image(folder, capsys):
     # the refinement ran and its feature masks are stored, one per image, aligned with
     # the stored features (thesis 9.3), for the GUI to show
     assert res["refined"] is True and res["n_matches"] > 0
-    from engine.cluster import masks_from_arrays
+    from engine.cluster import category_features_of, masks_from_arrays
     from engine.collection import Collection
 
     col = Collection.open(photos, index, create=False, readonly=True)
@@ -71,8 +71,10 @@ def test_cluster_json_partitions_every_image(folder, capsys):
             col.load_array("cluster.masks"), col.load_array("cluster.mask_offsets")
         )
         assert sorted(stored) == indexed and len(masks) == len(stored)
+        # masks refer to the dense categorisation features (the default pipeline)
+        assert str(col.load_array("cluster.features")) == "dense"
         for path, mask in zip(stored, masks, strict=True):
-            assert mask.shape == (len(col.features(path)),)
+            assert mask.shape == (len(category_features_of(col, path)),)
             assert mask.min() >= 0.0 and mask.max() == pytest.approx(1.0)
             assert np.ptp(mask) > 0  # graded by how consistently each feature matches
         flow = col.load_array("cluster.flow")
@@ -139,7 +141,8 @@ def test_cluster_spatial_affinities_group_scenes(folder, capsys):
     the choice is explained, and every image lands in one group."""
     photos = folder / "photos"
     code, out = _run(["cluster", str(photos), "--index", str(folder / "idx"),
-                      "--k", "3", "--spatial", "4", "--no-refine", "--json"],
+                      "--k", "3", "--spatial", "4", "--no-refine", "--json",
+                      "--features", "index"],
                      capsys)  # fmt: skip
     assert code == 0
     res = json.loads(out.strip().splitlines()[-1])

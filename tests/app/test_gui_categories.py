@@ -121,11 +121,13 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     move = next(a.menu() for a in menu.actions() if a.text() == "Move to group")
     assert sorted(a.text() for a in move.actions()) == sorted(g.name(k) for k in range(g.k))
 
-    # feature mask of a photo: one weight in [0, 1] per stored feature, drawn
+    # feature mask of a photo: one weight in [0, 1] per dense grouping feature, drawn
+    from engine.cluster import category_features_of
+
     with qtbot.waitSignal(view.mask_shown, timeout=60_000):
         view.show_mask(moved)
     data = view.mask.data
-    n_feat = len(window.collection.features(moved))
+    n_feat = len(category_features_of(window.collection, moved))
     assert data.weight.shape == (n_feat,) and data.xy.shape == (n_feat, 2)
     assert 0.0 <= data.weight.min() and data.weight.max() == pytest.approx(1.0)
     assert view.mask.image.pixmap() is not None and not view.mask.image.pixmap().isNull()

@@ -6,9 +6,12 @@ Run::
     nice python tests/benchmarks/bench_discovery.py caltech4   # Caltech-4-style, k=4 and auto
     nice python tests/benchmarks/bench_discovery.py eth80      # ETH-80 dev, 8 classes
     nice python tests/benchmarks/bench_discovery.py nystrom    # 10,000-image timing
+    nice python tests/benchmarks/bench_discovery.py product --folder F --index I --k 4 auto
+        # the shared pipeline (engine.cluster.categorize_iter) on an indexed folder, with
+        # per-stage seconds; the first run computes the cached dense channel
     nice python tests/benchmarks/bench_discovery.py cli --folder /tmp/c4/photos
         # the `simile cluster` command on a COPY of the class folders (one per class),
-        # without and with --spatial 4 (``--cli-spatial``)
+        # default pipeline, and with --spatial 4 --features index (``--cli-spatial``)
 
 Features are cached in /tmp/simile_bench_cache (npz, allow_pickle=False). The kernel is a
 vocabulary-guided pyramid match (thesis Ch. 4) built here from a hierarchical k-means
@@ -436,7 +439,7 @@ def run_cli(args) -> None:
     ]:
         argv = [*base, "--no-update", "--k", k, "--partners", str(args.partners)]
         argv += [] if refine else ["--no-refine"]
-        argv += ["--spatial", str(spatial)] if spatial else []
+        argv += ["--spatial", str(spatial), "--features", "index"] if spatial else []
         out = io.StringIO()
         t0 = time.time()
         with contextlib.redirect_stdout(out):
@@ -465,6 +468,54 @@ def run_cli(args) -> None:
               flush=True)  # fmt: skip
 
 
+def run_product(args) -> None:
+    """The shared pipeline (:func:`engine.cluster.categorize_iter`, what ``simile cluster``
+    and the app run) on an indexed folder, twice: the first run computes the dense
+    channel for images not cached yet, the second measures grouping "once features are
+    indexed". Per-stage seconds are printed; with ``--truth parent`` (or ``grandparent``)
+    the class of a photo is its folder name and accuracy / NMI / ARI are printed too."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    from engine.cluster import categorize_iter, clustering_accuracy
+    from engine.collection import Collection
+
+    if not args.folder or not args.index:
+        raise SystemExit("product: give --folder and --index (an existing index)")
+    col = Collection.open(args.folder, args.index, create=False)
+    try:
+        for run, k in enumerate(args.k * args.repeat):
+            k = "auto" if k == "auto" else int(k)
+            t0 = time.time()
+            gen = categorize_iter(col, k=k, jobs=args.jobs)
+            last = None
+            while True:
+                try:
+                    p = next(gen)
+                except StopIteration as stop:
+                    res = stop.value
+                    break
+                if p.stage != last and p.stage == "features" and p.total:
+                    print(f"  computing dense features of {p.total} images", flush=True)
+                last = p.stage
+            stages = ", ".join(f"{a} {b:.1f}" for a, b in res.seconds.items())
+            line = (f"[product run {run} k={k}] n={res.n} k found {res.k} "
+                    f"{time.time() - t0:.1f}s ({stages})")  # fmt: skip
+            if args.truth != "none":
+                up = 1 if args.truth == "parent" else 2
+                names = [p.parents[up - 1].name for p in res.paths]
+                y = np.unique(names, return_inverse=True)[1]
+                lab = res.labels
+                line += (f" acc {clustering_accuracy(y, lab):.3f} NMI "
+                         f"{normalized_mutual_info_score(y, lab):.3f} ARI "
+                         f"{adjusted_rand_score(y, lab):.3f}")  # fmt: skip
+                pr = res.prototypes
+                line += f" prototypes {pr.sum()} acc {clustering_accuracy(y[pr], lab[pr]):.3f}"
+            print(line, flush=True)
+            print("   ", res.k_reason[:300], flush=True)
+    finally:
+        col.close()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("parts", nargs="*", default=["caltech4", "eth80", "nystrom"])
@@ -476,7 +527,15 @@ def main(argv=None):
     p.add_argument("--landmarks", type=int, default=500)
     p.add_argument("--exact-check", action="store_true")
     p.add_argument("--folder", help="cli part: folder with one sub-folder per class")
-    p.add_argument("--index", help="cli part: index directory")
+    p.add_argument("--index", help="cli / product part: index directory")
+    p.add_argument("--jobs", type=int, default=None, help="product part: processes")
+    p.add_argument("--repeat", type=int, default=1, help="product part: runs per --k value")
+    p.add_argument(
+        "--truth",
+        default="parent",
+        choices=("parent", "grandparent", "none"),
+        help="product part: class = name of the parent (or grandparent) folder",
+    )
     p.add_argument("--k", nargs="+", default=["4", "auto"], help="cli part: --k values")
     p.add_argument("--partners", type=int, default=8, help="cli part: --partners")
     p.add_argument("--cli-spatial", type=int, nargs="+", default=[0, 4],
@@ -487,6 +546,7 @@ def main(argv=None):
     for part in args.parts:
         parts = {"caltech4": run_caltech4, "eth80": run_eth80, "nystrom": run_nystrom}
         parts["cli"] = run_cli
+        parts["product"] = run_product
         parts[part](args)
     return 0
 

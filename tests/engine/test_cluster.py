@@ -296,7 +296,7 @@ def test_masks_mark_consistently_matched_features_and_flag_outlier():
     # mask-normalised affinities (Eq. 3.12 with mask masses): object features all match,
     # so members' affinities are exactly 1, the intruder's 0, and it is still the outlier
     refn = refine_with_masks(sets, labels, _GridMatcher(), normalize="mask")
-    W = refn.extra["masked_affinity"]
+    W = refn.extra["masked_affinity"].toarray()  # sparse over the matched pairs
     np.testing.assert_allclose(W[:7, :7][~np.eye(7, dtype=bool)], 1.0)
     assert np.all(W[7] == 0.0) and refn.outliers[7] and not refn.outliers[:7].any()
     with pytest.raises(ValueError, match="normalize"):
@@ -550,3 +550,240 @@ def test_spatial_pyramid_kernel_validation(kwargs, match):
         spatial_pyramid_kernel(b, [np.zeros((3, 2))], **kwargs)
     with pytest.raises(ValueError, match="positions"):
         spatial_pyramid_kernel(b, [np.zeros((2, 2))])
+
+
+# --------------------------------------------------------------- dense categorisation channel
+def test_category_features_dense_rootsift_with_white_frame_trimmed():
+    from engine.cluster import category_features
+
+    rng = np.random.default_rng(0)
+    img = np.full((240, 320), 255, np.uint8)  # white frame around a textured object
+    img[40:200, 60:260] = rng.integers(0, 200, (160, 200), dtype=np.uint8)
+    f = category_features(img, side=120, max_features=150)
+    assert f.descriptors.shape == (150, 128) and f.descriptors.dtype == np.float32
+    assert f.descriptors.min() >= 0 and f.descriptors.max() <= 1  # RootSIFT
+    np.testing.assert_allclose(np.linalg.norm(f.descriptors, axis=1), 1.0, atol=1e-4)
+    assert f.image_size == (320, 240)
+    # windows lie on the object (the frame is cut off), in pixels of the image
+    assert f.xy[:, 0].min() >= 60 and f.xy[:, 0].max() <= 260
+    assert f.xy[:, 1].min() >= 40 and f.xy[:, 1].max() <= 200
+    g = category_features(img, side=120, max_features=150, trim=0)
+    assert g.xy[:, 0].min() < 60  # without trimming the windows cover the frame too
+    np.testing.assert_array_equal(
+        f.descriptors, category_features(img, side=120, max_features=150).descriptors
+    )
+
+
+def _brute_binned_kernel(bins):
+    """sum_l (w_l - w_{l+1}) sum_b min(h_a, h_b), w_l = 2^-l, cosine-normalised."""
+    L = bins[0].shape[1]
+    w = 0.5 ** np.arange(L)
+    dw = w - np.append(w[1:], 0)
+    n = len(bins)
+    K = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            for lev in range(L):
+                ui, ci = np.unique(bins[i][:, lev], return_counts=True)
+                uj, cj = np.unique(bins[j][:, lev], return_counts=True)
+                _, a, b = np.intersect1d(ui, uj, return_indices=True)
+                K[i, j] += dw[lev] * np.minimum(ci[a], cj[b]).sum()
+    d = np.sqrt(np.diag(K))
+    return K / np.outer(d, d)
+
+
+def _random_bins(rng, n, L=3, b=4):
+    out = []
+    for _ in range(n):
+        leaf = rng.integers(0, b**L, size=int(rng.integers(5, 40)))
+        out.append(np.stack([leaf // b**lev for lev in range(L)], axis=1))
+    return out
+
+
+@pytest.mark.parametrize("dense_bins", [0, 256])  # sparse unary codes / dense histograms
+def test_binned_kernel_matches_explicit_intersections(dense_bins, monkeypatch):
+    import engine.cluster as ec
+    from engine.cluster import binned_pyramid_kernel
+
+    monkeypatch.setattr(ec, "DENSE_LEVEL_BINS", dense_bins)
+    rng = np.random.default_rng(1)
+    bins = _random_bins(rng, 7)
+    K = binned_pyramid_kernel(bins)
+    np.testing.assert_allclose(K, _brute_binned_kernel(bins), atol=1e-6)
+    np.testing.assert_allclose(np.diag(K), 1.0)
+    cols = np.array([1, 4, 6])
+    np.testing.assert_allclose(binned_pyramid_kernel(bins, columns=cols), K[:, cols], atol=1e-6)
+
+
+def test_bin_correspondences_form_intersections_level_by_level():
+    from engine.cluster import bin_correspondences
+
+    rng = np.random.default_rng(2)
+    a, b = _random_bins(rng, 2)
+    r = bin_correspondences(a, b)
+    assert np.unique(r.pairs[:, 0]).size == len(r.pairs)  # one-to-one
+    assert np.unique(r.pairs[:, 1]).size == len(r.pairs)
+    for lev in range(a.shape[1]):
+        ua, ca = np.unique(a[:, lev], return_counts=True)
+        ub, cb = np.unique(b[:, lev], return_counts=True)
+        _, i, j = np.intersect1d(ua, ub, return_indices=True)
+        # pairs formed at this level or finer = histogram intersection at this level
+        assert (r.level <= lev).sum() == np.minimum(ca[i], cb[j]).sum()
+        p = r.pairs[r.level == lev]
+        assert np.all(a[p[:, 0], lev] == b[p[:, 1], lev])  # partners share the bin
+    np.testing.assert_allclose(r.weight, 0.5**r.level)
+
+
+def test_knn_graph_auto_k_on_groups_of_unequal_density():
+    from engine.cluster import knn_graph
+
+    rng = np.random.default_rng(3)
+    truth = np.repeat([0, 1, 2, 3], [30, 30, 30, 30])
+    within = np.array([0.8, 0.5, 0.35, 0.35])[truth]  # tight and loose groups
+    K = np.where(truth[:, None] == truth[None, :], np.sqrt(np.outer(within, within)), 0.12)
+    K = K + 0.1 * rng.random(K.shape)
+    K = (K + K.T) / 2
+    np.fill_diagonal(K, 1.0)
+    G = knn_graph(K, 10)
+    assert np.allclose(G, G.T) and np.all(np.diag(G) == 0)
+    assert np.all((G > 0).sum(axis=1) >= 10)
+    res = discover_categories(K, k="auto", k_graph=10)
+    assert res.k == 4 and "nearest-neighbour graph" in res.k_reason
+    assert clustering_accuracy(truth, res.labels) == 1.0
+    with pytest.raises(ValueError, match="k_graph"):
+        discover_categories(K, k="auto", k_graph=0)
+
+
+def _scene(rng, size=160):
+    import cv2
+
+    img = np.full((size, size), 128, np.uint8)
+    for _ in range(25):
+        c = tuple(int(v) for v in rng.integers(0, size, 2))
+        cv2.circle(img, c, int(rng.integers(4, 20)), int(rng.integers(0, 255)), -1)
+        p = rng.integers(0, size, (2, 2))
+        cv2.line(img, tuple(int(v) for v in p[0]), tuple(int(v) for v in p[1]),
+                 int(rng.integers(0, 255)), int(rng.integers(1, 4)))  # fmt: skip
+    return img
+
+
+def _photo_folder(folder, n_groups=2, per_group=4, seed=0):
+    """folder/g{i}/v{j}.png: slightly shifted / rescaled views of scene i."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    for g in range(n_groups):
+        sub = folder / f"g{g}"
+        sub.mkdir(parents=True, exist_ok=True)
+        img = _scene(rng)
+        for v in range(per_group):
+            s = float(rng.uniform(0.85, 1.0))
+            M = np.float32([[s, 0, rng.uniform(-6, 6)], [0, s, rng.uniform(-6, 6)]])
+            cv2.imwrite(str(sub / f"v{v}.png"), cv2.warpAffine(img, M, img.shape[::-1],
+                                                              borderValue=128))  # fmt: skip
+
+
+@pytest.fixture()
+def small_collection(tmp_path, monkeypatch):
+    import engine.cluster as ec
+    from engine.collection import Collection
+
+    monkeypatch.setattr(ec, "DENSE_CHUNK", 3)  # several chunks from a handful of photos
+    monkeypatch.setitem(ec.CATEGORY_FEATURES, "side", 120)
+    monkeypatch.setitem(ec.CATEGORY_FEATURES, "max_features", 120)
+    monkeypatch.setitem(ec.CATEGORY_VOCAB, "branching", 4)
+    photos = tmp_path / "photos"
+    _photo_folder(photos)
+    col = Collection.open(photos, tmp_path / "index")
+    for _ in col.update(jobs=1):
+        pass
+    yield col
+    col.close()
+
+
+def _drain(gen):
+    items = []
+    while True:
+        try:
+            items.append(next(gen))
+        except StopIteration as stop:
+            return items, stop.value
+
+
+def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_collection):
+    from engine.cluster import (
+        CategoryChannel,
+        categorize_iter,
+        category_features_of,
+        category_kernel_rows,
+        category_mask,
+    )
+
+    col = small_collection
+    items, res = _drain(categorize_iter(col, k=2, jobs=1))
+    feats = [p for p in items if p.stage == "features"]
+    assert feats[0].total == 8 and feats[-1].done == 8  # all computed, with progress
+    truth = np.array([p.parent.name for p in res.paths])
+    assert clustering_accuracy(truth, res.labels) == 1.0
+    assert res.refinement is not None and len(res.refinement.masks) == 8
+    for p, m in zip(res.paths, res.refinement.masks, strict=True):
+        assert m.shape == (len(category_features_of(col, p)),)
+    assert res.prototypes.any() and not (res.prototypes & res.outliers).any()
+    # second run: nothing recomputed, same grouping
+    items, res2 = _drain(categorize_iter(col, k="auto", jobs=1))
+    assert [p.total for p in items if p.stage == "features"] == [0]
+    assert res2.k == 2 and clustering_accuracy(truth, res2.labels) == 1.0
+    # a new photo is computed alone, a deleted one is dropped from the cache
+    import shutil
+
+    shutil.copy(res.paths[0], res.paths[0].parent / "copy_renamed.png")  # same content
+    res.paths[-1].unlink()
+    for _ in col.update(jobs=1):
+        pass
+    items, res3 = _drain(categorize_iter(col, k=2, jobs=1))
+    assert [p.total for p in items if p.stage == "features"] == [0]  # content-keyed
+    ch = CategoryChannel(col.store)
+    assert len(ch.manifest["items"]) == 7
+    # kernel rows of an indexed photo against the others, with the stored vocabulary
+    rows = category_kernel_rows(col, [res3.paths[0]], res3.paths)
+    assert rows.shape == (1, 8) and rows[0, 0] == pytest.approx(1.0, abs=1e-6)
+    f, mask = category_mask(col, res3.paths[0], res3.paths[1:4])
+    assert mask.shape == (len(f),) and mask.max() == pytest.approx(1.0)
+
+
+def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
+    from engine.cluster import CategoryChannel, categorize_iter
+
+    col = small_collection
+    gen = categorize_iter(col, k=2, jobs=1)
+    for p in gen:
+        if p.stage == "features" and p.done >= 4:
+            break
+    gen.close()  # the user cancels: finished chunks stay usable
+    ch = CategoryChannel(col.store)
+    assert 3 <= len(ch.manifest["items"]) < 8
+    arrays = sorted(f.name for f in (col.index_dir / "arrays").glob("cluster.dense.*"))
+    chunk_files = [a for a in arrays if not a.endswith(".bins.npy")]
+    assert len(chunk_files) == 3 * len(ch.manifest["chunks"])  # no orphan chunk files
+    items, res = _drain(categorize_iter(col, k=2, jobs=1))
+    first = next(p for p in items if p.stage == "features")
+    assert first.total == 8 - len(ch.manifest["items"])  # only the missing ones
+    assert res.n == 8
+
+
+def test_bins_matcher_batch_equals_pairwise_correspondences():
+    from engine.cluster import BinsMatcher, bin_correspondences
+
+    rng = np.random.default_rng(4)
+    bins = _random_bins(rng, 9)
+    bins[3] = bins[3][:0]  # an empty set
+    m = BinsMatcher(bins)
+    pairs = np.array([(0, 1), (1, 2), (0, 8), (3, 4), (5, 5), (7, 2)])
+    for (i, j), (p, w) in zip(pairs, m.match_many(pairs), strict=True):
+        r = bin_correspondences(bins[i], bins[j])
+        got = sorted(zip(p[:, 0].tolist(), p[:, 1].tolist(), w.tolist(), strict=True))
+        want = sorted(zip(r.pairs[:, 0].tolist(), r.pairs[:, 1].tolist(), r.weight.tolist(),
+                          strict=True))  # fmt: skip
+        assert got == want
+    r = m(0, 1)
+    assert r.pairs.shape[1] == 2 and r.score == pytest.approx(r.weight.sum())
