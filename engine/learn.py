@@ -30,11 +30,23 @@ Choices the papers leave open (and what we chose on real image data):
   another class (the paper's sampling). Early stopping (seeds/004 section 4: "the
   number of training iterations was selected using a validation set") holds aside a
   stratified fraction of every class's images; every ``eval_every`` steps the held-out
-  images rank *each other* (mean precision@10), exactly like the test protocol where
-  unseen images rank unseen images, and the best ``W`` is kept. Ranking held-out
+  images rank *each other* (mean average precision), exactly like the test protocol
+  where unseen images rank unseen images, and the best ``W`` is kept. Ranking held-out
   queries against the training images instead rewards memorising the training images
   (on a 20-class Caltech-101 subset that score rose 0.23 -> 0.32 while the
   unseen-vs-unseen test score went 0.216 -> 0.229), so it picked over-fitted ``W``.
+  The score is mAP, not precision@10: with 3 held-out images per class precision@10
+  cannot exceed 0.2 and sat at that ceiling, so early stopping chose at random.
+* The margin. Eq. 1 asks for ``S_W(p, p⁺) > S_W(p, p⁻) + 1``; the paper's vectors are
+  raw visual-word counts (~70 non-zeros), ours are unit vectors whose cosines differ
+  by ~0.05 between a relevant and an irrelevant image. A margin of 1 then violates
+  every triplet, each update swamps the identity start and held-out mAP first *falls*
+  (Caltech-101, 50 classes: 0.288 -> 0.247 after 5,000 steps) before slowly climbing;
+  ``margin=0.1`` keeps the cosine start useful (0.288 -> 0.35). Scaling the inputs by
+  ``s`` is the same as a margin ``1/s²``; the margin is a parameter (default 1, the
+  paper's) that the benchmark and the app choose on validation.
+* ``average=True`` also scores the mean of the iterates seen at the evaluations
+  (averaged online learning), which is smoother and a little better on unseen images.
 * Boosted embeddings work on dense vectors; for tf-idf bags of words we first reduce
   with a truncated SVD (see :func:`reduce_dimension`), as the thesis' experiments
   were on low-dimensional data.
@@ -42,6 +54,7 @@ Choices the papers leave open (and what we chose on real image data):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -57,6 +70,7 @@ __all__ = [
     "BoostedSSC",
     "HammingEmbedding",
     "LearnProgress",
+    "mean_average_precision",
     "pairs_from_labels",
     "precision_at_k",
     "reduce_dimension",
@@ -180,6 +194,45 @@ def precision_at_k(
     return float(np.mean(db_labels[top] == np.asarray(query_labels)[:, None]))
 
 
+def mean_average_precision(
+    similarity: np.ndarray,
+    query_labels: np.ndarray,
+    db_labels: np.ndarray | None = None,
+    *,
+    exclude_self: bool = False,
+) -> float:
+    """Mean (over queries with at least one relevant item) average precision.
+
+    Parameters
+    ----------
+    similarity : (Q, N) float array, higher = more similar
+    query_labels : (Q,) int array
+    db_labels : (N,) int array, optional (default ``query_labels``)
+    exclude_self : bool
+        Ignore the diagonal (queries are the first Q database items).
+
+    Returns
+    -------
+    float
+        ``mean_q (1/R_q) Σ_{k relevant} precision@k`` (ties broken by index order).
+    """
+    sim = np.array(similarity, dtype=np.float64, copy=True)
+    yq = np.asarray(query_labels)
+    yd = yq if db_labels is None else np.asarray(db_labels)
+    if sim.shape != (yq.size, yd.size):
+        raise ValueError(f"similarity has shape {sim.shape}, labels give ({yq.size}, {yd.size})")
+    if exclude_self:
+        np.fill_diagonal(sim, -np.inf)
+    order = np.argsort(-sim, axis=1, kind="stable")
+    if exclude_self:
+        order = order[:, : sim.shape[1] - 1]
+    rel = yd[order] == yq[:, None]
+    n_rel = rel.sum(axis=1)
+    hits = np.cumsum(rel, axis=1)
+    ap = np.sum(rel * hits / np.arange(1, rel.shape[1] + 1), axis=1) / np.maximum(n_rel, 1)
+    return float(np.mean(ap[n_rel > 0])) if np.any(n_rel > 0) else float("nan")
+
+
 def reduce_dimension(X, n_components: int = 128, random_state=0):
     """Truncated SVD (LSA) of a tf-idf matrix for the boosted embeddings.
 
@@ -211,19 +264,26 @@ class OASIS:
     """Online Algorithm for Scalable Image Similarity (Chechik et al., seeds/004).
 
     Learns ``S_W(p, q) = pᵀ W q`` (Eq. 2) so that for triplets
-    ``S_W(p, p⁺) > S_W(p, p⁻) + 1`` (Eq. 1). Each step draws a triplet with hinge
-    loss ``l = max(0, 1 − pᵀW(p⁺ − p⁻))`` and applies the passive-aggressive update
-    (Eqs. 3–5)::
+    ``S_W(p, p⁺) > S_W(p, p⁻) + m`` (Eq. 1 with margin ``m``, 1 in the paper). Each
+    step draws a triplet with hinge loss ``l = max(0, m − pᵀW(p⁺ − p⁻))`` and applies
+    the passive-aggressive update (Eqs. 3–5), starting from ``W = I`` (cosine)::
 
         V = p (p⁺ − p⁻)ᵀ,   τ = min(C, l / ‖V‖²_F),   W ← W + τ V,
 
-    with ``‖V‖_F = ‖p‖·‖p⁺ − p⁻‖``. Only the ``nnz(p) × nnz(p⁺ − p⁻)`` entries of
-    ``W`` touched by the sparse outer product change, so a step costs O(nnz).
+    with ``‖V‖_F = ‖p‖·‖p⁺ − p⁻‖``. Only the rows ``nnz(p)`` of ``W`` change (the
+    ``nnz(p) × nnz(p⁺ − p⁻)`` block of the sparse outer product), so a step costs
+    ``O(nnz(p) · d)`` memory traffic and never ``d²``. The symmetric variant applies
+    ``V_s = (V + Vᵀ)/2`` with ``τ = min(C, l / ‖V_s‖²_F)``,
+    ``‖V_s‖²_F = (‖p‖²‖v‖² + (pᵀv)²)/2``, so that the step is again the exact
+    passive-aggressive one (the loss on the triplet is 0 after it when C is large).
 
     Parameters
     ----------
     C : float
         Aggressiveness (the paper's C; 0.1 is its usual value).
+    margin : float
+        Required similarity gap ``m`` of Eq. 1 (see the module notes: 0.1 suits unit
+        vectors; 1 is the paper's value for raw counts).
     n_steps : int
         Maximum number of triplet updates.
     max_words : int
@@ -239,6 +299,13 @@ class OASIS:
         Fraction of every class's images held aside to choose the best ``W``; they rank
         each other (never the training images), mirroring an unseen-vs-unseen test.
         Classes too small to give two held-out and keep two training images stay whole.
+    sampling : {"images", "classes"}
+        How the query of a triplet is drawn: uniformly over training images (the
+        paper), or a class uniformly first and then one of its images (gives small
+        classes as many updates as large ones).
+    average : bool
+        Also score the running mean of the iterates at the evaluations and keep it
+        when it validates better.
     random_state : int
 
     Attributes
@@ -257,15 +324,20 @@ class OASIS:
         self,
         *,
         C: float = 0.1,
+        margin: float = 1.0,
         n_steps: int = 200_000,
         max_words: int = 2048,
         variant: str = "plain",
         eval_every: int = 5_000,
         patience: int = 4,
         validation_fraction: float = 0.2,
+        sampling: str = "images",
+        average: bool = False,
         random_state: int = 0,
     ):
         check_positive(C, "C")
+        check_positive(margin, "margin")
+        self.margin = float(margin)
         check_positive(n_steps, "n_steps")
         check_positive(max_words, "max_words")
         check_choice(variant, "variant", ("plain", "symmetric", "psd"))
@@ -276,6 +348,9 @@ class OASIS:
         self.eval_every = int(eval_every)
         self.patience = int(patience)
         self.validation_fraction = validation_fraction
+        check_choice(sampling, "sampling", ("images", "classes"))
+        self.sampling = sampling
+        self.average = bool(average)
         self.random_state = random_state
         self.columns_: np.ndarray | None = None
         self.W_: np.ndarray | None = None
@@ -338,6 +413,14 @@ class OASIS:
         X : (N, D) sparse or dense, non-negative tf-idf bags of words
         labels : (N,) int
             Class of each image; ``-1`` = unlabeled (used neither as query nor target).
+
+        Notes
+        -----
+        The validation score is the mean average precision of the held-out images
+        ranking each other. Precision@10 is a poor stopping signal on small classes:
+        with 3 held-out images per class it cannot exceed 0.2, so on a 10-class
+        Caltech-101 subset it sat at its ceiling from the first evaluations on and
+        early stopping picked an arbitrary ``W``.
         """
         labels = np.asarray(labels, dtype=np.int64)
         X = sp.csr_matrix(X, dtype=np.float32)
@@ -353,7 +436,8 @@ class OASIS:
         train, val = _validation_split(classes, self.validation_fraction, rng)
         tr_classes = {c: m[np.isin(m, train)] for c, m in classes.items()}
         tr_classes = {c: m for c, m in tr_classes.items() if m.size}
-        queries = np.concatenate([m for m in tr_classes.values() if m.size >= 2] or [val[:0]])
+        q_classes = [m for m in tr_classes.values() if m.size >= 2]
+        queries = np.concatenate(q_classes or [val[:0]])
         if queries.size == 0 or len(tr_classes) < 2:
             raise ValueError("no class has two training images after the validation split")
         # Validation mirrors the test protocol: held-out images query each other only
@@ -361,25 +445,38 @@ class OASIS:
         Pv = P[val]
         Pv_dense_t = Pv.T.toarray()
         yv = labels[val]
+        # Queries: uniform over training images (the paper) or over classes first.
+        q_class_of = np.repeat(np.arange(len(q_classes)), [m.size for m in q_classes])
+        q_offsets = np.concatenate([[0], np.cumsum([m.size for m in q_classes])])
+        # Positives: any training image of the query's class (drawn by offset).
+        cls_index = {c: k for k, c in enumerate(tr_classes)}
+        tr_members = list(tr_classes.values())
+        tr_offsets = np.concatenate([[0], np.cumsum([m.size for m in tr_members])])
+        tr_flat = np.concatenate(tr_members)
+        q_cls = np.array([cls_index[int(labels[m[0]])] for m in q_classes], np.int64)
 
         def score(Wm: np.ndarray) -> float:
             if val.size < 2:
                 return float("nan")
             S = np.asarray(Pv @ Wm) @ Pv_dense_t
-            return precision_at_k(S, yv, yv, 10, exclude_self=True)
+            return mean_average_precision(S, yv, exclude_self=True)
 
         def sample(chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            qi = queries[rng.integers(0, queries.size, chunk)]
-            pos = np.empty(chunk, np.int64)
-            for c in np.unique(labels[qi]):
-                sel = np.flatnonzero(labels[qi] == c)
-                m = tr_classes[int(c)]
-                pos[sel] = m[rng.integers(0, m.size, sel.size)]
+            if self.sampling == "classes":
+                qc = rng.integers(0, len(q_classes), chunk)
+                k = q_offsets[qc] + (rng.random(chunk) * (q_offsets[qc + 1] - q_offsets[qc]))
+                qi = queries[k.astype(np.int64)]
+            else:
+                k = rng.integers(0, queries.size, chunk)
+                qc, qi = q_class_of[k], queries[k]
+            c = q_cls[qc]
+            size = tr_offsets[c + 1] - tr_offsets[c]
+            pos = tr_flat[tr_offsets[c] + (rng.random(chunk) * size).astype(np.int64)]
             neg = train[rng.integers(0, train.size, chunk)]
             ok = (pos != qi) & (labels[neg] != labels[qi])
             return qi[ok], pos[ok], neg[ok]
 
-        yield from self._train(P, sample, score, "precision@10")
+        yield from self._train(P, sample, score, "mAP")
 
     def fit_triplets(self, X, triplets) -> OASIS:
         """Fit from explicit triplets; see :meth:`fit_triplets_iter`."""
@@ -434,72 +531,100 @@ class OASIS:
         """Passive-aggressive steps (Eqs. 3–5) on triplets drawn by ``sample(chunk)``,
         evaluated by ``score(W)`` every ``eval_every`` steps; keeps the best ``W``.
 
-        One step touches only the ``nnz(p) × nnz(p⁺ − p⁻)`` block of ``W``: the
-        difference ``p⁺ − p⁻`` is formed once on the union of their words (a dense
-        scratch vector), so each step is one gather and one scatter of that block.
+        A step changes only the rows ``nnz(p)`` of ``W`` (and, of those, only the
+        columns of ``p⁺ − p⁻``): ``O(nnz(p) · d)`` memory traffic, no d × d work.
+        The rows are gathered once (``R = W[nnz(p)]``), the margin is
+        ``pᵀ W v = (p_nz R) · v`` (one matrix-vector product), and the update
+        ``R += τ p_nz vᵀ`` is written back as whole rows — contiguous row copies are
+        ~5× faster in NumPy than the scattered 2-D block ``W[nnz(p) × nnz(v)]``.
         """
         d = P.shape[1]
         W = np.eye(d, dtype=np.float32)
-        indptr, indices, data = P.indptr, P.indices, P.data
-        scratch = np.zeros(d, np.float32)
+        indptr = P.indptr.tolist()
+        indices, data = P.indices, P.data
+        sqnorm = np.asarray(P.multiply(P).sum(axis=1), np.float64).ravel().tolist()
+        vd = np.zeros(d, np.float32)  # dense scratch for v = p⁺ − p⁻
         C = float(self.C)
+        margin = float(self.margin)
         symmetric = self.variant != "plain"
-        ix_, outer, union = np.ix_, np.outer, np.union1d
+        outer = np.outer
 
         best = score(W)
         best_W = W.copy()
+        W_sum, n_avg = np.zeros_like(W) if self.average else None, 0
         self.history_ = [(0, best)]
         self.best_step_ = 0
+        self.n_updates_ = 0
         yield LearnProgress(0, self.n_steps, best, f"cosine baseline: {score_name} {best:.3f}")
         since_best = 0
         step = 0
+        active, last_eval = 0, 0  # triplets with positive loss since the last evaluation
         next_eval = min(self.eval_every, self.n_steps)
         while step < self.n_steps:
-            qi, pos, neg = sample(min(4096, max(64, next_eval - step)))
-            starts, ends = indptr[:-1], indptr[1:]
-            for q, p_, n_ in zip(
-                zip(starts[qi], ends[qi], strict=True),
-                zip(starts[pos], ends[pos], strict=True),
-                zip(starts[neg], ends[neg], strict=True),
-                strict=True,
-            ):
-                step += 1
-                qidx, qval = indices[q[0] : q[1]], data[q[0] : q[1]]
-                pidx = indices[p_[0] : p_[1]]
-                nidx = indices[n_[0] : n_[1]]
-                # v = p⁺ − p⁻ on the union of their words.
-                scratch[pidx] = data[p_[0] : p_[1]]
-                scratch[nidx] -= data[n_[0] : n_[1]]
-                cols = union(pidx, nidx)
-                v = scratch[cols]
-                scratch[cols] = 0.0
-                block = ix_(qidx, cols)
-                B = W[block]
-                loss = 1.0 - float(qval @ B @ v)  # l_W(p, p⁺, p⁻), Eq. (1)
-                if loss > 0.0 and qidx.size:
-                    vnorm2 = float(qval @ qval) * float(v @ v)
-                    if vnorm2 > 1e-12:
-                        tau = min(C, loss / vnorm2)  # Eq. (5), ‖V‖²_F = ‖p‖²‖v‖²
-                        if symmetric:  # (V + Vᵀ)/2
-                            h = 0.5 * tau
-                            W[block] = B + h * outer(qval, v)
-                            W[ix_(cols, qidx)] += h * outer(v, qval)
-                        else:
-                            W[block] = B + tau * outer(qval, v)  # Eq. (4)
-                if step >= next_eval:
-                    break
+            qi, pos, neg = sample(min(4096, max(64, 2 * (next_eval - step))))
+            with _single_threaded_blas():  # never held across a yield
+                for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
+                    step += 1
+                    a, b = indptr[q], indptr[q + 1]
+                    if b > a:
+                        qidx, qval = indices[a:b], data[a:b]
+                        pa, pb, na, nb = indptr[p_], indptr[p_ + 1], indptr[n_], indptr[n_ + 1]
+                        pidx, pval = indices[pa:pb], data[pa:pb]
+                        nidx, nval = indices[na:nb], data[na:nb]
+                        R = W.take(qidx, axis=0)  # (nnz(p), d)
+                        g = qval @ R  # pᵀW, (d,)
+                        loss = margin - float(g[pidx] @ pval) + float(g[nidx] @ nval)  # Eq. (1)
+                        if loss > 0.0:
+                            active += 1
+                            vd[pidx] = pval
+                            vd[nidx] -= nval
+                            vv = float(vd @ vd)
+                            if symmetric:  # ‖(V + Vᵀ)/2‖²_F = (‖p‖²‖v‖² + (pᵀv)²) / 2
+                                qv = float(vd[qidx] @ qval)
+                                norm2 = 0.5 * (sqnorm[q] * vv + qv * qv)
+                            else:  # ‖V‖²_F = ‖p‖²‖v‖²
+                                norm2 = sqnorm[q] * vv
+                            if norm2 > 1e-12:
+                                tau = min(C, loss / norm2)  # Eq. (5)
+                                self.n_updates_ += 1
+                                if symmetric:  # W += τ (V + Vᵀ)/2
+                                    R += outer((0.5 * tau) * qval, vd)
+                                    W[qidx] = R
+                                    cols = np.union1d(pidx, nidx)
+                                    W[np.ix_(cols, qidx)] += outer(vd[cols], (0.5 * tau) * qval)
+                                else:  # W += τ V, V = p (p⁺ − p⁻)ᵀ, Eq. (4)
+                                    R += outer(tau * qval, vd)
+                                    W[qidx] = R
+                            vd[pidx] = 0.0
+                            vd[nidx] = 0.0
+                    if step >= next_eval:
+                        break
             if step >= next_eval or step >= self.n_steps:
+                n_done, last_eval = step - last_eval, step
                 next_eval = min(step + self.eval_every, self.n_steps)
-                if self.variant == "psd":
-                    W = _project_psd(W)
-                s = score(W)
+                with _single_threaded_blas():
+                    if self.variant == "psd":
+                        W = _project_psd(W)
+                    s = score(W)
+                    cand = W
+                    if self.average:  # mean of the evaluated iterates (averaged online W)
+                        W_sum += W
+                        n_avg += 1
+                        W_avg = W_sum / n_avg
+                        s_avg = score(W_avg)
+                        if s_avg > s:
+                            s, cand = s_avg, W_avg
                 self.history_.append((step, s))
                 if s > best or np.isnan(s):
-                    best, best_W, since_best = s, W.copy(), 0
+                    best, best_W, since_best = s, cand.copy(), 0
                     self.best_step_ = step
                 else:
                     since_best += 1
-                yield LearnProgress(step, self.n_steps, s, f"{score_name} {s:.3f}")
+                frac = active / max(n_done, 1)
+                active = 0
+                yield LearnProgress(
+                    step, self.n_steps, s, f"{score_name} {s:.3f} ({frac:.0%} triplets violated)"
+                )
                 if since_best >= self.patience:
                     break
         self.W_ = best_W
@@ -528,6 +653,24 @@ class OASIS:
         model.columns_ = np.asarray(state["columns"], dtype=np.int64)
         model.W_ = np.asarray(state["W"], dtype=np.float32)
         return model
+
+
+_CONTROLLER = None
+
+
+def _single_threaded_blas() -> contextlib.AbstractContextManager:
+    """Context limiting BLAS to one thread. A training step is a handful of small
+    products; handing each to a thread pool costs far more than it saves, above all on
+    a loaded machine (a 2,048-word step took 34 ms instead of ~1 ms with 2 cores busy).
+    """
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _validation_split(
@@ -808,15 +951,23 @@ class SSC:
     gap : float
         The lower bound G on TP − FP, in (0, 1).
     max_bits : int
-        If more thresholds pass, keep the ``max_bits`` with the largest gap (the thesis
-        subsamples randomly for Isolet; the largest-gap rule loses less).
+        If more thresholds pass, keep a random sample of ``max_bits`` of them, as the
+        thesis does for Isolet (section 3.2.2). Keeping the largest gaps instead is a
+        trap: the best thresholds all sit next to each other on the few most
+        informative dimensions (on a 20-class Caltech-101 LSA-64 input, 512 bits
+        landed on 5 of the 64 dimensions and precision@10 fell from 0.22 with L1 to
+        0.14).
+    random_state : int
+        Seed of that sample.
     """
 
-    def __init__(self, gap: float = 0.1, max_bits: int = 4096):
+    def __init__(self, gap: float = 0.1, max_bits: int = 4096, random_state: int = 0):
         if not 0 < gap < 1:
             raise ValueError(f"gap must be in (0, 1), got {gap!r}")
+        check_positive(max_bits, "max_bits")
         self.gap = gap
         self.max_bits = int(max_bits)
+        self.random_state = random_state
         self.embedding_: HammingEmbedding | None = None
 
     def fit(self, X, i, j, labels=None, *, unlabeled: bool = False) -> SSC:
@@ -833,7 +984,7 @@ class SSC:
         """
         i, j = _check_pairs(X, i, j)
         Xd = _dense(X)
-        dims, ts, gaps = [], [], []
+        dims, ts = [], []
         for d in range(Xd.shape[1]):
             if unlabeled or labels is None:
                 t, tp, fp = threshold_rates_semi(Xd[:, d], Xd[i, d], Xd[j, d])
@@ -842,13 +993,12 @@ class SSC:
             keep = (tp - fp) >= self.gap
             dims.append(np.full(int(keep.sum()), d))
             ts.append(t[keep])
-            gaps.append((tp - fp)[keep])
         dims_a = np.concatenate(dims).astype(np.int64)
         t_a = np.concatenate(ts)
-        g_a = np.concatenate(gaps)
         if dims_a.size > self.max_bits:
-            best = np.sort(np.argsort(-g_a, kind="stable")[: self.max_bits])
-            dims_a, t_a = dims_a[best], t_a[best]
+            rng = np.random.default_rng(self.random_state)
+            keep = np.sort(rng.choice(dims_a.size, self.max_bits, replace=False))
+            dims_a, t_a = dims_a[keep], t_a[keep]
         self.embedding_ = HammingEmbedding(
             _one_hot(dims_a, Xd.shape[1]), t_a, np.ones(t_a.size), kind="ssc"
         )

@@ -226,28 +226,111 @@ def test_oasis_generalises_to_unseen_images():
     assert model.best_score_ == max(s for _, s in model.history_)
 
 
+def _hinge(W, p, pp, pn, margin):
+    return max(0.0, margin - float(p @ W @ (pp - pn)))
+
+
 @pytest.mark.parametrize("variant", ["plain", "symmetric"])
-def test_oasis_single_passive_aggressive_step_is_exact(variant):
+@pytest.mark.parametrize("margin", [1.0, 0.1])
+def test_oasis_single_passive_aggressive_step_is_exact(variant, margin):
     # One triplet whose positive and negative share a word: with C large the update of
-    # Eqs. 3-5 makes the hinge loss exactly zero, S_W(p, p+) - S_W(p, p-) = 1.
+    # Eqs. 3-5 makes the hinge loss exactly zero, S_W(p, p+) - S_W(p, p-) = margin.
     X = sp.csr_matrix(
         np.array(
             [[1.0, 2.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0, 3.0], [0.5, 0.0, 1.0, 2.0, 0.0]],
             np.float32,
         )
     )
-    model = OASIS(C=100.0, n_steps=1, eval_every=1, variant=variant)
-    model.fit_triplets(X, [[0, 1, 2]])
+    model = OASIS(C=100.0, margin=margin, n_steps=1, eval_every=1, variant=variant)
+    model.fit_triplets(X, [[0, 2, 1]])  # image 2 is less similar to 0 than 1 is
+    P = model.transform(X).toarray()
+    assert _hinge(np.eye(5), P[0], P[2], P[1], margin) > 0.1  # the step was needed
+    assert _hinge(model.W_, P[0], P[2], P[1], margin) == pytest.approx(0.0, abs=1e-5)
     S = model.similarity(X)
-    if variant == "plain":
-        assert S[0, 1] - S[0, 2] == pytest.approx(1.0, abs=1e-5)
-    else:  # half the step on each side keeps W symmetric
+    assert S[0, 2] - S[0, 1] == pytest.approx(margin, abs=1e-5)
+    if variant == "symmetric":
         np.testing.assert_allclose(model.W_, model.W_.T, atol=1e-6)
     # a small C caps the step size: tau = C, ‖ΔW‖_F = C‖p‖‖p+ − p−‖
     small = OASIS(C=1e-3, n_steps=1, eval_every=1, variant="plain").fit_triplets(X, [[0, 1, 2]])
-    P = small.transform(X).toarray()
     expected = 1e-3 * np.linalg.norm(P[0]) * np.linalg.norm(P[1] - P[2])
     assert np.linalg.norm(small.W_ - np.eye(5)) == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["plain", "symmetric"])
+def test_oasis_sparse_steps_match_dense_reference(variant):
+    # The row-wise sparse implementation must give exactly the W of the textbook dense
+    # passive-aggressive loop (Eqs. 3-5), step by step, on a sequence of triplets.
+    rng = np.random.default_rng(3)
+    dense = rng.random((12, 30)) * (rng.random((12, 30)) < 0.3)
+    dense[5] = 0.0  # an empty image: no update
+    X = sp.csr_matrix(dense.astype(np.float32))
+    trip = rng.integers(0, 12, (60, 3))
+    C, margin = 0.7, 0.5
+    model = OASIS(C=C, margin=margin, n_steps=60, eval_every=60, variant=variant)
+    model.columns_ = np.arange(30)
+    Ps = model.transform(X)
+    # drive the training loop with this exact sequence of triplets; the rising score
+    # makes it keep the final W
+    rising = iter(range(10))
+    sample = lambda n: (trip[:, 0], trip[:, 1], trip[:, 2])  # noqa: E731
+    for _ in model._train(Ps, sample, lambda W: float(next(rising)), ""):
+        pass
+    assert model.best_step_ == 60
+    P = Ps.toarray().astype(np.float64)
+    W = np.eye(30)
+    for q, a, b in trip:
+        p, v = P[q], P[a] - P[b]
+        loss = _hinge(W, p, P[a], P[b], margin)
+        V = np.outer(p, v) if variant == "plain" else 0.5 * (np.outer(p, v) + np.outer(v, p))
+        if loss > 0 and np.sum(V * V) > 1e-12:
+            W += min(C, loss / np.sum(V * V)) * V
+    np.testing.assert_allclose(model.W_, W, atol=1e-5)
+
+
+def test_mean_average_precision_matches_sklearn():
+    from sklearn.metrics import average_precision_score
+
+    from engine.learn import mean_average_precision
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 30)
+    S = rng.random((30, 30))
+    aps = []
+    for q in range(30):
+        m = np.arange(30) != q
+        if np.any(y[m] == y[q]):
+            aps.append(average_precision_score(y[m] == y[q], S[q, m]))
+    assert mean_average_precision(S, y, exclude_self=True) == pytest.approx(np.mean(aps))
+    with pytest.raises(ValueError, match="shape"):
+        mean_average_precision(S[:5], y)
+
+
+def test_oasis_margin_and_averaging_keep_identity_start():
+    X, y = _sparse_topics(seed=6)
+    model = OASIS(n_steps=6_000, eval_every=1_000, margin=0.1, average=True).fit(X, y)
+    assert model.history_[0][0] == 0 and model.best_score_ >= model.history_[0][1]
+    with pytest.raises(ValueError, match="margin"):
+        OASIS(margin=0.0)
+    with pytest.raises(ValueError, match="sampling"):
+        OASIS(sampling="bogus")
+
+
+def test_ssc_subsamples_thresholds_across_dimensions():
+    # When more thresholds pass the gap than max_bits, keep a random sample of them
+    # (thesis 3.2.2), not only the top gaps, which all sit on one dimension.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 6, 600)
+    X = rng.standard_normal((600, 8)) * 0.3 + y[:, None] * np.linspace(1.0, 0.5, 8)
+    i, j, lab = pairs_from_labels(y, 4000, random_state=0)
+    full = SSC(gap=0.05, max_bits=100_000).fit(X, i, j, lab).embedding_
+    few = SSC(gap=0.05, max_bits=64).fit(X, i, j, lab).embedding_
+    assert full.n_bits > 64 and few.n_bits == 64
+    dims = np.argmax(few.projections, axis=1)
+    assert np.unique(dims).size == 8
+    # every kept bit is one of the passing thresholds
+    full_dims = np.argmax(full.projections, 1).tolist()
+    pairs = set(zip(full_dims, full.thresholds.tolist(), strict=True))
+    assert set(zip(dims.tolist(), few.thresholds.tolist(), strict=True)) <= pairs
 
 
 def test_oasis_validation_split_is_held_out_and_stratified():
