@@ -28,11 +28,53 @@ are compared by Spearman rank correlation (Eq. 6.1). Summaries:
 Eq. 4.2 / 4.3 as implemented by the engine are checked against a dense reference of
 Eq. 4.2 with ``--variants``, which also reports two distance estimates that are NOT in
 the thesis (``2 max(d_ij(X), d_ij(Y))`` and ``min(A_ij, d_ij(X) + d_ij(Y))``, the
-smaller of the two upper bounds of Eq. 4.3) and the mean number of new matches per
+smaller of the two estimates of Eq. 4.3) and the mean number of new matches per
 level (thesis Fig. 6-7).
 
 The thesis reports correlations above 0.94 for VG input-specific weights at every
 dimension, a mean of 0.89 for VG global weights, and uniform bins degrading with ``d``.
+
+Why the literal Eq. 4.3 (b) stays below 0.94 here (measured at 128-D, thesis protocol;
+session-2 investigation, one change at a time):
+
+* Not the counting: the engine equals the dense reference of Eq. 4.2 to 1e-15.
+* Not the vocabulary: tree seeds move VG input-specific by +-0.01 (0.875 / 0.876 /
+  0.892); clustering every node on all its points with 100 Lloyd iterations instead of
+  the default 256 points per child and 10 iterations gives 0.870 / 0.868; 5 clustered
+  levels below the root (``--levels 6``, the "L=6" of Fig. 6-7) 0.876 / 0.877; dropping
+  the root level (unmatched points cost nothing) makes every correlation negative.
+* Not the bins' matching: the explicit correspondences of the same pyramid (section
+  3.2.3, optimal assignment inside bins), costed with TRUE L2 distances, rank the pairs
+  with 0.969 correlation to the optimal matching (40 test sets) and cost only 9 % more.
+  The loss is in the distance ESTIMATE per new match: ``d_ij(X) + d_ij(Y)`` uses the
+  largest distance of each set's points in the bin, a worst case set by one outlying
+  point, which adds a set-specific bias (removing per-set row effects cuts the rank
+  residuals by a third).
+* Features change it by a few points, not above 0.94 (VG input-specific at 128 / 8-D):
+  DoG contrast 0.005, strongest 256 (default) 0.875 / 0.946; dense SIFT 16 px grid,
+  16 px patches (256 per image) 0.882 / 0.892; 32 px patches 0.899 / 0.900; DoG on the
+  2x upsampled image, contrast 0.02, strongest 256 (8-256 per image) 0.921 / 0.920;
+  same, contrast 0.04 (5-256) 0.865 / 0.872. Unit-length vs 0-255 descriptors is a global
+  scale: no change to any ranking.
+* Not the protocol: every summary (all n x n per match, raw, distinct pairs, per query)
+  tells the same story; an L1 optimal matching (``--metric l1``) is worse for every VG
+  variant at 128-D (input-specific 0.729), as expected from a Euclidean tree.
+
+Test split (``--seed``, which also seeds the tree) moves everything by a few points;
+128-D, thesis protocol, seeds 0 / 1 / 2: VG input-specific 0.875 / 0.865 / 0.905, VG
+global 0.889 / 0.861 / 0.893, uniform 0.200 / 0.177 / 0.137, VG is-mean (*) 0.955 /
+0.929 / 0.955 (raw costs: input-specific 0.907 / 0.910 / 0.949).
+
+``PyramidMatch(input_distance="mean")`` (column "VG is-mean (*)", NOT the thesis) keeps
+Eq. 4.2 and its counts but replaces the per-bin maximum by the MEAN distance of the set's
+points to the bin centre: ``dbar_ij(X) + dbar_ij(Y)`` bounds the mean distance between
+the two sets' points in the bin (triangle inequality averaged over all pairs), so it
+bounds the expected cost per match of a random in-bin assignment; an estimate, not a
+bound on every match. It reaches 0.944-0.955 at every dimension with seed 0 (0.929-0.963
+over seeds 0-2, 0.946 mean at 128-D); on the other feature sets above it is 0.02-0.06 above
+the literal Eq. 4.3 (b) everywhere (128 / 8-D, two trees each): dense 16 px 0.94 / 0.92,
+dense 32 px 0.91 / 0.92, upsampled DoG contrast 0.02 0.96 / 0.94, contrast 0.04 0.92 /
+0.92.
 
 Features, PCA-projected sets and optimal costs are cached in ``/tmp/simile_bench_cache``.
 
@@ -40,6 +82,7 @@ Run::
 
     nice python tests/benchmarks/bench_spearman.py [--n-test 100] [--max-features 256]
         [--levels 5] [--dims 8 16 32 64 128] [--metric l2] [--rootsift] [--variants]
+        [--seed 0] [--explicit N]
 """
 
 from __future__ import annotations
@@ -121,13 +164,14 @@ def optimal_costs(sets: list[np.ndarray], metric: str, key: str) -> np.ndarray:
 
 
 def level_histograms(
-    tree: VocabularyTree, sets: list[np.ndarray]
+    tree: VocabularyTree, sets: list[np.ndarray], stat: str = "max"
 ) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list[np.ndarray]]:
     """Dense per-level histograms of ``sets`` in ``tree`` (finest level first).
 
-    Returns per level ``(H, Dmax, A)``: counts (n, b) and per-set maximal distance to
-    the bin centre ``d_ij(X)`` (n, b) over the b bins used by the sets, and their global
-    diameters ``A_ij`` (b,); plus per non-top level the parent (column) of each bin.
+    Returns per level ``(H, Dm, A)``: counts (n, b) and per-set maximal (``stat="max"``,
+    ``d_ij(X)`` of Eq. 4.3 (b)) or mean (``stat="mean"``) distance to the bin centre
+    (n, b) over the b bins used by the sets, and their global diameters ``A_ij`` (b,);
+    plus per non-top level the parent (column) of each bin.
     """
     n = len(sets)
     sizes = np.array([len(x) for x in sets])
@@ -139,7 +183,11 @@ def level_histograms(
         H = np.zeros((n, used.size))
         np.add.at(H, (owner, inv), 1.0)
         Dm = np.zeros((n, used.size))
-        np.maximum.at(Dm, (owner, inv), dist[:, lev])
+        if stat == "max":
+            np.maximum.at(Dm, (owner, inv), dist[:, lev])
+        else:
+            np.add.at(Dm, (owner, inv), dist[:, lev])
+            Dm /= np.maximum(H, 1.0)
         levels.append((H, Dm, tree.diameters(lev, used)))
         invs.append(inv)
     parents = []
@@ -184,6 +232,52 @@ VARIANTS = {
 }
 
 
+def explicit_diagnostic(
+    pm: PyramidMatch,
+    sets: list[np.ndarray],
+    opt_raw: np.ndarray,
+    costs: dict[str, np.ndarray],
+    metric: str,
+) -> str:
+    """Spearman ("pairs" protocol) of the TRUE cost of the pyramid's explicit matching.
+
+    ``pm.match`` pairs points bottom-up with optimal assignments inside shared bins
+    (section 3.2.3); summing the real ground distances of those pairs gives the cost of
+    a valid partial matching. Comparing its ranking with the estimate's separates the
+    loss due to the bins (which points match) from the loss due to the distance
+    estimate per match (Eq. 4.3).
+    """
+    n = len(sets)
+    sizes = np.array([len(x) for x in sets])
+    E = np.zeros((n, n))
+    t0 = time.perf_counter()
+    for i, j in itertools.combinations(range(n), 2):
+        r = pm.match(sets[i], sets[j], metric=metric)
+        diff = sets[i][r.pairs[:, 0]].astype(np.float64) - sets[j][r.pairs[:, 1]]
+        dist = np.abs(diff).sum(axis=1) if metric == "l1" else np.linalg.norm(diff, axis=1)
+        E[i, j] = E[j, i] = dist.sum()
+    iu = np.triu_indices(n, 1)
+    norm = np.minimum.outer(sizes, sizes)[iu]
+    opt = opt_raw[:n, :n][iu] / norm
+    r = {k: spearmanr(c[:n, :n][iu] / norm, opt)[0] for k, c in costs.items()}
+    return (
+        f"explicit correspondences of the VG pyramid, pairs of {n} sets "
+        f"({time.perf_counter() - t0:.0f} s): Spearman of their true cost "
+        f"{spearmanr(E[iu] / norm, opt)[0]:.3f} (mean cost / optimal "
+        f"{np.mean(E[iu] / norm / opt):.3f}); estimates on the same pairs: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in r.items())
+    )
+
+
+# VG pyramid matches computed by the engine: (column, weights, input_distance).
+MEAN = "VG is-mean (*)"
+ENGINE_VG = [
+    ("VG global", "global", "max"),
+    ("VG input_specific", "input_specific", "max"),
+    (MEAN, "input_specific", "mean"),  # NOT the thesis: mean instead of max distance
+]
+
+
 def spearman(
     approx: np.ndarray, exact: np.ndarray, approx_raw: np.ndarray, exact_raw: np.ndarray
 ) -> tuple[float, float, float, float]:
@@ -226,6 +320,14 @@ def main() -> None:
         action="store_true",
         help="also non-thesis VG distance estimates (slow dense reference of Eq. 4.2), a "
         "cross-check of the engine and the new matches per level (Fig. 6-7)",
+    )
+    ap.add_argument(
+        "--explicit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="diagnostic: true L2 cost of the VG pyramid's explicit correspondences "
+        "(section 3.2.3) for the distinct pairs of the first N test sets (slow)",
     )
     args = ap.parse_args()
 
@@ -278,29 +380,35 @@ def main() -> None:
         )
         t_tree = time.perf_counter() - t0
         t0 = time.perf_counter()
-        for w in ("global", "input_specific"):
-            pm = PyramidMatch(bins=tree, weights=w, n_shifts=1, n_sides=1).fit(tr)
-            c = pm.cost_matrix(te)
-            out[f"VG {w}"] = spearman(c / pairs_norm, opt, c, opt_raw)
+        costs = {}
+        for name, w, stat in ENGINE_VG:
+            pm = PyramidMatch(
+                bins=tree, weights=w, input_distance=stat, n_shifts=1, n_sides=1
+            ).fit(tr)
+            c = costs[name] = pm.cost_matrix(te)
+            out[name] = spearman(c / pairs_norm, opt, c, opt_raw)
         t_vg = time.perf_counter() - t0
         if args.variants:
+            for name, stat in (("VG input_specific", "max"), (MEAN, "mean")):
+                lv, par = level_histograms(tree, te, stat)
+                ref, per_level = reference_costs(lv, par, lambda dx, dy, a: dx + dy)
+                err = np.abs(ref - costs[name]).max() / max(np.abs(ref).max(), 1e-12)
+                print(f"    dense reference Eq. 4.2 vs engine ({name}): max rel. diff {err:.1e}")
+            print(f"    mean new matches per level, finest first: {np.round(per_level, 1)}")
             levels, parents = level_histograms(tree, te)
-            ref, per_level = reference_costs(levels, parents, lambda dx, dy, a: dx + dy)
-            err = np.abs(ref - c).max() / max(np.abs(ref).max(), 1e-12)
-            print(
-                f"    reference Eq. 4.2 vs engine (input-specific): max rel. diff {err:.1e}; "
-                f"mean new matches per level, finest first: {np.round(per_level, 1)}"
-            )
             for name, fn in VARIANTS.items():
                 v, _ = reference_costs(levels, parents, fn)
                 out[name] = spearman(v / pairs_norm, opt, v, opt_raw)
+        if args.explicit:
+            sub = te[: args.explicit]
+            print(f"    {explicit_diagnostic(pm, sub, opt_raw, costs, args.metric)}")
         rows.append(out)
         print(
             f"  d={d:3d}: tree {t_tree:.1f} s ({tree.n_leaves} leaves), uniform {t_uni:.1f} s, "
             f"VG costs {t_vg:.1f} s, total {time.perf_counter() - t_dim:.1f} s"
         )
 
-    methods = ["uniform", "VG global", "VG input_specific"]
+    methods = ["uniform"] + [name for name, _, _ in ENGINE_VG]
     if args.variants:
         methods += list(VARIANTS)
     summaries = [
@@ -310,6 +418,8 @@ def main() -> None:
         (0, "per query: mean over test sets of the ranking of the others, costs per match"),
     ]
     print("\nSpearman rank correlation with the optimal partial matching (cost rankings)")
+    print(f"{MEAN}: weights dbar_ij(X) + dbar_ij(Y) with MEAN distances to the bin centre,")
+    print("    PyramidMatch(input_distance='mean') -- an estimate outside the thesis' Eq. 4.3 (b)")
     for k, title in summaries:
         print(f"\n{title}\n{'d':>4s} " + " ".join(f"{m:>17s}" for m in methods))
         for r in rows:

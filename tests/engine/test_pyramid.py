@@ -316,3 +316,53 @@ def test_validation_errors(sets):
         pm.match(sets[1], sets[2], xy_a=np.zeros((1, 2)))
     with pytest.raises(ValueError, match="no points"):
         PyramidMatch().fit([np.zeros((0, 4), np.float32)])
+
+
+def _naive_eq_4_2(pm, x, y, stat):
+    """Eq. 4.2 literally: new matches per bin times ``stat(dX) + stat(dY)`` of the bin."""
+    b = pm.binnings_[0]
+    bx, dx = b.assign(pm._project(x))
+    by, dy = b.assign(pm._project(y))
+    total = 0.0
+    prev_min: dict[int, int] = {}
+    for lev in range(pm.n_levels):
+        cur: dict[int, int] = {}
+        for key in set(bx[:, lev]) & set(by[:, lev]):
+            mx, my = bx[:, lev] == key, by[:, lev] == key
+            cur[key] = min(mx.sum(), my.sum())
+            kids = (set(bx[mx, lev - 1]) | set(by[my, lev - 1])) if lev else set()
+            done = sum(prev_min.get(k, 0) for k in kids)
+            total += (cur[key] - done) * (stat(dx[mx, lev]) + stat(dy[my, lev]))
+        prev_min = cur
+    return total
+
+
+def test_input_distance_mean_option():
+    """input_distance='mean': Eq. 4.2 with dbar_ij(X) + dbar_ij(Y) (documented non-thesis
+    estimate); never above the thesis' max-distance cost (same new-match counts)."""
+    pytest.importorskip("engine.vocabulary")
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(5, 12)) * 3
+    sets = [
+        (centres[rng.integers(0, 5, m)] + rng.normal(scale=0.5, size=(m, 12))).astype(np.float32)
+        for m in (30, 45, 20, 38, 50, 25)
+    ]
+    # one tree (the default combines 2 seeds by the minimum cost)
+    kw = dict(bins="vocabulary", weights="input_specific", branching=3, depth=3, n_shifts=1)
+    pm_max = PyramidMatch(**kw).fit(sets)
+    pm_mean = PyramidMatch(**kw, input_distance="mean").fit(sets)
+    C_max, C_mean = pm_max.cost_matrix(sets), pm_mean.cost_matrix(sets)
+    for i, j in [(0, 1), (2, 4), (3, 5), (1, 1)]:
+        assert C_max[i, j] == pytest.approx(_naive_eq_4_2(pm_max, sets[i], sets[j], np.max))
+        assert C_mean[i, j] == pytest.approx(_naive_eq_4_2(pm_mean, sets[i], sets[j], np.mean))
+    np.testing.assert_allclose(C_mean, C_mean.T, rtol=1e-12)
+    assert np.all(C_mean <= C_max + 1e-9) and np.any(C_mean < C_max - 1e-6)
+    K = pm_mean.kernel(sets)
+    np.testing.assert_allclose(np.diag(K), 1.0)
+    state = pm_mean.to_state()
+    assert state["input_distance"] == "mean"
+    np.testing.assert_allclose(PyramidMatch.from_state(state).cost_matrix(sets), C_mean)
+    old = {k: v for k, v in pm_max.to_state().items() if k != "input_distance"}
+    assert PyramidMatch.from_state(old).input_distance == "max"  # states from before
+    with pytest.raises(ValueError, match="input_distance"):
+        PyramidMatch(input_distance="median")
