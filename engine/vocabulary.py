@@ -143,7 +143,9 @@ def _segment_argmin(
         lo = cand_lo[seg][:, None]
         valid = slots < cand_n[seg][:, None]
         idx = np.where(valid, lo + slots, lo)
-        d = csq[idx] - 2.0 * np.einsum("nd,nkd->nk", Xs[p], centers[idx])
+        # take + batched matmul: about half the time of fancy indexing + einsum
+        cand = np.take(centers, idx, axis=0)  # (n, kmax, D)
+        d = np.take(csq, idx) - 2.0 * np.matmul(cand, Xs[p][:, :, None])[..., 0]
         d[~valid] = np.inf
         out[p] = idx[np.arange(p.size), np.argmin(d, axis=1)]
     return out

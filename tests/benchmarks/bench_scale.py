@@ -19,6 +19,9 @@ with the real ``simile index --jobs N`` (SIFT extraction included). The queries 
 ``--queries`` further views made with another seed (of distinct dev images), written to
 ``<views-dir>_queries`` and NOT indexed; their features are extracted before timing.
 
+``--methods uniform`` / ``--kinds fused,hashes`` measure only some of the methods /
+candidate generations (default: all).
+
 ``--source synthetic``: every image is one dev image's stored feature set, subsampled
 (60-95 %), descriptors jittered (sigma 0.03) and positions moved; no pixels involved.
 
@@ -34,7 +37,10 @@ agreement plus a quarter of the z-scored WTA code agreement -- with the bag-of-w
 inverted file); ``hashes`` is the hash score alone (the honest "hashed search" number),
 and the banded WTA index (``bands``) is the older default; all are measured on the same
 queries. ``scored`` is the fraction of the collection scored exactly (for ``uniform``:
-by the vocabulary pyramid match, the best ``UNIFORM_RERANK`` of them by the uniform one).
+by the vocabulary pyramid match -- above ``2 x UNIFORM_PRESCORE`` candidates after a
+tf-idf cosine narrowing to ``UNIFORM_PRESCORE`` -- the best ``UNIFORM_RERANK`` of them
+by the uniform one; ``engine.collection._candidate_fraction``: 2 % fused, 5 % from the
+hashes alone).
 
 An index built before :func:`engine.collection.rh_bits` (256 hyperplane bits) is
 re-hashed to the bits the collection size asks for by ``simile index`` (no feature is
@@ -228,13 +234,15 @@ def query_phase(args) -> dict:
         # one-time structures of a query process (hyperplane cache, inverted file, key
         # directory, self-similarities): built by a first query, reported, not timed below
         t = time.perf_counter()
-        for method in ("vocabulary", "uniform", "wta"):
+        for method in args.methods:
             col._search(models, data, qs[0], method, 10)
         out["first_queries_seconds"] = time.perf_counter() - t
         for kind, label in (("fused", "fused"), ("hashes", "hashes"), ("wta", "bands")):
+            if label not in args.kinds:
+                continue
             ec.CANDIDATE_KIND = kind
             col._bands = {}
-            for method in ("vocabulary", "uniform", "wta"):
+            for method in args.methods:
                 key = f"{method}/{label}"
                 times, cpus, fracs = [], [], []
                 for i, q in enumerate(qs):
@@ -254,6 +262,8 @@ def query_phase(args) -> dict:
         k, v = enc.vocab.row(0)
         ex = data.vocab.score(k, v)
         truth["vocabulary", i] = np.argsort(-ex, kind="stable")[:10]
+        if "uniform" not in args.methods:
+            continue
         k, v = enc.uniform.row(0)
         exu = data.uniform.score(k, v) / np.sqrt(np.maximum(usx * v.sum(), 1e-30))
         truth["uniform", i] = np.argsort(-exu, kind="stable")[:10]
@@ -292,7 +302,23 @@ def main(argv=None) -> int:
     ap.add_argument("--ukbench-index", default="/tmp/simile_bench_ukbench")
     ap.add_argument("--query-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument(
+        "--methods",
+        type=lambda s: tuple(s.split(",")),
+        default=("vocabulary", "uniform", "wta"),
+        help="comma-separated subset of vocabulary,uniform,wta (default: all three)",
+    )
+    ap.add_argument(
+        "--kinds",
+        type=lambda s: tuple(s.split(",")),
+        default=("fused", "hashes", "bands"),
+        help="comma-separated candidate generations: fused,hashes,bands (default: all)",
+    )
     args = ap.parse_args(argv)
+    bad = set(args.methods) - {"vocabulary", "uniform", "wta"}
+    bad |= set(args.kinds) - {"fused", "hashes", "bands"}
+    if bad:
+        ap.error(f"unknown method or kind: {', '.join(sorted(bad))}")
     if args.query_only:
         res = query_phase(args)
         print("RESULT " + json.dumps(res))
@@ -301,6 +327,7 @@ def main(argv=None) -> int:
         build_views(args) if args.source == "views" else build(args)
     cmd = [sys.executable, __file__, "--query-only", "--source", args.source]
     cmd += ["--workdir", args.workdir, "--views-dir", args.views_dir]
+    cmd += ["--methods", ",".join(args.methods), "--kinds", ",".join(args.kinds)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr[-3000:])

@@ -330,3 +330,60 @@ def test_more_hyperplanes_migrate_the_stored_bits(tmp_path, demo_folder, monkeyp
     with Collection.open(folder, readonly=True) as reader:
         models, data = reader._ensure()
         assert models.rh.n_bits == 1024 and data.rh.shape[1] == 128
+
+
+@pytest.mark.parametrize("kind", ["fused", "hashes", "wta"])
+def test_scored_fraction_follows_method_and_candidate_kind(indexed, monkeypatch, kind):
+    """Hashed queries score CANDIDATE_FRACTION of the collection exactly; ``uniform``
+    scores CANDIDATE_FRACTION_UNIFORM unless its candidates come from the fused ranking
+    (whose inverted file already finds the uniform neighbours at the smaller fraction)."""
+    import engine.collection as ec
+
+    col, _, _ = indexed
+    n = len(col)
+    monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", 0)
+    monkeypatch.setattr(ec, "MIN_CANDIDATES", 1)
+    monkeypatch.setattr(ec, "CANDIDATE_FRACTION", 0.25)
+    monkeypatch.setattr(ec, "CANDIDATE_FRACTION_UNIFORM", 0.75)
+    monkeypatch.setattr(ec, "CANDIDATE_KIND", kind)
+    col._bands = {}
+    models, data = col._ensure()
+    feats = col.features(col.paths()[0])
+    for method in ("vocabulary", "wta", "uniform"):
+        frac = 0.75 if method == "uniform" and kind != "fused" else 0.25
+        rows, scores = col._search(models, data, feats, method, 1)
+        assert col._last_scored == int(np.ceil(frac * n)), (method, kind)
+        assert rows.size == 1 and np.isfinite(scores).all()
+    col._bands = {}
+
+
+def test_uniform_cascade_keeps_the_exact_best(indexed, monkeypatch):
+    """Many hashed candidates for ``uniform`` pass through the cosine -> vocabulary ->
+    uniform cascade; each stage is exact on what it keeps, so an image of the collection
+    still finds itself first, with its exhaustive uniform score."""
+    import engine.collection as ec
+
+    col, _, _ = indexed
+    n = len(col)
+    exhaustive = {p: col.query(p, method="uniform", top=n) for p in col.paths()[:4]}
+    monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", 0)
+    monkeypatch.setattr(ec, "CANDIDATE_KIND", "hashes")
+    monkeypatch.setattr(ec, "CANDIDATE_FRACTION_UNIFORM", 1.0)
+    monkeypatch.setattr(ec, "UNIFORM_RERANK", 2)
+    monkeypatch.setattr(ec, "UNIFORM_PRESCORE", 2)
+    assert n > 2 * 4  # top=1: 4 re-scored rows, the cosine step narrows n to 4
+    calls = []
+    real = ec.IntersectionIndex.score
+
+    def spy(self, k, v, rows=None):
+        calls.append(None if rows is None else len(rows))
+        return real(self, k, v, rows)
+
+    monkeypatch.setattr(ec.IntersectionIndex, "score", spy)
+    for p, ref in exhaustive.items():
+        calls.clear()
+        hits = col.query(p, method="uniform", top=1)
+        assert calls == [4, 4]  # vocabulary pyramid of 4 rows, uniform pyramid of 4
+        assert hits[0].path == ref[0].path == Path(p)
+        exact = {h.path: h.score for h in ref}
+        assert hits[0].score == pytest.approx(exact[hits[0].path], rel=1e-6)
