@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CategoryClassifier", "Prediction"]
+__all__ = ["CategoryClassifier", "ParameterSearch", "Prediction", "select_parameters"]
 
 
 @dataclass(frozen=True)
@@ -222,3 +222,96 @@ class CategoryClassifier:
             ids=np.asarray(state["ids"], dtype=np.int64),
             names=names,
         )
+
+
+# ------------------------------------------------------------------------------------------
+# model selection on the training kernel
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParameterSearch:
+    """Result of :func:`select_parameters`.
+
+    Attributes
+    ----------
+    C : float
+        Chosen soft-margin constant.
+    power : float or None
+        Chosen kernel power (None = 1, no transform).
+    scores : dict
+        ``(C, power) -> mean cross-validated balanced accuracy`` (mean per-class recall)
+        for every grid point.
+    """
+
+    C: float
+    power: float | None
+    scores: dict
+
+
+def select_parameters(
+    kernel: np.ndarray,
+    labels: np.ndarray,
+    *,
+    Cs: tuple[float, ...] | list[float] = (0.1, 1.0, 10.0, 100.0),
+    powers: tuple[float | None, ...] | list[float | None] = (None,),
+    n_folds: int = 5,
+    empirical: bool = False,
+    class_weight: str | None = "balanced",
+    random_state: int = 0,
+) -> ParameterSearch:
+    """Choose ``C`` and the kernel power ``p`` by stratified k-fold cross-validation.
+
+    Only the TRAINING kernel is used: each fold trains a :class:`CategoryClassifier` on
+    ``K[train, train]`` and scores its predictions from ``K[val, train]`` by the mean
+    per-class accuracy (balanced accuracy). The power ``p`` is the sub-polynomial kernel
+    of thesis Sec. 8.1.2, chosen by cross-validation as suggested there.
+
+    Parameters
+    ----------
+    kernel : (t, t) float
+        Kernel among the training images.
+    labels : (t,) int
+        Class of every training image; every class needs at least ``n_folds`` members
+        for full stratification (fewer are spread over fewer folds).
+    Cs, powers : sequences
+        Grid; ``None`` in ``powers`` means no power transform.
+    n_folds : int, default 5
+    empirical, class_weight : see :class:`CategoryClassifier`
+    random_state : int, default 0
+        Seed of the fold assignment.
+
+    Returns
+    -------
+    ParameterSearch
+        The best grid point (ties: smaller ``C``, then the first power listed).
+    """
+    K = np.asarray(kernel, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.int64)
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or y.shape != (K.shape[0],):
+        raise ValueError(f"kernel must be (t, t) and labels (t,), got {K.shape} and {y.shape}")
+    if int(n_folds) != n_folds or n_folds < 2:
+        raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}")
+    if not len(Cs) or not len(powers):
+        raise ValueError("Cs and powers must not be empty")
+    # stratified folds: shuffle each class, deal its members round-robin to the folds
+    rng = np.random.default_rng(random_state)
+    fold = np.empty(y.size, np.int64)
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        fold[idx] = (np.arange(idx.size) + rng.integers(n_folds)) % n_folds
+    scores: dict[tuple[float, float | None], float] = {}
+    for pw in powers:
+        for C in sorted(float(c) for c in Cs):
+            accs = []
+            for f in range(n_folds):
+                tr, va = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
+                if va.size == 0 or np.unique(y[tr]).size < 2:
+                    continue
+                clf = CategoryClassifier(C, power=pw, empirical=empirical,
+                                         class_weight=class_weight)  # fmt: skip
+                pred = clf.fit(K[np.ix_(tr, tr)], y[tr]).predict(K[np.ix_(va, tr)]).labels
+                accs.append(np.mean([np.mean(pred[y[va] == c] == c) for c in np.unique(y[va])]))
+            scores[(C, pw)] = float(np.mean(accs))
+    best = max(scores, key=lambda k: (scores[k], -k[0]))
+    return ParameterSearch(C=best[0], power=best[1], scores=scores)
