@@ -7,7 +7,9 @@ and its outliers marked (red frame), then the other members by decreasing flow
 * dragging a photo onto another group (or *Move to group* in its context menu): the move
   becomes must-group / cannot-group constraints (:func:`engine.cluster.move_constraints`,
   Sec. 9.2) and the folder is grouped again in the background;
-* *Split* (a normalized cut of the group's own affinities) and *Merge with*; both are also
+* *Split* (a two-way normalized cut of the group's own affinities, computed in a worker
+  from the group's members only, so it works for folders grouped with the Nystrom
+  approximation too) and *Merge with* (the union of the two groups); both are also
   written down as constraints so a later re-grouping keeps them;
 * choosing the number of groups (automatic: the largest eigengap, whose reason is shown).
 
@@ -68,6 +70,8 @@ __all__ = [
     "export_grouping",
     "group_job",
     "make_categories_view",
+    "merge_ranks",
+    "split_job",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,10 @@ K_MAX = 12
 MASK_PARTNERS = 8
 MOVE_ANCHORS = 8
 MASK_SIDE = 640
+#: A group with more members than this is split on Nystrom columns of
+#: :data:`SPLIT_LANDMARKS` sampled members instead of its exact (m, m) affinities.
+SPLIT_NYSTROM_MIN = 3000
+SPLIT_LANDMARKS = 500
 
 
 # ============================================================================ Qt-free state
@@ -312,11 +320,129 @@ def group_job(coll, K, k, must_paths, cannot_paths, cancel=None):
 
 def affinity_job(coll, cancel=None):
     """Worker generator: the (n, n) affinities of the grouping pipeline from the cached dense
-    channel (for edits after a restart); yields ``(message, done, total)``."""
-    from engine.cluster import binned_pyramid_kernel, category_model_iter
+    channel (for edits after a restart); yields ``(message, done, total)``. Returns None
+    above :data:`engine.cluster.NYSTROM_AUTO_MIN` photos, where the grouping keeps no
+    (n, n) matrix either (edits then use :func:`split_job` / :func:`merge_ranks`)."""
+    import engine.cluster as ec
 
-    model = yield from _progress_items(category_model_iter(coll, cancel=cancel))
-    return binned_pyramid_kernel(model.bins)
+    model = yield from _progress_items(ec.category_model_iter(coll, cancel=cancel))
+    if len(model.bins) > ec.NYSTROM_AUTO_MIN:
+        return None
+    return ec.binned_pyramid_kernel(model.bins)
+
+
+def split_job(coll, paths, labels, group: int, K=None, cancel=None):
+    """Worker generator: cut group ``group`` in two by a 2-way normalized cut of its own
+    affinities (Shi & Malik; thesis Sec. 9.2), without the folder's full affinities.
+
+    With ``K`` (n, n) the group's block is taken from it. Otherwise the group's members are
+    described by the cached dense channel (:func:`engine.cluster.category_model_iter`) and
+    their sub-kernel is the engine's exact normalised vocabulary-guided pyramid match
+    (:func:`engine.cluster.binned_pyramid_kernel`, Eqs. 3.12-3.13): the full (m, m) block
+    for up to :data:`SPLIT_NYSTROM_MIN` members, else (m, SPLIT_LANDMARKS) Nystrom columns
+    of sampled members (Fowlkes et al. 2004). Cost O(m^2) resp. O(m * landmarks), never
+    O(n^2).
+
+    Parameters
+    ----------
+    coll : engine.collection.Collection
+    paths : list of str
+        The grouping's photos (row order of ``labels``).
+    labels : (n,) int
+        The grouping's labels.
+    group : int
+        The group to cut.
+    K : (n, n) float64, optional
+        Affinities of all photos (exact mode).
+    cancel : threading.Event, optional
+        Stops the job between stages (``InterruptedError``).
+
+    Yields
+    ------
+    (message, done, total)
+
+    Returns
+    -------
+    idx : (m,) int64
+        Rows of the group.
+    halves : (m,) int64
+        0/1 per member (1: the new group).
+    flow : (m,) float64, prototypes, outliers : (m,) bool
+        Ranking of the two halves on the group's own affinities (Sec. 9.4).
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from engine.cluster import (
+        binned_pyramid_kernel,
+        category_model_iter,
+        choose_landmarks,
+        discover_categories,
+    )
+
+    def check_cancel() -> None:
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("cancelled")
+
+    labels = np.asarray(labels, np.int64)
+    idx = np.flatnonzero(labels == int(group))
+    m = idx.size
+    if m < 2:
+        raise ValueError(f"group {int(group) + 1} has {m} photo(s); cannot split it")
+    kw: dict = {}
+    if K is not None:
+        C = np.asarray(K, np.float64)[np.ix_(idx, idx)]
+    else:
+        model = yield from _progress_items(category_model_iter(coll, cancel=cancel))
+        row = {str(p): i for i, p in enumerate(model.paths)}
+        missing = [paths[i] for i in idx if paths[i] not in row]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} photo(s) of the group are no longer indexed; group again"
+            )
+        sub_bins = [model.bins[row[paths[i]]] for i in idx]
+        check_cancel()
+        yield (f"Computing the affinities of the group's {m} photos…", 0, 2)
+        if m > SPLIT_NYSTROM_MIN and m > SPLIT_LANDMARKS:
+            kw["landmarks"] = choose_landmarks(m, SPLIT_LANDMARKS)
+            C = binned_pyramid_kernel(sub_bins, columns=kw["landmarks"])
+        else:
+            C = binned_pyramid_kernel(sub_bins)
+    check_cancel()
+    yield ("Normalized cut of the group…", 1, 2)
+    if m == 2:  # nothing to cut: one photo each
+        halves = np.array([0, 1], np.int64)
+        return idx, halves, np.zeros(2), np.ones(2, bool), np.zeros(2, bool)
+    with warnings.catch_warnings():  # a degenerate embedding is reported below instead
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sub = discover_categories(C, k=2, **kw)
+    check_cancel()
+    yield ("Normalized cut of the group…", 2, 2)
+    halves = (sub.labels > 0).astype(np.int64)
+    if halves.min() == halves.max():
+        raise ValueError("the normalized cut found no two parts in this group (its photos "
+                         "are all alike)")  # fmt: skip
+    return idx, halves, sub.flow, sub.prototypes, sub.outliers
+
+
+def merge_ranks(g: Grouping, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flow, prototypes and outliers (n,) after merging ``groups`` without affinities.
+
+    A member's flow (sum of its affinities to the other members of its group, Sec. 9.4)
+    is rescaled from its old group's size to the merged one (mean own affinity times
+    ``size - 1``), so members of both groups order by how typical they were of their own
+    group; prototype and outlier flags are kept (the top percentile of each part is about
+    the top percentile of the union).
+    """
+    labels = np.asarray(g.labels, np.int64)
+    sizes = np.bincount(labels, minlength=g.k).astype(np.float64)
+    inside = np.isin(labels, [int(x) for x in groups])
+    n_new = float(inside.sum())
+    flow = np.asarray(g.flow, np.float64).copy()
+    old = np.maximum(sizes[labels[inside]] - 1.0, 1.0)
+    flow[inside] = flow[inside] / old * max(n_new - 1.0, 1.0)
+    return flow, g.prototypes.copy(), g.outliers.copy()
 
 
 @dataclass
@@ -702,6 +828,12 @@ class CategoriesView(QWidget):
         self.progress = QProgressBar()
         self.progress.setFixedWidth(160)
         self.progress.hide()
+        self.cancel_btn = QToolButton()
+        self.cancel_btn.setText("Cancel")
+        self.cancel_btn.setToolTip("Stop the grouping or split that is running")
+        self.cancel_btn.clicked.connect(self.cancel_job)
+        self.cancel_btn.hide()
+        self._worker = None
         self.reason = QLabel("Open a folder, then group its photos.")
         self.reason.setObjectName("hint")
         self.reason.setWordWrap(True)
@@ -710,6 +842,7 @@ class CategoriesView(QWidget):
         top.addWidget(self.group_btn)
         top.addWidget(self.reset_btn)
         top.addWidget(self.progress)
+        top.addWidget(self.cancel_btn)
         top.addStretch(1)
         top.addWidget(self.export_btn)
 
@@ -830,14 +963,33 @@ class CategoriesView(QWidget):
             win.show_error("Photos can be grouped once the folder is indexed.", kind="warning")
             return
         k = self.k_choice() if k is None else k
+        old = self.grouping
+
+        def done(result) -> None:
+            _paths, K, g = result
+            self.K = K
+            if old is not None:
+                g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+            self._set_grouping(g)
+            self._save()
+            self.grouping_shown.emit()
+
+        self._run_job(
+            "Grouping…", "Grouping the photos failed", done,
+            group_job, self.collection, self.K, k, list(self.must), list(self.cannot),
+        )  # fmt: skip
+
+    def _run_job(self, text: str, fail_text: str, on_done, func, *args) -> None:
+        """Run a generator job of this view in a worker: busy state (rows and buttons
+        disabled), progress bar and text, a Cancel button; ``on_done(result)`` on success."""
         self._token += 1
         token = self._token
         self._busy = True
         self._update_buttons()
         self.progress.setRange(0, 0)
         self.progress.show()
-        self.reason.setText("Grouping…")
-        old = self.grouping
+        self.cancel_btn.show()
+        self.reason.setText(text)
 
         def progress(item) -> None:
             if token == self._token:
@@ -848,37 +1000,38 @@ class CategoriesView(QWidget):
                     self.progress.setValue(done)
 
         def done(result) -> None:
-            if token != self._token:
-                return
-            _paths, K, g = result
-            self.K = K
-            if old is not None:
-                g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
-            self._finish()
-            self._set_grouping(g)
-            self._save()
-            self.grouping_shown.emit()
+            if token == self._token:
+                self._finish()
+                on_done(result)
 
         def failed(exc) -> None:
             if token == self._token:
                 self._finish()
-                self.reason.setText("Grouping failed.")
-                win.show_error(plain_error(exc, "Grouping the photos failed"))
+                self.reason.setText(f"{fail_text}.")
+                self.window.show_error(plain_error(exc, fail_text))
 
-        win.run_worker(
-            group_job,
-            self.collection,
-            self.K,
-            k,
-            list(self.must),
-            list(self.cannot),
+        self._worker = self.window.run_worker(
+            func, *args,
             connect={"yielded": progress, "returned": done, "errored": failed},
             pass_cancel=True,
-        )
+        )  # fmt: skip
+
+    def cancel_job(self) -> None:
+        """Stop the running grouping or split; the shown grouping stays as it was."""
+        if not self._busy:
+            return
+        if self._worker is not None:
+            self._worker.quit()
+        self._token += 1  # whatever the worker still delivers is ignored
+        self._finish()
+        self._set_grouping(self.grouping)
+        self.window.status_label.setText("Cancelled; the groups are unchanged.")
 
     def _finish(self) -> None:
         self._busy = False
+        self._worker = None
         self.progress.hide()
+        self.cancel_btn.hide()
         self._update_buttons()
 
     def _update_buttons(self) -> None:
@@ -966,45 +1119,61 @@ class CategoriesView(QWidget):
             self.move_photo(p, group)
 
     def split_group(self, group: int) -> None:
-        from engine.cluster import split_group
-
+        """Cut ``group`` in two in the background (:func:`split_job`): from the full
+        affinities when they are kept, else from the group's own sub-kernel (large folders
+        grouped with the Nystrom approximation, or affinities still being computed)."""
         g = self.grouping
-        if g is None or self._busy or self._no_affinities():
+        if g is None or self._busy or not 0 <= group < g.k:
             return
-        try:
-            labels = split_group(self.K, g.labels, group)
-        except ValueError as exc:
-            self.window.show_error(plain_error(exc, "Split failed"), kind="warning")
+        K = self.K
+        if int(np.sum(g.labels == group)) < 2:
+            self.window.show_error(f"{g.name(group)} has one photo; it cannot be split.",
+                                   kind="warning")  # fmt: skip
             return
-        self._apply_edit(labels, f"split {g.name(group)}", split_from=group)
+
+        def done(result) -> None:
+            idx, halves, flow, protos, outl = result
+            cur = self.grouping
+            if cur is not g:  # pragma: no cover - guarded by the busy state
+                return
+            labels = g.labels.copy()
+            labels[idx[halves == 1]] = g.k
+            ranks = None
+            if K is None:  # rank the halves on the group's own affinities (Sec. 9.4)
+                f, p, o = g.flow.copy(), g.prototypes.copy(), g.outliers.copy()
+                f[idx], p[idx], o[idx] = flow, protos, outl
+                ranks = (f, p, o)
+            self._apply_edit(labels, f"split {g.name(group)}", split_from=group, ranks=ranks)
+
+        self._run_job(
+            f"Splitting {g.name(group)}…", "Splitting the group failed", done,
+            split_job, self.collection, list(g.paths), g.labels.copy(), group, K,
+        )  # fmt: skip
 
     def merge_groups(self, group: int, other: int) -> None:
+        """Join ``other`` into ``group`` (their union; no affinities needed)."""
         from engine.cluster import merge_groups
 
         g = self.grouping
-        if g is None or self._busy or group == other or self._no_affinities():
+        if g is None or self._busy or group == other:
             return
         a, b = g.members(group)[0], g.members(other)[0]
         self._add_constraints([(g.paths[a], g.paths[b])], [])
         labels = merge_groups(g.labels, [group, other])
-        self._apply_edit(labels, f"merged {g.name(other)} into {g.name(group)}")
+        ranks = None if self.K is not None else merge_ranks(g, [group, other])
+        self._apply_edit(labels, f"merged {g.name(other)} into {g.name(group)}", ranks=ranks)
 
-    def _no_affinities(self) -> bool:
-        """True (with a message) when the full affinities are not available: still being
-        computed, or a very large folder grouped with the Nystrom approximation."""
-        if self.K is not None:
-            return False
-        self.window.show_error(
-            "Split and merge need the affinities of all photos, which are not kept for "
-            "very large folders (or are still being computed); choose the number of "
-            "groups instead.",
-            kind="warning",
-        )
-        return True
-
-    def _apply_edit(self, labels, what: str, split_from: int | None = None) -> None:
+    def _apply_edit(self, labels, what: str, split_from: int | None = None, ranks=None) -> None:
+        """Show edited labels: ranked on the full affinities, or with ``ranks`` = (flow,
+        prototypes, outliers) (n,) when those are not kept."""
         old = self.grouping
-        g = Grouping.from_labels(old.paths, labels, self.K, f"{what} by hand")
+        if ranks is None:
+            g = Grouping.from_labels(old.paths, labels, self.K, f"{what} by hand")
+        else:
+            flow, protos, outl = ranks
+            g = Grouping(list(old.paths), _compact(np.asarray(labels, np.int64)),
+                         np.asarray(flow, np.float64), np.asarray(protos, bool),
+                         np.asarray(outl, bool), f"{what} by hand")  # fmt: skip
         g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
         if split_from is not None:  # the two halves must stay apart when grouping again
             src = set(np.flatnonzero(old.labels == split_from).tolist())

@@ -135,7 +135,8 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     # split the larger group, then merge it back
     k0 = view.grouping.k
     big = int(np.argmax(np.bincount(view.grouping.labels)))
-    view.rows[big].split_btn.click()
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        view.rows[big].split_btn.click()  # computed in a worker
     assert view.grouping.k == k0 + 1
     assert_partition(view, photos)
     assert len(view.rows) == k0 + 1
@@ -162,6 +163,89 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     assert sorted(r["path"] for r in rows) == sorted(photos)
     assert {r["name"] for r in rows} == {view.grouping.name(k) for k in range(view.grouping.k)}
     assert sorted(os.listdir(folder / "g0")) + sorted(os.listdir(folder / "g1")) == before
+
+
+def test_split_merge_large_folder(qtbot, window, tmp_path, monkeypatch):
+    """A folder grouped with the Nystrom approximation (no full affinities kept): merge is
+    the union of two groups, split cuts one group on its own sub-kernel in a worker (with
+    Nystrom landmarks inside a large group), can be cancelled, and finds the two scenes
+    again in a merged group."""
+    import engine.cluster
+    from app.gui import categories
+
+    # a small folder takes the large-folder code paths
+    monkeypatch.setattr(engine.cluster, "NYSTROM_AUTO_MIN", 4)
+    monkeypatch.setattr(engine.cluster, "NYSTROM_LANDMARKS", 6)
+    monkeypatch.setattr(categories, "SPLIT_NYSTROM_MIN", 5)
+    monkeypatch.setattr(categories, "SPLIT_LANDMARKS", 6)
+    drawn = []  # landmark draws of the split (Nystrom inside the group)
+    choose = engine.cluster.choose_landmarks
+    monkeypatch.setattr(engine.cluster, "choose_landmarks",
+                        lambda n, m, **kw: drawn.append((n, m)) or choose(n, m, **kw))  # fmt: skip
+    errors = []
+    monkeypatch.setattr(window, "show_error", lambda msg, **kw: errors.append(msg))
+    folder = tmp_path / "photos"
+    groups = make_grouped_folder(folder, seed=4)
+    truth = {str(p): name for name, ps in groups.items() for p in ps}
+    view = open_and_group(qtbot, window, folder, tmp_path / "index")
+    photos = window.photos.paths()
+    assert view.K is None, "Nystrom grouping keeps no (n, n) affinities"
+    assert "Nystrom" in view.grouping.k_reason
+    assert_partition(view, photos)
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        view.regroup(k=2)
+    assert view.K is None
+    k0 = view.grouping.k
+    assert k0 == 2
+
+    # merge: the union of the two groups, prototypes kept, nothing else changes
+    g = view.grouping
+    a, b = g.k - 2, g.k - 1
+    union = {g.paths[i] for i in np.flatnonzero(np.isin(g.labels, [a, b]))}
+    protos = {g.paths[i] for i in np.flatnonzero(g.prototypes)}
+    view.rows[a].merge_menu.actions()[-1].trigger()  # merge the last group into a
+    assert view.grouping.k == k0 - 1
+    assert_partition(view, photos)
+    g = view.grouping
+    merged = g.group_of(next(iter(union)))
+    assert {g.paths[i] for i in np.flatnonzero(g.labels == merged)} == union
+    assert {g.paths[i] for i in np.flatnonzero(g.prototypes)} == protos
+    assert view.rows[merged].model.proto[0]  # prototypes still first
+    assert any(set(pair) <= union for pair in view.must)
+
+    # a split can be cancelled: busy state while it runs, groups unchanged afterwards
+    view.rows[merged].split_btn.click()
+    assert view._busy and view.cancel_btn.isVisibleTo(view) and view.progress.isVisibleTo(view)
+    assert not view.rows[merged].isEnabled()
+    view.cancel_btn.click()
+    assert not view._busy and not view.cancel_btn.isVisibleTo(view)
+    assert view.grouping is g and view.grouping.k == k0 - 1
+
+    # split the merged group (8 photos > SPLIT_NYSTROM_MIN: Nystrom inside the group)
+    drawn.clear()
+    view.rows[merged].split_btn.click()
+    qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
+    assert view.grouping is not g, errors
+    assert drawn == [(2 * N_PER_GROUP, 6)]
+    assert view.grouping.k == k0
+    assert_partition(view, photos)
+    g = view.grouping
+    halves = sorted(sorted(truth[g.paths[i]] for i in np.flatnonzero(g.labels == h))
+                    for h in {g.group_of(p) for p in union})  # fmt: skip
+    # the merged group held both scenes: the cut finds them again
+    assert halves == [["g0"] * N_PER_GROUP, ["g1"] * N_PER_GROUP]
+    assert "split" in g.k_reason and view.cannot  # the halves stay apart when regrouping
+    for h in {g.group_of(p) for p in union}:
+        assert view.rows[h].model.proto[0], "each half has a prototype, shown first"
+
+    # the exact path (a group under the threshold) needs no full affinities either
+    monkeypatch.setattr(categories, "SPLIT_NYSTROM_MIN", 3000)
+    big = int(np.argmax(np.bincount(g.labels)))
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        view.rows[big].split_btn.click()
+    assert view.grouping.k == k0 + 1 and not errors
+    assert_partition(view, photos)
+    assert len(drawn) == 1, "a small group is split on its exact sub-kernel"
 
 
 def test_saved_grouping_and_fixed_k(qtbot, window, grouped):
