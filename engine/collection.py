@@ -153,6 +153,7 @@ DUPLICATE_NEIGHBOURS = 10
 REFIT_GROWTH = 2.0
 SAMPLE_DESCRIPTORS = 40_000
 ENCODE_BATCH = 256
+ENCODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 _STATE_VERSION = 1
 
 
@@ -415,19 +416,37 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
     if not nonempty:
         raise ValueError("no image in the collection has local features to fit models on")
     m.dim = int(nonempty[0].shape[1])
-    m.vocab = PyramidMatch(
+    vocab = PyramidMatch(
         "vocabulary",
         branching=10,
         depth=5,
         sample_size=SAMPLE_DESCRIPTORS,
         random_state=random_state,
-    ).fit(nonempty)
-    m.uniform = PyramidMatch(
-        "uniform", sample_size=SAMPLE_DESCRIPTORS, random_state=random_state
-    ).fit(nonempty)
+    )
+    uniform = PyramidMatch("uniform", sample_size=SAMPLE_DESCRIPTORS, random_state=random_state)
+    # the two fits are independent and mostly numpy work that releases the GIL: on two
+    # threads they overlap (indexing cost target: the models are the part beyond the
+    # decode + SIFT floor)
+    m.vocab, m.uniform = _thread_map(lambda pm: pm.fit(nonempty), [vocab, uniform])
     m.rh = RandomHyperplaneHash(rh_bits(n_images), random_state=random_state)
     m.n_fit = int(n_images)
     return m
+
+
+def _thread_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``[fn(x) for x in items]`` on up to :data:`ENCODE_THREADS` threads (in order).
+
+    The model fitting and batch encoding of an index refresh are numpy-bound and release
+    the GIL in their large operations, so threads use the machine's cores without copying
+    any features to other processes."""
+    items = list(items)
+    n = min(ENCODE_THREADS, len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="simile-encode") as ex:
+        return list(ex.map(fn, items))
 
 
 def _light_codes(codes) -> SimpleNamespace:
@@ -770,16 +789,16 @@ class Collection:
                 take = min(ids.size, max(50, SAMPLE_DESCRIPTORS // n_est))
                 sample_ids = np.sort(rng.choice(ids, take, replace=False))
                 models = _fit_binnings(self._sets(sample_ids), ids.size)
-                all_codes = []
-                for s0 in range(0, ids.size, ENCODE_BATCH):
-                    batch = ids[s0 : s0 + ENCODE_BATCH]
-                    all_codes.append(_light_codes(models.vocab.encode(self._sets(batch))))
+                batches = [ids[s0 : s0 + ENCODE_BATCH] for s0 in range(0, ids.size, ENCODE_BATCH)]
+                all_codes = _thread_map(
+                    lambda b: _light_codes(models.vocab.encode(self._sets(b))), batches
+                )
                 _fit_weights(models, all_codes)
-                parts = []
-                for k, s0 in enumerate(range(0, ids.size, ENCODE_BATCH)):
-                    batch = ids[s0 : s0 + ENCODE_BATCH]
-                    parts.append(_encode(models, batch, self._sets(batch), all_codes[k]))
-                    all_codes[k] = None
+                parts = _thread_map(
+                    lambda k: _encode(models, batches[k], self._sets(batches[k]), all_codes[k]),
+                    range(len(batches)),
+                )
+                del all_codes
                 data = _Encoded.concat(parts)
                 changed = True
             if (
@@ -802,12 +821,18 @@ class Collection:
             have = data.ids if data is not None else np.zeros(0, np.int64)
             new_ids = ids[~np.isin(ids, have)]
             parts = [data] if data is not None and len(data.ids) else []
-            for s in range(0, new_ids.size, ENCODE_BATCH):
+            new_batches = [
+                new_ids[s : s + ENCODE_BATCH] for s in range(0, new_ids.size, ENCODE_BATCH)
+            ]
+
+            def encode_new(batch: np.ndarray) -> _Encoded | None:
                 if cancel is not None and cancel.is_set() and save:
-                    break
-                batch = new_ids[s : s + ENCODE_BATCH]
-                parts.append(_encode(models, batch, self._sets(batch)))
-                changed = True
+                    return None  # cancelled: what is encoded so far is kept
+                return _encode(models, batch, self._sets(batch))
+
+            encoded = [e for e in _thread_map(encode_new, new_batches) if e is not None]
+            parts.extend(encoded)
+            changed = changed or bool(encoded)
             data = _Encoded.concat(parts) if parts else _encode(models, new_ids[:0], [])
             # rows in ascending id order (= store order)
             order = np.argsort(data.ids, kind="stable")
