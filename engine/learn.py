@@ -45,6 +45,14 @@ Choices the papers leave open (and what we chose on real image data):
   ``margin=0.1`` keeps the cosine start useful (0.288 -> 0.35). Scaling the inputs by
   ``s`` is the same as a margin ``1/s²``; the margin is a parameter (default 1, the
   paper's) that the benchmark and the app choose on validation.
+* Hard negatives (``n_negatives=k``, not in the paper, which samples uniformly): each
+  triplet draws ``k`` negatives and steps on the one the current ``W`` ranks highest
+  for the query (largest hinge loss); costs ``k`` sparse dot products per step. On
+  Caltech-101 dense-RootSIFT bags (1000 words, unseen test images, ``C`` and margin
+  chosen on held-out *training* images) the precision@10 ratio over cosine went, for
+  uniform / k=5 / k=10: 50 classes 1.17x / 1.21x / 1.23x, 20 classes
+  1.21x / 1.24x / 1.27x. Uniform sampling mostly draws negatives that are already far
+  away (loss 0, no update).
 * ``average=True`` also scores the mean of the iterates seen at the evaluations
   (averaged online learning), which is smoother and a little better on unseen images.
 * Boosted embeddings work on dense vectors; for tf-idf bags of words we first reduce
@@ -306,6 +314,10 @@ class OASIS:
     average : bool
         Also score the running mean of the iterates at the evaluations and keep it
         when it validates better.
+    n_negatives : int
+        Negatives drawn per triplet when fitting from labels; the step uses the one the
+        current ``W`` scores highest against the query (the hardest, i.e. largest hinge
+        loss). 1 = the paper's uniform sampling. Not used by :meth:`fit_triplets`.
     random_state : int
 
     Attributes
@@ -333,8 +345,11 @@ class OASIS:
         validation_fraction: float = 0.2,
         sampling: str = "images",
         average: bool = False,
+        n_negatives: int = 1,
         random_state: int = 0,
     ):
+        check_positive(n_negatives, "n_negatives")
+        self.n_negatives = int(n_negatives)
         check_positive(C, "C")
         check_positive(margin, "margin")
         self.margin = float(margin)
@@ -472,8 +487,15 @@ class OASIS:
             c = q_cls[qc]
             size = tr_offsets[c + 1] - tr_offsets[c]
             pos = tr_flat[tr_offsets[c] + (rng.random(chunk) * size).astype(np.int64)]
-            neg = train[rng.integers(0, train.size, chunk)]
-            ok = (pos != qi) & (labels[neg] != labels[qi])
+            if self.n_negatives == 1:
+                neg = train[rng.integers(0, train.size, chunk)]
+                ok = (pos != qi) & (labels[neg] != labels[qi])
+                return qi[ok], pos[ok], neg[ok]
+            # Several candidates per triplet; same-class ones fall back to the first.
+            neg = train[rng.integers(0, train.size, (chunk, self.n_negatives))]
+            other = labels[neg] != labels[qi][:, None]
+            neg = np.where(other, neg, neg[:, :1])
+            ok = (pos != qi) & other[:, 0]
             return qi[ok], pos[ok], neg[ok]
 
         yield from self._train(P, sample, score, "mAP")
@@ -562,17 +584,27 @@ class OASIS:
         next_eval = min(self.eval_every, self.n_steps)
         while step < self.n_steps:
             qi, pos, neg = sample(min(4096, max(64, 2 * (next_eval - step))))
+            hard = neg.ndim == 2
             with _single_threaded_blas():  # never held across a yield
                 for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
                     step += 1
                     a, b = indptr[q], indptr[q + 1]
                     if b > a:
                         qidx, qval = indices[a:b], data[a:b]
-                        pa, pb, na, nb = indptr[p_], indptr[p_ + 1], indptr[n_], indptr[n_ + 1]
+                        pa, pb = indptr[p_], indptr[p_ + 1]
+                        if not hard:
+                            na, nb = indptr[n_], indptr[n_ + 1]
                         pidx, pval = indices[pa:pb], data[pa:pb]
-                        nidx, nval = indices[na:nb], data[na:nb]
                         R = W.take(qidx, axis=0)  # (nnz(p), d)
                         g = qval @ R  # pᵀW, (d,)
+                        if hard:  # the candidate with the largest pᵀWp⁻ (hardest)
+                            best_s = -np.inf
+                            for c in n_:
+                                ca, cb = indptr[c], indptr[c + 1]
+                                sc = float(g[indices[ca:cb]] @ data[ca:cb])
+                                if sc > best_s:
+                                    best_s, na, nb = sc, ca, cb
+                        nidx, nval = indices[na:nb], data[na:nb]
                         loss = margin - float(g[pidx] @ pval) + float(g[nidx] @ nval)  # Eq. (1)
                         if loss > 0.0:
                             active += 1

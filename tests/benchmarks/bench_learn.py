@@ -4,7 +4,8 @@ Run by hand (one command reproduces a table)::
 
     nice python tests/benchmarks/bench_learn.py [--features dense400|sift]
         [--weighting sqrt|tfidf] [--class-counts 10,20,50] [--seeds 0]
-        [--C 0.1] [--margin 0.1] [--speed] [--boost-classes 20]
+        [--C 0.01,0.1] [--margin 0.1,1] [--negatives 10] [--patience 8] [--speed]
+        [--boost-classes 20]
 
 Protocol (OASIS paper, seeds/004, section 4 "Evaluation protocol"): a random subset of N
 classes (among the classes with >= 30 dev images; ``--seeds`` picks the subsets); per
@@ -16,7 +17,8 @@ report precision@10 and mAP of
 * the raw bag-of-words cosine similarity (the baseline; same vectors OASIS sees),
 * OASIS (bilinear W from training triplets; early stopping on held-out training images
   that rank each other by mAP, mirroring the test; C and the margin chosen on that
-  validation score, never on the test images; time to the best validation score),
+  validation score, never on the test images; time to the best validation score;
+  ``--negatives k``: each triplet's negative is the hardest of k sampled ones),
 * on one subset (``--boost-classes``): L1 on the LSA-64 reduced bags, Hamming on
   unlearned random-hyperplane bits of the same length, SSC (gap G chosen on validation
   images), Boosted SSC and BoostPro at several embedding lengths M (prefixes of one
@@ -141,6 +143,7 @@ def train_oasis(X, y, args, *, Cs=None, margins=None, quiet=False):
                 eval_every=args.eval_every,
                 patience=args.patience,
                 average=True,
+                n_negatives=args.negatives,
                 random_state=0,
             )
             t0 = time.perf_counter()
@@ -339,13 +342,19 @@ def main() -> None:
     )
     ap.add_argument("--class-counts", default="10,20,50", type=_ints)
     ap.add_argument("--seeds", default="0", type=_ints, help="class subsets and splits")
-    ap.add_argument("--C", default="0.1", type=_floats, help="several = chosen on validation")
+    ap.add_argument("--C", default="0.01,0.1", type=_floats, help="several = chosen on validation")
     ap.add_argument(
-        "--margin", default="0.1", type=_floats, help="hinge margin; several = chosen on val"
+        "--margin", default="0.1,1", type=_floats, help="hinge margin; several = chosen on val"
     )
-    ap.add_argument("--n-steps", type=int, default=300_000)
+    ap.add_argument("--n-steps", type=int, default=400_000)
     ap.add_argument("--eval-every", type=int, default=10_000)
-    ap.add_argument("--patience", type=int, default=6)
+    ap.add_argument("--patience", type=int, default=8)
+    ap.add_argument(
+        "--negatives",
+        type=int,
+        default=10,
+        help="negatives drawn per triplet; the hardest for the current W is used (1 = paper)",
+    )
     ap.add_argument("--speed", action="store_true", help="time OASIS on all dev images")
     ap.add_argument("--boost-classes", type=int, default=20, help="0 = skip the embeddings")
     ap.add_argument("--lengths", default="32,64,128", type=_ints, help="embedding lengths M")

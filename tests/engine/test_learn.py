@@ -287,6 +287,46 @@ def test_oasis_sparse_steps_match_dense_reference(variant):
     np.testing.assert_allclose(model.W_, W, atol=1e-5)
 
 
+def test_oasis_hardest_of_several_negatives_matches_dense_reference():
+    # n_negatives > 1: each step uses the candidate negative with the largest current
+    # S_W(p, p-) (the largest hinge loss), then the plain passive-aggressive update.
+    rng = np.random.default_rng(4)
+    dense = rng.random((15, 25)) * (rng.random((15, 25)) < 0.4)
+    X = sp.csr_matrix(dense.astype(np.float32))
+    trip = rng.integers(0, 15, (80, 2))
+    cands = rng.integers(0, 15, (80, 4))
+    C, margin = 0.5, 0.3
+    model = OASIS(C=C, margin=margin, n_steps=80, eval_every=80, n_negatives=4)
+    model.columns_ = np.arange(25)
+    Ps = model.transform(X)
+    rising = iter(range(10))
+    sample = lambda n: (trip[:, 0], trip[:, 1], cands)  # noqa: E731
+    for _ in model._train(Ps, sample, lambda W: float(next(rising)), ""):
+        pass
+    P = Ps.toarray().astype(np.float64)
+    W = np.eye(25)
+    chosen_not_first = 0
+    for (q, a), cand in zip(trip, cands, strict=True):
+        p = P[q]
+        b = cand[np.argmax(P[cand] @ W.T @ p)]
+        chosen_not_first += b != cand[0]
+        v = P[a] - P[b]
+        loss = _hinge(W, p, P[a], P[b], margin)
+        V = np.outer(p, v)
+        if loss > 0 and np.sum(V * V) > 1e-12:
+            W += min(C, loss / np.sum(V * V)) * V
+    assert chosen_not_first > 20  # the choice mattered
+    np.testing.assert_allclose(model.W_, W, atol=1e-5)
+
+
+def test_oasis_hard_negatives_fit_from_labels():
+    X, y = _sparse_topics(n_per=20, seed=2)
+    model = OASIS(n_steps=2_000, eval_every=1_000, n_negatives=3, random_state=0).fit(X, y)
+    assert model.n_updates_ > 0 and model.best_score_ >= model.history_[0][1]
+    with pytest.raises(ValueError, match="n_negatives"):
+        OASIS(n_negatives=0)
+
+
 def test_mean_average_precision_matches_sklearn():
     from sklearn.metrics import average_precision_score
 
