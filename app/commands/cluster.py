@@ -118,6 +118,19 @@ def resolve_pairs(
     return out
 
 
+def _report_skipped(failed, limit: int = 5) -> None:
+    """One stderr line per unreadable file (at most ``limit``): they are left out of the
+    grouping, and the user should know which ones and why."""
+    failed = list(failed)
+    if not failed:
+        return
+    print(f"skipped {len(failed)} unreadable file(s), not grouped:", file=sys.stderr)
+    for path, reason in failed[:limit]:
+        print(f"  {path}: {reason}", file=sys.stderr)
+    if len(failed) > limit:
+        print(f"  ... and {len(failed) - limit} more (see 'simile index')", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     k = parse_k(args.k)
     if args.power is not None and not 0 < args.power <= 1:
@@ -135,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     col = open_collection(args.folder, args.index, create=not args.no_update)
     try:
         if not args.no_update:
-            drive(col.update(jobs=args.jobs), Progress("indexing", json_lines=False))
+            summary = drive(col.update(jobs=args.jobs), Progress("indexing", json_lines=False))
+            _report_skipped(summary.failed)
         paths = [Path(p) for p in col.paths()]
         n = len(paths)
         if n == 0:

@@ -183,3 +183,21 @@ def test_classify_without_grouping_fails(tmp_path, demo_folder, capsys):
                  "--index", str(tmp_path / "i")])  # fmt: skip
     assert code == 2
     assert "simile cluster" in capsys.readouterr().err
+
+
+def test_cluster_reports_and_skips_unreadable_files(tmp_path, demo_folder, capsys):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for fam in ("brick", "coffee"):
+        for src in sorted(demo_folder.glob(f"{fam}*.jpg"))[:3]:
+            shutil.copy(src, photos / src.name)
+    (photos / "broken.jpg").write_bytes((demo_folder / "coffee.jpg").read_bytes()[:2000])
+    (photos / "notes.jpg").write_text("not a photo")
+    code = main(["cluster", str(photos), "--index", str(tmp_path / "idx"), "--k", "2", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    members = sorted(m for c in res["clusters"] for m in c["members"])
+    assert len(members) == 6 and not any("broken" in m or "notes" in m for m in members)
+    assert "skipped 2 unreadable file(s)" in captured.err
+    assert "broken.jpg: " in captured.err and "notes.jpg: " in captured.err
