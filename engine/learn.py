@@ -62,13 +62,13 @@ Choices the papers leave open (and what we chose on real image data):
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from engine._blas import single_threaded_blas as _single_threaded_blas
 from engine._validate import check_choice, check_positive
 
 __all__ = [
@@ -685,24 +685,6 @@ class OASIS:
         model.columns_ = np.asarray(state["columns"], dtype=np.int64)
         model.W_ = np.asarray(state["W"], dtype=np.float32)
         return model
-
-
-_CONTROLLER = None
-
-
-def _single_threaded_blas() -> contextlib.AbstractContextManager:
-    """Context limiting BLAS to one thread. A training step is a handful of small
-    products; handing each to a thread pool costs far more than it saves, above all on
-    a loaded machine (a 2,048-word step took 34 ms instead of ~1 ms with 2 cores busy).
-    """
-    global _CONTROLLER
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
-        return contextlib.nullcontext()
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _validation_split(

@@ -23,12 +23,12 @@ The pieces, and the papers they come from:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
+from engine._blas import single_threaded_blas
 from engine.geometry import verify
 
 __all__ = [
@@ -42,25 +42,11 @@ __all__ = [
 ]
 
 
-_CONTROLLER = None
 # IntersectionIndex._score_rows: below this many distinct bins the query is a dense vector,
 # above it entries are matched through a filter of _FILTER_SLOTS (a power of two) slots
 _DENSE_QUERY_MAX = 1 << 20
 _FILTER_SLOTS = 1 << 16
 _DIRECTORY_MIN_KEYS = 1 << 16  # IntersectionIndex._lookup: bucket directory from here on
-
-
-def single_threaded_blas():
-    """Context limiting BLAS to one thread: many small products (per-pair matching) are
-    far faster without thread hand-offs, above all on a loaded machine."""
-    global _CONTROLLER
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
-        return contextlib.nullcontext()
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
 # --------------------------------------------------------------------------- histograms

@@ -35,13 +35,13 @@ updated with one sparse-matrix product. 100,000 128-D SIFT descriptors with ``k 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
+from engine._blas import single_threaded_blas as _single_threaded_blas
 from engine._validate import as_point_set, check_choice, check_positive
 
 __all__ = ["VocabularyProgress", "VocabularyTree", "bag_of_words", "fit_idf", "word_counts"]
@@ -58,24 +58,6 @@ _NODE_SAMPLE_PER_CHILD = 256
 # Bins with at most this many training points get their exact diameter; larger ones
 # the farthest-point estimate.
 _EXACT_DIAMETER_MAX_POINTS = 64
-
-
-def _single_threaded_blas() -> contextlib.AbstractContextManager:
-    """Context limiting BLAS to one thread: the many small products per level run much
-    faster without thread hand-offs, above all on a loaded machine. (threadpoolctl's
-    limit is process-wide while the context is open; it is never held across a yield.)
-    """
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
-        return contextlib.nullcontext()
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
-
-
-_CONTROLLER = None
 
 
 class VocabularyProgress(NamedTuple):
