@@ -746,6 +746,25 @@ def rank_groups(
     other = to_group / np.where(sizes > 0, sizes, 1)[None, :]
     other[np.arange(n), labels] = -np.inf
     best_other = other.max(axis=1) if k > 1 else np.full(n, -np.inf)
+    prototypes, outliers = _flag_members(
+        labels, k, flow, mean_own, best_other, prototype_percentile, outlier_z
+    )
+    return flow, prototypes, outliers
+
+
+def _flag_members(
+    labels: np.ndarray,
+    k: int,
+    flow: np.ndarray,
+    mean_own: np.ndarray,
+    best_other: np.ndarray,
+    prototype_percentile: float,
+    outlier_z: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prototypes (top ``prototype_percentile`` % of each group by flow, at least one)
+    and outliers (mean affinity to the own group ``outlier_z`` robust standard deviations
+    below the group's median, or below the best other group's); (n,) bool each."""
+    n = labels.shape[0]
     prototypes = np.zeros(n, bool)
     outliers = np.zeros(n, bool)
     for g in range(k):
@@ -762,7 +781,7 @@ def rank_groups(
             low = vals < med - outlier_z * scale
             outliers[idx] = low | (vals < best_other[idx])
     outliers &= ~prototypes
-    return flow, prototypes, outliers
+    return prototypes, outliers
 
 
 # --------------------------------------------------------------------------------------------
@@ -952,22 +971,12 @@ def _discover_nystrom(
     mean_own = to_group[np.arange(n), labels] / np.where(own_cnt > 0, own_cnt, 1)
     flow = mean_own * (sizes[labels] - 1)
     # rank with a tiny dense surrogate: group means of landmark affinities
-    protos = np.zeros(n, bool)
-    outl = np.zeros(n, bool)
     mean_to = to_group / np.where(cnt_l > 0, cnt_l, 1)[None, :]
     mean_to[np.arange(n), labels] = -np.inf
     best_other = mean_to.max(axis=1) if kk > 1 else np.full(n, -np.inf)
-    for g in range(kk):
-        idx = np.flatnonzero(labels == g)
-        order = idx[np.argsort(-flow[idx], kind="stable")]
-        protos[order[: max(1, math.ceil(idx.size * prototype_percentile / 100.0))]] = True
-        if idx.size >= 3:
-            vals = mean_own[idx]
-            med = np.median(vals)
-            scale = max(1.4826 * np.median(np.abs(vals - med)), 0.1 * abs(med))
-            low = vals < med - outlier_z * scale
-            outl[idx] = low | (vals < best_other[idx])
-    outl &= ~protos
+    protos, outl = _flag_members(
+        labels, kk, flow, mean_own, best_other, prototype_percentile, outlier_z
+    )
     yield ClusterProgress("rank", 1, 1)
     return Clustering(
         labels=labels, k=kk, k_reason=reason, eigenvalues=values, flow=flow,
