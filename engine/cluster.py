@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine._gen import run_to_end
 from engine._validate import check_choice
 
 __all__ = [
@@ -1044,12 +1045,7 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
     >>> res.k, np.bincount(res.labels).tolist()
     (3, [20, 20, 20])
     """
-    gen = discover_categories_iter(kernel, **kwargs)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return run_to_end(discover_categories_iter(kernel, **kwargs))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1335,12 +1331,7 @@ def refine_with_masks(features: Sequence[Any], labels: np.ndarray, matcher: Any,
         ``masks[i]`` (m_i,) float32 in [0, 1] is the median indicator over image i's
         within-group matchings (Sec. 9.3); the GUI can colour feature i by it.
     """
-    gen = refine_with_masks_iter(features, labels, matcher, **kwargs)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return run_to_end(refine_with_masks_iter(features, labels, matcher, **kwargs))
 
 
 # --------------------------------------------------------------------------------------------
@@ -2471,12 +2462,7 @@ def gen_items(gen: Generator[Any, None, Any]) -> Iterable[Any]:
 
 def categorize(collection: Any, **kwargs: Any) -> CategoryResult:
     """Drain :func:`categorize_iter` (same arguments)."""
-    gen = categorize_iter(collection, **kwargs)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return run_to_end(categorize_iter(collection, **kwargs))
 
 
 def _load_tree(store: Any, channel: CategoryChannel):

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine._gen import run_to_end
 from engine.learn import (
     OASIS,
     BoostedSSC,
@@ -493,12 +494,7 @@ def learn(
 
 def run_learn(collection: Collection, **kwargs) -> LearnSummary | None:
     """Drive :func:`learn` to the end; ``None`` if it was cancelled."""
-    gen = learn(collection, **kwargs)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return run_to_end(learn(collection, **kwargs))
 
 
 # --------------------------------------------------------------------------- search
