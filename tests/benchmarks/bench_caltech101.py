@@ -104,13 +104,7 @@ def phow_features(
                 out = list(ex.map(_phow_one, todo, chunksize=16))
         else:
             out = [_phow_one(a) for a in todo]
-        off = np.concatenate([[0], np.cumsum([len(d) for d, _ in out])]).astype(np.int64)
-        CACHE.mkdir(parents=True, exist_ok=True)
-        np.savez(
-            file, paths=np.array([str(p) for p in paths]), offsets=off,
-            desc=np.concatenate([d for d, _ in out]), xy=np.concatenate([q for _, q in out]),
-        )  # fmt: skip
-        print(f"extracted {name}: {off[-1]} descriptors, {time.time() - t0:.0f}s")
+        _write_cache(file, paths, out, name, t0)
     return _read_cache(file, paths)
 
 
@@ -132,14 +126,19 @@ def grid_features(
     if not file.exists():
         t0 = time.time()
         out = [_grid_one(str(p)) for p in paths]
-        off = np.concatenate([[0], np.cumsum([len(d) for d, _ in out])]).astype(np.int64)
-        CACHE.mkdir(parents=True, exist_ok=True)
-        np.savez(
-            file, paths=np.array([str(p) for p in paths]), offsets=off,
-            desc=np.concatenate([d for d, _ in out]), xy=np.concatenate([q for _, q in out]),
-        )  # fmt: skip
-        print(f"extracted {name}: {off[-1]} descriptors, {time.time() - t0:.0f}s")
+        _write_cache(file, paths, out, name, t0)
     return _read_cache(file, paths)
+
+
+def _write_cache(file: Path, paths: list[Path], out: list, name: str, t0: float) -> None:
+    """Per-image (descriptors, xy) pairs as one npz: stacked arrays plus offsets."""
+    off = np.concatenate([[0], np.cumsum([len(d) for d, _ in out])]).astype(np.int64)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.savez(
+        file, paths=np.array([str(p) for p in paths]), offsets=off,
+        desc=np.concatenate([d for d, _ in out]), xy=np.concatenate([q for _, q in out]),
+    )  # fmt: skip
+    print(f"extracted {name}: {off[-1]} descriptors, {time.time() - t0:.0f}s")
 
 
 def _read_cache(file: Path, paths: list[Path]) -> tuple[list[np.ndarray], list[np.ndarray]]:
