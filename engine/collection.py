@@ -26,6 +26,12 @@ then refreshes the search data:
   ``REFIT_GROWTH`` (2x) the number of images they were fitted on, or the features changed.
   Otherwise new images are only encoded with the existing models (idf weights stay those
   of the fit; bins never seen at fit time get the largest idf).
+  On a first index the fit does not wait for the end of extraction: ``PREFIT_SPREAD``
+  files spread evenly over the folder are extracted first, the models are fitted on them
+  on a background thread (the sample is chosen by path, so it does not depend on which
+  worker finishes first) and every new image's pyramids are encoded as soon as its batch
+  is stored, while the worker processes go on extracting. Only the collection-wide
+  weights (idf), the hashes and the final write remain after the last image.
 - per image: the idf-weighted vocabulary pyramid (``vocabulary`` scores), the uniform
   pyramid (``uniform``), the tf-idf bag of words over the tree's leaves and its densified
   WTA codes, random-hyperplane bits of the pyramid-match embedding; banded inverted
@@ -152,6 +158,9 @@ VERIFY_MIN_INLIERS = 8
 DUPLICATE_NEIGHBOURS = 10
 REFIT_GROWTH = 2.0
 SAMPLE_DESCRIPTORS = 40_000
+# files extracted first and spread over the folder on a first index, for the models' sample
+# (40,000 descriptors at the ~250 SIFT features of a typical photo with max_features=500)
+PREFIT_SPREAD = 160
 ENCODE_BATCH = 256
 ENCODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 _STATE_VERSION = 1
@@ -433,6 +442,134 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
     return m
 
 
+def _sample_ids(ids: np.ndarray, n_features: np.ndarray) -> np.ndarray:
+    """Seeded random images (ascending) whose features total about ``SAMPLE_DESCRIPTORS``
+    (``n_features``: features per image, or a representative subset of them)."""
+    n_est = max(int(np.mean(n_features)) if len(n_features) else 1, 1)
+    take = min(ids.size, max(50, SAMPLE_DESCRIPTORS // n_est))
+    return np.sort(np.random.default_rng(0).choice(ids, take, replace=False))
+
+
+def _uniform_index(models: _Models, sets: list[np.ndarray]) -> IntersectionIndex:
+    """Uniform-bin pyramids of a batch as the search data holds them."""
+    return IntersectionIndex(*histograms_from_codes(models.uniform.encode(sets), weighting="pm"))
+
+
+class _Prefit:
+    """Fits the models and encodes images on a thread while the features of a first
+    index are still being extracted (the indexing cost target: everything beyond the
+    decode + SIFT floor should be nearly free, and on a machine whose cores all extract,
+    work done after extraction adds its full time, work done during it about half).
+
+    :func:`engine.ingest.ingest` submits ``spread`` evenly spaced files first
+    (:meth:`plan` receives them); once all of them are in the store the models are fitted
+    on a seeded sample of those (sorted by path, so the models do not depend on the order
+    in which workers finish), then every image added by this run is encoded as soon as
+    its batch is committed: its vocabulary pyramid (``_light_codes``) and uniform pyramid
+    -- the parts that need no collection-wide statistics. :meth:`finish` hands these to
+    :meth:`Collection._refresh`, which computes the idf weights and the rest.
+
+    Only images whose path was not in the catalogue before the run are encoded here (a
+    changed file keeps its id while its features are replaced); the refresh encodes the
+    others from the store. Any error leaves everything to the refresh.
+    """
+
+    def __init__(self, store: IndexStore) -> None:
+        self.store = store
+        self.before = set(store.known_stats())
+        self.first: list[str] | None = None
+        self.models: _Models | None = None
+        self.ids: list[np.ndarray] = []
+        self.codes: list[SimpleNamespace] = []
+        self.uniform: list[IntersectionIndex] = []
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="simile-prefit", daemon=True)
+        self._started = False
+
+    def plan(self, first: list[str]) -> None:
+        """Callback of ``ingest(on_plan=...)``: the spread files; starts the thread."""
+        self.first = [self.store._norm_path(p) for p in first]
+        if self.first:
+            self._started = True
+            self._thread.start()
+
+    def _fit(self) -> bool:
+        wanted = set(self.first or ())
+        recs = self.store.records(None)
+        landed = {r.path for r in recs} & wanted
+        if len(landed) < len(wanted) and not self._done.is_set():
+            return False
+        ok = sorted(
+            (r.path, r.id, r.n_features) for r in recs if r.status == "ok" and r.path in wanted
+        )
+        ok = [r for r in ok if r[2] > 0]
+        if not ok:
+            raise LookupError("no usable image among the first files")
+        pos = _sample_ids(np.arange(len(ok)), np.array([r[2] for r in ok[:200]]))
+        sample = np.array([ok[i][1] for i in pos], np.int64)
+        sets = [f.descriptors for _, f in self.store.iter_features(sample)]
+        self.models = _fit_binnings(sets, len(recs))
+        return True
+
+    def _run(self) -> None:
+        # many small products on a machine whose cores are extracting: BLAS threads
+        # would only spin (process-wide; the GUI thread and the ingest loop use no BLAS)
+        with single_threaded_blas():
+            self._work()
+
+    def _work(self) -> None:
+        try:
+            encoded = np.zeros(0, np.int64)
+            while not self._stop.is_set():
+                finished = self._done.is_set()  # read before the store: nothing after
+                if self.models is None and not self._fit():
+                    self._done.wait(0.1)
+                    continue
+                recs = self.store.records("ok")
+                new = np.array(
+                    [r.id for r in recs if r.path not in self.before and r.n_features > 0],
+                    np.int64,
+                )
+                new = new[~np.isin(new, encoded)]
+                if new.size >= 64 or (finished and new.size):
+                    for s0 in range(0, new.size, ENCODE_BATCH):
+                        if self._stop.is_set():
+                            return
+                        batch = new[s0 : s0 + ENCODE_BATCH]
+                        sets = [f.descriptors for _, f in self.store.iter_features(batch)]
+                        self.codes.append(_light_codes(self.models.vocab.encode(sets)))
+                        self.uniform.append(_uniform_index(self.models, sets))
+                        self.ids.append(batch)
+                    encoded = np.concatenate([encoded, new])
+                elif finished:
+                    return
+                else:
+                    self._done.wait(0.1)
+        except BaseException as exc:  # the refresh does everything then
+            self.error = exc
+
+    def finish(self) -> SimpleNamespace | None:
+        """Wait for the thread (extraction has ended); the prepared models and batches,
+        or None when there is nothing usable."""
+        if not self._started:
+            return None
+        self._done.set()
+        self._thread.join()
+        if self.error is not None or self.models is None:
+            return None
+        ids = np.concatenate(self.ids) if self.ids else np.zeros(0, np.int64)
+        return SimpleNamespace(
+            models=self.models, ids=ids, batches=self.ids, codes=self.codes, uniform=self.uniform
+        )
+
+    def cancel(self) -> None:
+        """Stop the thread without waiting for it (a cancelled or failed run)."""
+        self._stop.set()
+        self._done.set()
+
+
 def _thread_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """``[fn(x) for x in items]`` on up to :data:`ENCODE_THREADS` threads (in order).
 
@@ -540,12 +677,14 @@ _ALL_PARTS = frozenset({"uniform", "wta", "rh"})
 def _encode(
     models: _Models,
     ids: np.ndarray,
-    sets: list[np.ndarray],
+    sets: list[np.ndarray] | None,
     codes: SimpleNamespace | None = None,
     parts: frozenset[str] = _ALL_PARTS,
+    uniform: IntersectionIndex | None = None,
 ) -> _Encoded:
     """Encode a batch of images with fitted models (``codes``: their vocabulary pyramids;
-    ``parts``: which of the optional encodings to compute -- a query needs only some)."""
+    ``parts``: which of the optional encodings to compute -- a query needs only some;
+    ``uniform``: their uniform pyramids, already encoded -- ``sets`` may then be None)."""
     if codes is None:
         codes = _light_codes(models.vocab.encode(sets))
     indptr, keys, vals = histograms_from_codes(
@@ -556,15 +695,15 @@ def _encode(
         idf_unknown=models.idf_unknown,
     )
     vocab = IntersectionIndex(indptr, keys, vals)
-    n = len(sets)
-    if "uniform" in parts:
+    n = len(ids)
+    if uniform is None and "uniform" in parts:
         ucodes = (
             _single_set_codes(models.uniform, sets[0], weights=True)
             if n == 1  # a query: the lean path, identical histograms
             else models.uniform.encode(sets)
         )
         uniform = IntersectionIndex(*histograms_from_codes(ucodes, weighting="pm"))
-    else:
+    elif uniform is None:
         uniform = IntersectionIndex(np.zeros(n + 1, np.int64), np.zeros(0), np.zeros(0))
     bow = (
         _bow_from_codes(models, codes)
@@ -733,14 +872,30 @@ class Collection:
         Cancelling (``cancel.set()``) keeps every finished batch; the summary says
         ``cancelled=True``.
         """
-        summary = yield from ingest(
-            self.store, self.folder, jobs=jobs, cancel=cancel, feature_kwargs=FEATURE_KWARGS
-        )
+        # a first index fits its models while the features are still being extracted
+        prefit = None if self.store.has_state(_MODELS) else _Prefit(self.store)
+        try:
+            summary = yield from ingest(
+                self.store,
+                self.folder,
+                jobs=jobs,
+                cancel=cancel,
+                feature_kwargs=FEATURE_KWARGS,
+                spread=PREFIT_SPREAD if prefit is not None else 0,
+                on_plan=prefit.plan if prefit is not None else None,
+            )
+        except BaseException:
+            if prefit is not None:
+                prefit.cancel()
+            raise
         if cancel is not None and cancel.is_set():
+            if prefit is not None:
+                prefit.cancel()
             return summary
         yield IndexProgress(0, 0, None, "finalizing", "fitting models and hashing")
         t0 = time.perf_counter()
-        self._refresh(save=True, cancel=cancel)
+        prepared = prefit.finish() if prefit is not None else None
+        self._refresh(save=True, cancel=cancel, prepared=prepared)
         seconds = summary.seconds + (time.perf_counter() - t0)
         return IndexSummary(
             indexed=summary.indexed,
@@ -755,8 +910,16 @@ class Collection:
     def _sets(self, ids: np.ndarray) -> list[np.ndarray]:
         return [f.descriptors for _, f in self.store.iter_features(ids)]
 
-    def _refresh(self, *, save: bool, cancel: threading.Event | None = None) -> None:
-        """Make the in-memory models/data cover exactly the store's usable images."""
+    def _refresh(
+        self,
+        *,
+        save: bool,
+        cancel: threading.Event | None = None,
+        prepared: SimpleNamespace | None = None,
+    ) -> None:
+        """Make the in-memory models/data cover exactly the store's usable images
+        (``prepared``: models and encoded batches from :class:`_Prefit`, used when the
+        models are to be fitted)."""
         with self._lock:
             store = self.store
             ids = store.ids("ok")
@@ -782,23 +945,35 @@ class Collection:
                 feats = store.get_features(int(ids[0]))
                 refit = feats.descriptors.shape[1] != models.dim and len(feats) > 0
             if refit:
-                rng = np.random.default_rng(0)
-                n_est = max(
-                    int(np.mean([r.n_features for r in store.records("ok")[:200]] or [1])), 1
-                )
-                take = min(ids.size, max(50, SAMPLE_DESCRIPTORS // n_est))
-                sample_ids = np.sort(rng.choice(ids, take, replace=False))
-                models = _fit_binnings(self._sets(sample_ids), ids.size)
-                batches = [ids[s0 : s0 + ENCODE_BATCH] for s0 in range(0, ids.size, ENCODE_BATCH)]
+                pre = prepared
+                if pre is not None and not np.isin(pre.ids, ids).all():
+                    pre = None  # cannot happen within one run; refit from scratch then
+                if pre is not None:
+                    from engine.lsh import RandomHyperplaneHash
+
+                    models = pre.models
+                    models.rh = RandomHyperplaneHash(rh_bits(ids.size), random_state=0)
+                    models.n_fit = int(ids.size)
+                    rest = ids[~np.isin(ids, pre.ids)]
+                    pre_parts = list(zip(pre.batches, pre.codes, pre.uniform, strict=True))
+                else:
+                    n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
+                    models = _fit_binnings(self._sets(_sample_ids(ids, n_feat)), ids.size)
+                    rest = ids
+                    pre_parts = []
+                batches = [
+                    rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)
+                ]
                 all_codes = _thread_map(
                     lambda b: _light_codes(models.vocab.encode(self._sets(b))), batches
                 )
-                _fit_weights(models, all_codes)
-                parts = _thread_map(
+                _fit_weights(models, [c for _, c, _ in pre_parts] + all_codes)
+                parts = [_encode(models, b, None, c, uniform=u) for b, c, u in pre_parts]
+                parts += _thread_map(
                     lambda k: _encode(models, batches[k], self._sets(batches[k]), all_codes[k]),
                     range(len(batches)),
                 )
-                del all_codes
+                del all_codes, pre_parts
                 data = _Encoded.concat(parts)
                 changed = True
             if (

@@ -350,6 +350,8 @@ def ingest(
     batch_size: int = 64,
     exclude: Iterable[str | os.PathLike] = (),
     extractor: Callable[..., Features] | None = None,
+    spread: int = 0,
+    on_plan: Callable[[list[str]], None] | None = None,
 ) -> Generator[IngestProgress, None, IngestSummary]:
     """Bring the index in ``store`` up to date with ``folder``.
 
@@ -366,6 +368,13 @@ def ingest(
         Files per write batch (one chunk file + one transaction each).
     exclude : iterable of path-like
         More directories not to scan.
+    spread : int
+        Submit this many evenly spaced files of the work list first (then the rest in
+        scan order), so that the first results to arrive sample the whole folder: a
+        caller can fit models on them while the rest is still being extracted.
+    on_plan : callable, optional
+        Called once, before any extraction, with the paths submitted first (the
+        ``spread`` files; an empty list when ``spread`` is 0 or there is no work).
 
     Yields
     ------
@@ -408,6 +417,15 @@ def ingest(
         if keys.get(f.path) == fkey and f.path in hashes
     }
     total = len(work)
+    first: list[str] = []
+    if spread > 0 and work:
+        n = min(int(spread), total)
+        pick = sorted({round(i * (total - 1) / max(n - 1, 1)) for i in range(n)})
+        chosen = set(pick)
+        work = [work[i] for i in pick] + [w for i, w in enumerate(work) if i not in chosen]
+        first = [w.path for w in work[: len(pick)]]
+    if on_plan is not None:
+        on_plan(first)
     yield IngestProgress(
         0,
         total,

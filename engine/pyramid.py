@@ -761,7 +761,9 @@ class PyramidMatch:
             if X.shape[0] == 0:
                 break
             L = self._levels_of(binning)
-            bins, dist = binning.assign(X)
+            lean = None if need_d else getattr(binning, "assign_bins", None)
+            # global weights need no distances: the tree's distance-free descent
+            bins, dist = (lean(X), None) if lean is not None else binning.assign(X)
             bins = bins[:, :L]
             if need_d:
                 if dist is None:

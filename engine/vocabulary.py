@@ -115,21 +115,32 @@ def _segment_argmin(
         out[a:b] = lo + np.argmin(d, axis=1)
     if big.all():
         return out
-    seg_of_point = np.repeat(np.arange(sizes.size), sizes)
-    pts = np.flatnonzero(~big[seg_of_point])
-    kmax = int(cand_n[~big & (sizes > 0)].max(initial=1))
-    slots = np.arange(kmax)
-    for c0 in range(0, pts.size, _GATHER_CHUNK):
-        p = pts[c0 : c0 + _GATHER_CHUNK]
-        seg = seg_of_point[p]
-        lo = cand_lo[seg][:, None]
-        valid = slots < cand_n[seg][:, None]
-        idx = np.where(valid, lo + slots, lo)
-        # take + batched matmul: about half the time of fancy indexing + einsum
-        cand = np.take(centers, idx, axis=0)  # (n, kmax, D)
-        d = np.take(csq, idx) - 2.0 * np.matmul(cand, Xs[p][:, :, None])[..., 0]
-        d[~valid] = np.inf
-        out[p] = idx[np.arange(p.size), np.argmin(d, axis=1)]
+    # Small segments, batched by padded size (next power of two; padding repeats the
+    # segment's first point): one (S, P, D) @ (S, D, k) product per bucket. Each point is
+    # gathered about once and each candidate centre once per segment (gathering the k
+    # candidate centres of every point instead moves k times more memory).
+    small = np.flatnonzero(~big & (sizes > 0))
+    kmax = int(cand_n[small].max(initial=1))
+    slots_k = np.arange(kmax)
+    pad = 1 << np.ceil(np.log2(sizes[small])).astype(np.int64)
+    for size in np.unique(pad):
+        segs_all = small[pad == size]
+        step = max(1, _GATHER_CHUNK // int(size))
+        slots_p = np.arange(size)
+        for c0 in range(0, segs_all.size, step):
+            segs = segs_all[c0 : c0 + step]
+            first = seg_starts[segs][:, None]
+            inside = slots_p < sizes[segs][:, None]
+            pidx = np.where(inside, first + slots_p, first)  # (S, P)
+            lo = cand_lo[segs][:, None]
+            valid = slots_k < cand_n[segs][:, None]
+            cidx = np.where(valid, lo + slots_k, lo)  # (S, kmax)
+            d = np.take(csq, cidx)[:, None, :] - 2.0 * np.matmul(
+                np.take(Xs, pidx, axis=0), np.take(centers, cidx, axis=0).transpose(0, 2, 1)
+            )  # (S, P, kmax)
+            d[np.broadcast_to(~valid[:, None, :], d.shape)] = np.inf
+            best = np.take_along_axis(cidx, np.argmin(d, axis=2), axis=1)  # (S, P)
+            out[pidx[inside]] = best[inside]
     return out
 
 

@@ -387,3 +387,90 @@ def test_uniform_cascade_keeps_the_exact_best(indexed, monkeypatch):
         assert hits[0].path == ref[0].path == Path(p)
         exact = {h.path: h.score for h in ref}
         assert hits[0].score == pytest.approx(exact[hits[0].path], rel=1e-6)
+
+
+def _encoded_from_store(col):
+    """The search data recomputed from the stored features with the collection's models."""
+    from engine.collection import _encode, _light_codes
+
+    models = col._models
+    ids = col.store.ids("ok")
+    sets = [f.descriptors for _, f in col.store.iter_features(ids)]
+    return _encode(models, ids, sets, _light_codes(models.vocab.encode(sets)))
+
+
+def _assert_same_data(a, b):
+    assert np.array_equal(a.ids, b.ids)
+    for part in ("vocab", "uniform"):
+        x, y = getattr(a, part), getattr(b, part)
+        assert np.array_equal(x.indptr, y.indptr)
+        np.testing.assert_allclose(x.values, y.values, rtol=1e-6)
+    assert abs(a.bow - b.bow).max() < 1e-6
+    assert np.array_equal(a.wta, b.wta) and np.array_equal(a.rh, b.rh)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeypatch, jobs):
+    from engine import collection as C
+
+    monkeypatch.setattr(C, "PREFIT_SPREAD", 4)
+    monkeypatch.setattr(C, "SAMPLE_DESCRIPTORS", 1500)  # a sample from the spread files only
+    names = sorted(n for n in os.listdir(demo_folder) if n.endswith(".jpg"))[:12]
+    for name in names:
+        shutil.copy(demo_folder / name, tmp_path / name)
+    calls = {"fit": [], "prepared": []}
+    fit, finish = C._fit_binnings, C._Prefit.finish
+
+    def spy_fit(sets, n_images, **kw):
+        calls["fit"].append(threading.current_thread().name)
+        return fit(sets, n_images, **kw)
+
+    def spy_finish(self):
+        out = finish(self)
+        calls["prepared"].append(out)
+        return out
+
+    monkeypatch.setattr(C, "_fit_binnings", spy_fit)
+    monkeypatch.setattr(C._Prefit, "finish", spy_finish)
+    models = []
+    for k in range(2):  # two first builds of the same folder: the same models
+        with Collection.open(tmp_path, index_dir=tmp_path / f"idx{k}") as col:
+            summary, events = _run(col.update(jobs=jobs))
+            assert summary.indexed == len(names)
+            indexed = [Path(e.path).name for e in events if e.status == "indexed"]
+            if jobs == 1:  # the spread files are extracted first
+                assert indexed[:4] == [names[i] for i in (0, 4, 7, 11)]
+            pre = calls["prepared"][-1]
+            assert pre is not None and set(pre.ids) == set(col.store.ids("ok"))
+            _assert_same_data(col._data, _encoded_from_store(col))
+            assert col.query(tmp_path / names[5], top=1)[0].path.name == names[5]
+            models.append(col._models.vocab.binnings_[0].centers(2))
+    # fitted once per build, on the prefit thread, never again in the refresh
+    assert calls["fit"] == ["simile-prefit"] * 2
+    assert np.array_equal(models[0], models[1])
+
+
+def test_prefit_leaves_changed_files_to_the_refresh(tmp_path, demo_folder, monkeypatch):
+    """After an interrupted first build, a file that changed keeps its id while its
+    features are replaced: the prefit thread must not encode its old features."""
+    from engine import collection as C
+
+    monkeypatch.setattr(C, "PREFIT_SPREAD", 3)
+    names = ["astronaut.jpg", "brick.jpg", "coffee.jpg", "brick_crop.jpg", "coffee_light.jpg"]
+    for name in names[:3]:
+        shutil.copy(demo_folder / name, tmp_path / name)
+    with Collection.open(tmp_path) as col:
+        cancel = threading.Event()
+        for ev in col.update(jobs=1, cancel=cancel):
+            if ev.status == "indexed":
+                cancel.set()  # features of the first file stored, no models
+        assert not col.store.has_state(C._MODELS)
+        first = col.store.paths("ok")
+        assert len(first) == 1
+        shutil.copy(demo_folder / "astronaut_light.jpg", first[0])  # same path, new content
+        os.utime(first[0], ns=(1, 1))
+        for name in names[3:]:
+            shutil.copy(demo_folder / name, tmp_path / name)
+        summary, _ = _run(col.update(jobs=1))
+        assert summary.indexed == 5 and col.store.has_state(C._MODELS)
+        _assert_same_data(col._data, _encoded_from_store(col))
