@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from engine._arrays import unique_values
 from engine.pyramid import SparseEmbedding
 
 __all__ = [
@@ -197,7 +198,7 @@ def _as_keyed(x: Any, name: str) -> tuple[sp.csr_matrix, np.ndarray]:
             raise ValueError(f"{name} must be 2-D (n, D) or a SparseEmbedding, got {arr.shape}")
         M = sp.csr_matrix(arr)
     M.sum_duplicates()
-    used = np.unique(M.indices)
+    used = unique_values(M.indices)
     M = M[:, used].tocsr()
     return M, used.astype(np.int64)
 
@@ -265,7 +266,7 @@ class RandomHyperplaneHash:
         -------
         self
         """
-        k = np.unique(np.asarray(keys).astype(np.int64).reshape(-1))
+        k = unique_values(np.asarray(keys).astype(np.int64))
         bits = np.arange(self.n_bits)
         G = np.empty((k.size, self.n_bits), np.float32)
         for s in range(0, k.size, _KEY_BLOCK):

@@ -528,6 +528,8 @@ class PyramidMatch:
         to a distance (Eq. 3.13).
     branching, depth : int, default 10, 4
         Vocabulary bins: tree branching ``k`` and levels ``L``.
+    max_iter : int, default 10
+        Vocabulary bins: Lloyd iterations of the k-means at every level of the tree.
     sample_size : int, default 200_000
         At most this many points (random) are used by :meth:`fit` (PCA: at most 50,000).
     random_state : int, default 0
@@ -571,6 +573,7 @@ class PyramidMatch:
         sample_size: int = 200_000,
         random_state: int = 0,
         input_distance: str = "max",
+        max_iter: int = 10,
     ) -> None:
         if isinstance(bins, str):
             check_choice(bins, "bins", _BINS)
@@ -595,6 +598,9 @@ class PyramidMatch:
         if max_level is not None and (int(max_level) != max_level or max_level < 0):
             raise ValueError(f"max_level must be an integer >= 0 or None, got {max_level!r}")
         check_positive(sample_size, "sample_size")
+        if int(max_iter) != max_iter or max_iter < 0:
+            raise ValueError(f"max_iter must be an integer >= 0, got {max_iter!r}")
+        self.max_iter = int(max_iter)
         self.bins = bins
         self.weights = weights
         self.normalize = normalize
@@ -640,6 +646,7 @@ class PyramidMatch:
                 branching=self.branching,
                 levels=self.depth,
                 weights=self.weights,
+                max_iter=self.max_iter,
                 random_state=seed,
             )
         return self.bins  # type: ignore[return-value]
@@ -1149,6 +1156,7 @@ class PyramidMatch:
             "sample_size": self.sample_size,
             "random_state": self.random_state,
             "input_distance": self.input_distance,
+            "max_iter": self.max_iter,
             "dim": int(self.dim_),  # type: ignore[arg-type]
             "has_projection": self.projection_ is not None,
         }
@@ -1187,6 +1195,7 @@ class PyramidMatch:
             random_state=int(scalar("random_state")),
             # states written before this option existed used the thesis' maximum
             input_distance=str(scalar("input_distance")) if "input_distance" in state else "max",
+            max_iter=int(scalar("max_iter")) if "max_iter" in state else 10,
         )
         self.dim_ = int(scalar("dim"))
         if bool(scalar("has_projection")):

@@ -405,6 +405,8 @@ def _assert_same_data(a, b):
         x, y = getattr(a, part), getattr(b, part)
         assert np.array_equal(x.indptr, y.indptr)
         np.testing.assert_allclose(x.values, y.values, rtol=1e-6)
+        uk, cols = x.columns()  # merged batch by batch: still the sorted unique keys
+        assert np.array_equal(uk[cols], y.keys) and np.all(np.diff(uk) > 0)
     assert abs(a.bow - b.bow).max() < 1e-6
     assert np.array_equal(a.wta, b.wta) and np.array_equal(a.rh, b.rh)
 

@@ -366,3 +366,15 @@ def test_input_distance_mean_option():
     assert PyramidMatch.from_state(old).input_distance == "max"  # states from before
     with pytest.raises(ValueError, match="input_distance"):
         PyramidMatch(input_distance="median")
+
+
+def test_vocabulary_tree_iterations_reach_the_trees_and_persist(sets):
+    pm = PyramidMatch("vocabulary", branching=3, depth=3, n_shifts=2, max_iter=2).fit(sets)
+    assert [b.max_iter for b in pm.binnings_] == [2, 2]
+    back = PyramidMatch.from_state(pm.to_state())
+    assert back.max_iter == 2 and [b.max_iter for b in back.binnings_] == [2, 2]
+    np.testing.assert_allclose(back.kernel(sets[:3]), pm.kernel(sets[:3]))
+    old = {k: v for k, v in pm.to_state().items() if k != "max_iter"}  # older states
+    assert PyramidMatch.from_state(old).max_iter == 10
+    with pytest.raises(ValueError, match="max_iter"):
+        PyramidMatch("vocabulary", max_iter=-1)

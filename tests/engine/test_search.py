@@ -54,6 +54,26 @@ def test_intersection_matches_bruteforce(max_heavy):
     assert ix.score(np.zeros(0, np.int64), np.zeros(0, np.float32)).sum() == 0
 
 
+def test_concat_merges_the_parts_columns():
+    rng = np.random.default_rng(3)
+    parts = [IntersectionIndex(*_random_rows(rng, n, n_keys=80)) for n in (7, 1, 12)]
+    plain = IntersectionIndex.concat(parts)  # no part has columns: computed on demand
+    assert plain._columns is None
+    for p in parts:
+        p.columns()
+    merged = IntersectionIndex.concat(parts)
+    assert merged._columns is not None
+    uk, cols = merged.columns()
+    want_uk, want_cols = plain.columns()
+    assert np.array_equal(uk, want_uk) and np.array_equal(cols, want_cols)
+    qk, qv = np.array([0, 9, 40, 79], np.int64), rng.random(4).astype(np.float32)
+    np.testing.assert_allclose(merged.score(qk, qv), plain.score(qk, qv), rtol=1e-6)
+    # a subset keeps the columns (possibly with unused ones) and scores the same
+    sub = merged.subset(np.array([19, 0, 8]))
+    assert sub._columns is not None
+    np.testing.assert_allclose(sub.score(qk, qv), plain.score(qk, qv)[[19, 0, 8]], rtol=1e-6)
+
+
 @pytest.mark.parametrize("bins", ["uniform", "vocabulary"])
 def test_pm_histograms_reproduce_the_pyramid_match(bins):
     rng = np.random.default_rng(1)
@@ -281,3 +301,17 @@ def test_bit_agreement_matches_unpacked_bits(n_bytes):
     np.testing.assert_allclose(_bit_agreement(q, codes), want)
     np.testing.assert_allclose(_bit_agreement(q, codes[::2]), want[::2])  # not contiguous
     assert _bit_agreement(q, codes)[3] == 1.0 - 3 / (8.0 * n_bytes)
+
+
+def test_unique_values_is_np_unique():
+    from engine._arrays import unique_values
+
+    rng = np.random.default_rng(4)
+    for x in (
+        rng.integers(-(2**62), 2**62, 5000),
+        rng.integers(0, 7, (40, 30)),
+        np.zeros(0, np.int64),
+        np.array([5, 5, 5]),
+    ):
+        got = unique_values(x)
+        assert np.array_equal(got, np.unique(x)) and got.dtype == x.dtype
