@@ -979,7 +979,9 @@ class Collection:
                     lambda b: _light_codes(models.vocab.encode(self._sets(b))), batches
                 )
                 _fit_weights(models, [c for _, c, _ in pre_parts] + all_codes)
-                parts = [_encode(models, b, None, c, uniform=u) for b, c, u in pre_parts]
+                parts = _thread_map(
+                    lambda p: _encode(models, p[0], None, p[1], uniform=p[2]), pre_parts
+                )
                 parts += _thread_map(
                     lambda k: _encode(models, batches[k], self._sets(batches[k]), all_codes[k]),
                     range(len(batches)),

@@ -8,7 +8,10 @@ Run::
 1. Floor: decode + SIFT (``extract_features`` with the index's settings) of every image,
    in the same number of processes as indexing.
 2. ``Collection.update()`` into a fresh index (``--index``, deleted first): total time
-   and ratio to the floor (target <= 1.3).
+   and ratio to the floor (target <= 1.3). ``--reps N`` alternates floor and index N
+   times and reports every ratio and their median (this machine's speed drifts by tens
+   of percent within minutes, so one pair can mislead); CPU seconds (this process and
+   its workers) are printed too.
 3. Every image is a query against the whole collection: N-S score (target >= 3.5 with the
    default method), mAP, P@4, normalised average rank (thesis Eq. 6.4), 1-NN accuracy.
 """
@@ -16,6 +19,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -45,6 +49,12 @@ def floor_seconds(files: list[Path], jobs: int) -> float:
     return time.perf_counter() - t
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def score_matrix(col, method: str, paths: list[Path]) -> tuple[np.ndarray, float]:
     n = len(paths)
     row = {p: i for i, p in enumerate(paths)}
@@ -68,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--skip-floor", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="keep an existing index")
+    ap.add_argument("--reps", type=int, default=1, help="floor/index pairs (median ratio)")
     args = ap.parse_args(argv)
 
     from engine import metrics
@@ -76,32 +87,41 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data)
     files = sorted(p for p in data.iterdir() if p.suffix.lower() == ".jpg")
     print(f"{len(files)} images in {data}")
-    if not args.skip_floor:
-        fl = floor_seconds(files, args.jobs)
-        print(f"floor decode+SIFT ({args.jobs} procs): {fl:.2f} s")
-    if not args.reuse:
-        shutil.rmtree(args.index, ignore_errors=True)
-    col = Collection.open(data, args.index)
-    t = time.perf_counter()
-    gen = col.update(jobs=args.jobs)
-    t_final = None
-    try:
-        while True:
-            p = next(gen)
-            if p.status == "finalizing" and t_final is None and "fitting" in p.message:
-                t_final = time.perf_counter()
-    except StopIteration as stop:
-        summary = stop.value
-    total = time.perf_counter() - t
-    print(
-        f"index: {total:.2f} s total, {summary.indexed} indexed, "
-        f"models+encoding {time.perf_counter() - (t_final or t):.2f} s"
-    )
-    if not args.skip_floor:
-        print(f"indexing / floor = {total / fl:.2f}  (target <= 1.3)")
+    ratios = []
+    for rep in range(max(args.reps, 1)):
+        if not args.skip_floor:
+            c0 = _cpu()
+            fl = floor_seconds(files, args.jobs)
+            print(f"floor decode+SIFT ({args.jobs} procs): {fl:.2f} s, {_cpu() - c0:.1f} s CPU")
+        if not args.reuse:
+            shutil.rmtree(args.index, ignore_errors=True)
+        col = Collection.open(data, args.index)
+        c0 = _cpu()
+        t = time.perf_counter()
+        gen = col.update(jobs=args.jobs)
+        t_final = None
+        try:
+            while True:
+                p = next(gen)
+                if p.status == "finalizing" and t_final is None and "fitting" in p.message:
+                    t_final = time.perf_counter()
+        except StopIteration as stop:
+            summary = stop.value
+        total = time.perf_counter() - t
+        print(
+            f"index: {total:.2f} s total, {_cpu() - c0:.1f} s CPU, {summary.indexed} indexed, "
+            f"after the last image {time.perf_counter() - (t_final or t):.2f} s"
+        )
+        if not args.skip_floor:
+            ratios.append(total / fl)
+            print(f"indexing / floor = {total / fl:.2f}  (target <= 1.3)", flush=True)
+        if rep + 1 < args.reps:
+            col.close()
+    if len(ratios) > 1:
+        print(f"ratios {' '.join(f'{r:.2f}' for r in ratios)}; median {np.median(ratios):.2f}")
     paths = col.paths()
     labels = metrics.group_labels([p.name for p in paths], 4)
-    for method in args.methods.split(","):
+    for method in filter(None, args.methods.split(",")):
         S, per_q = score_matrix(col, method, paths)
         print(
             f"{method:10s} N-S {metrics.ns_score(S, labels):.3f}  "

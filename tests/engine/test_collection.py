@@ -476,3 +476,19 @@ def test_prefit_leaves_changed_files_to_the_refresh(tmp_path, demo_folder, monke
         summary, _ = _run(col.update(jobs=1))
         assert summary.indexed == 5 and col.store.has_state(C._MODELS)
         _assert_same_data(col._data, _encoded_from_store(col))
+
+
+def test_a_failing_prefit_leaves_the_work_to_the_refresh(tmp_path, demo_folder, monkeypatch):
+    from engine import collection as C
+
+    def boom(self):
+        raise RuntimeError("prefit failed")
+
+    monkeypatch.setattr(C._Prefit, "_fit", boom)
+    for name in ["astronaut.jpg", "brick.jpg", "coffee.jpg"]:
+        shutil.copy(demo_folder / name, tmp_path / name)
+    with Collection.open(tmp_path) as col:
+        summary, _ = _run(col.update(jobs=1))
+        assert summary.indexed == 3 and col.store.has_state(C._MODELS)
+        _assert_same_data(col._data, _encoded_from_store(col))
+        assert col.query(tmp_path / "brick.jpg", top=1)[0].path.name == "brick.jpg"
