@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,12 @@ class _ThumbModel(QAbstractListModel):
 
 
 class PhotoListModel(_ThumbModel):
-    """The photos of the open collection, in the collection's stable order."""
+    """The photos of the open collection, sorted by path (the folder scan's order).
+
+    Not the index's row order: a first index extracts an evenly spread sample of the
+    folder first (to fit its models early), so arrival and id order jump around the
+    folder. Photos that arrive while indexing are inserted at their sorted place.
+    """
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < len(self._paths):
@@ -98,20 +104,22 @@ class PhotoListModel(_ThumbModel):
 
     def set_paths(self, paths) -> None:
         self.beginResetModel()
-        self._paths = [str(p) for p in paths]
+        self._paths = sorted({str(p) for p in paths})
         self._reindex()
         self.endResetModel()
 
     def append_paths(self, paths) -> None:
-        new = [str(p) for p in paths if str(p) not in self._rows]
+        """Insert photos that are not shown yet, each at its sorted place."""
+        new = sorted({str(p) for p in paths} - self._rows.keys())
         if not new:
             return
-        n = len(self._paths)
-        self.beginInsertRows(QModelIndex(), n, n + len(new) - 1)
-        for i, p in enumerate(new):
-            self._paths.append(p)
-            self._rows.setdefault(p, []).append(n + i)
-        self.endInsertRows()
+        for p in new:
+            row = bisect.bisect_left(self._paths, p)
+            self.beginInsertRows(QModelIndex(), row, row)
+            self._paths.insert(row, p)
+            self._rows[p] = [row]  # (rows after it are renumbered below)
+            self.endInsertRows()
+        self._reindex()
 
     def remove_path(self, path: str | Path) -> None:
         row = self.row_of(path)

@@ -706,7 +706,7 @@ class MainWindow(QMainWindow):
         summary, paths, failures, methods, coll = result
         self.collection = coll
         self._flush_arrived()
-        if [str(p) for p in paths] != self.photos.paths():
+        if sorted(str(p) for p in paths) != self.photos.paths():
             self.photos.set_paths(paths)
         self.problems = [(str(p), str(r)) for p, r in failures]
         self._update_problems_button()

@@ -61,6 +61,8 @@ def test_open_folder_indexes_and_lists_skipped(qtbot, window, photo_folder):
     assert sorted(Path(p).name for p in window.photos.paths()) == sorted(
         p.name for pair in pairs for p in pair
     )
+    # the grid is in folder order, whatever order the index extracted the photos in
+    assert window.photos.paths() == sorted(window.photos.paths())
     assert [Path(p).name for p, _ in window.problems] == ["broken.jpg"]
     assert window.problems_btn.isVisibleTo(window)
     assert "1 skipped" in window.problems_btn.text()
@@ -309,3 +311,15 @@ def _cards(view):
         if w is not None:
             out.append(w)
     return out
+
+
+def test_photo_grid_inserts_arrivals_at_their_sorted_place(qtbot, window):
+    model = window.photos
+    model.set_paths(["/p/c.jpg", "/p/a.jpg"])
+    inserted = []
+    model.rowsInserted.connect(lambda _parent, first, last: inserted.append((first, last)))
+    model.append_paths(["/p/b.jpg", "/p/d.jpg", "/p/a.jpg"])  # a.jpg is shown already
+    assert model.paths() == ["/p/a.jpg", "/p/b.jpg", "/p/c.jpg", "/p/d.jpg"]
+    assert inserted == [(1, 1), (3, 3)]
+    assert [model.row_of(p) for p in model.paths()] == [0, 1, 2, 3]
+    model.set_paths([])
