@@ -44,7 +44,19 @@ Choices the papers leave open (and what we chose on real image data):
   (Caltech-101, 50 classes: 0.288 -> 0.247 after 5,000 steps) before slowly climbing;
   ``margin=0.1`` keeps the cosine start useful (0.288 -> 0.35). Scaling the inputs by
   ``s`` is the same as a margin ``1/s²``; the margin is a parameter (default 1, the
-  paper's) that the benchmark and the app choose on validation.
+  paper's) that the benchmark and the app choose on validation. That observation holds
+  for square-rooted term frequencies; with plain tf-idf bags (the issue's
+  representation) the paper's margin 1 wins on validation every time (Caltech-101, 20
+  classes: held-out mAP 0.35 -> 0.54 with margin 1, -> 0.45 with 0.1): the idf-weighted
+  unit vectors are dominated by a few rare words, and a margin that every triplet
+  violates makes each step the capped ``τ = C`` step, a steady accumulation of
+  ``p (p⁺ − p⁻)ᵀ`` whose length early stopping picks.
+* Vocabulary size. The paper's bags have 10,000 words and ~70 non-zeros. On
+  Caltech-101 (50 classes, dense RootSIFT, tf-idf, same protocol) a 4096-word
+  vocabulary gave cosine / OASIS precision@10 0.301 / 0.410 against 0.278 / 0.355
+  with 1000 words: the larger ``W`` has more room for category-level word
+  co-occurrences. A step costs ``O(nnz(p) · d)``, so ``d = 4096`` is ~4× slower per
+  step than 1000 (``max_words`` must be raised to use all of them).
 * Hard negatives (``n_negatives=k``, not in the paper, which samples uniformly): each
   triplet draws ``k`` negatives and steps on the one the current ``W`` ranks highest
   for the query (largest hinge loss); costs ``k`` sparse dot products per step. On
