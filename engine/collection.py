@@ -454,6 +454,11 @@ def _sample_ids(ids: np.ndarray, n_features: np.ndarray) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(ids, take, replace=False))
 
 
+def _descriptor_sets(store: IndexStore, ids: np.ndarray) -> list[np.ndarray]:
+    """Stored descriptors of images ``ids``, in that order."""
+    return [f.descriptors for _, f in store.iter_features(ids)]
+
+
 def _uniform_index(models: _Models, sets: list[np.ndarray]) -> IntersectionIndex:
     """Uniform-bin pyramids of a batch as the search data holds them (with their
     :meth:`~engine.search.IntersectionIndex.columns`, merged cheaply when batches are
@@ -517,7 +522,7 @@ class _Prefit:
             raise LookupError("no usable image among the first files")
         pos = _sample_ids(np.arange(len(ok)), np.array([r[2] for r in ok[:200]]))
         sample = np.array([ok[i][1] for i in pos], np.int64)
-        sets = [f.descriptors for _, f in self.store.iter_features(sample)]
+        sets = _descriptor_sets(self.store, sample)
         self.models = _fit_binnings(sets, len(recs))
         return True
 
@@ -546,7 +551,7 @@ class _Prefit:
                         if self._stop.is_set():
                             return
                         batch = new[s0 : s0 + ENCODE_BATCH]
-                        sets = [f.descriptors for _, f in self.store.iter_features(batch)]
+                        sets = _descriptor_sets(self.store, batch)
                         self.codes.append(_light_codes(self.models.vocab.encode(sets)))
                         self.uniform.append(_uniform_index(self.models, sets))
                         self.ids.append(batch)
@@ -705,12 +710,15 @@ def _encode(
     vocab = IntersectionIndex(indptr, keys, vals)
     n = len(ids)
     if uniform is None and "uniform" in parts:
-        ucodes = (
-            _single_set_codes(models.uniform, sets[0], weights=True)
-            if n == 1  # a query: the lean path, identical histograms
-            else models.uniform.encode(sets)
+        uniform = (
+            IntersectionIndex(  # a query: the lean path, identical histograms
+                *histograms_from_codes(
+                    _single_set_codes(models.uniform, sets[0], weights=True), weighting="pm"
+                )
+            )
+            if n == 1
+            else _uniform_index(models, sets)
         )
-        uniform = IntersectionIndex(*histograms_from_codes(ucodes, weighting="pm"))
     elif uniform is None:
         uniform = IntersectionIndex(np.zeros(n + 1, np.int64), np.zeros(0), np.zeros(0))
     bow = (
@@ -919,7 +927,7 @@ class Collection:
         )
 
     def _sets(self, ids: np.ndarray) -> list[np.ndarray]:
-        return [f.descriptors for _, f in self.store.iter_features(ids)]
+        return _descriptor_sets(self.store, ids)
 
     def _refresh(
         self,
