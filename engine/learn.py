@@ -55,8 +55,15 @@ Choices the papers leave open (and what we chose on real image data):
   Caltech-101 (50 classes, dense RootSIFT, tf-idf, same protocol) a 4096-word
   vocabulary gave cosine / OASIS precision@10 0.301 / 0.410 against 0.278 / 0.355
   with 1000 words: the larger ``W`` has more room for category-level word
-  co-occurrences. A step costs ``O(nnz(p) · d)``, so ``d = 4096`` is ~4× slower per
-  step than 1000 (``max_words`` must be raised to use all of them).
+  co-occurrences (``max_words`` must be raised to use all of them).
+* The solver. A primal step costs ``O(nnz(p) · d)`` (~1 ms at 4096 words), and C=0.01
+  needed ~10 minutes to its best validation score at 50 classes. Because every update
+  is an outer product of training images, ``W = I + Pᵀ A P`` throughout; training in
+  that kernel form (:meth:`OASIS._train_kernel`) costs ``O(N)`` per step with the
+  images' Gram matrix and gives the same iterates (tested against the textbook dense
+  update). On all 3,010 Caltech-101 dev images (4069 words, C=0.1) the best validation
+  score is reached after 17.7 s; the 20/50-class benchmark tables are unchanged to the
+  third decimal and run in 3 minutes instead of 38.
 * Hard negatives (``n_negatives=k``, not in the paper, which samples uniformly): each
   triplet draws ``k`` negatives and steps on the one the current ``W`` ranks highest
   for the query (largest hinge loss); costs ``k`` sparse dot products per step. On
@@ -99,6 +106,48 @@ __all__ = [
 ]
 
 State = dict[str, "np.ndarray | int | float | str | bool"]
+
+
+#: Largest number of images for which :class:`OASIS` trains in kernel form
+#: (three N × N float32 matrices: 430 MB at 6,000 images).
+KERNEL_MAX_IMAGES = 6000
+
+
+class _Similarity:
+    """Validation oracle: learned similarities between rows of the training matrix."""
+
+    def block(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:  # (len a, len b)
+        raise NotImplementedError
+
+    def pairs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:  # (len a,)
+        raise NotImplementedError
+
+
+class _PrimalSimilarity(_Similarity):
+    """``S = P[a] W P[b]ᵀ`` with the explicit ``W``."""
+
+    def __init__(self, P: sp.csr_matrix, W: np.ndarray):
+        self.P, self.W = P, W
+
+    def block(self, a, b):
+        return np.asarray(self.P[a] @ self.W) @ self.P[b].T.toarray()
+
+    def pairs(self, a, b):
+        AW = np.asarray(self.P[a] @ self.W)
+        return np.asarray(self.P[b].multiply(AW).sum(axis=1)).ravel()
+
+
+class _KernelSimilarity(_Similarity):
+    """``S = G[a, b] + G[a] Rt[b]ᵀ`` for ``W = I + Pᵀ A P``, ``Rt = G Aᵀ``."""
+
+    def __init__(self, G: np.ndarray, Rt: np.ndarray):
+        self.G, self.Rt = G, Rt
+
+    def block(self, a, b):
+        return self.G[np.ix_(a, b)] + self.G[a] @ self.Rt[b].T
+
+    def pairs(self, a, b):
+        return self.G[a, b] + np.einsum("ij,ij->i", self.G[a], self.Rt[b])
 
 
 @dataclass(frozen=True)
@@ -330,6 +379,13 @@ class OASIS:
         Negatives drawn per triplet when fitting from labels; the step uses the one the
         current ``W`` scores highest against the query (the hardest, i.e. largest hinge
         loss). 1 = the paper's uniform sampling. Not used by :meth:`fit_triplets`.
+    solver : {"auto", "kernel", "primal"}
+        How the steps are computed; both give the same iterates. ``"primal"`` updates
+        rows of ``W`` (``O(nnz(p) · d)`` per step); ``"kernel"`` keeps ``W = I + Pᵀ A P``
+        through the images' Gram matrix (``O(N)`` per step, N images; see
+        :meth:`_train_kernel`), ~15× faster on 4096-word bags of a few thousand images.
+        ``"auto"`` picks the cheaper one (never kernel for ``"psd"`` or above
+        :data:`KERNEL_MAX_IMAGES` images).
     random_state : int
 
     Attributes
@@ -358,8 +414,11 @@ class OASIS:
         sampling: str = "images",
         average: bool = False,
         n_negatives: int = 1,
+        solver: str = "auto",
         random_state: int = 0,
     ):
+        check_choice(solver, "solver", ("auto", "kernel", "primal"))
+        self.solver = solver
         check_positive(n_negatives, "n_negatives")
         self.n_negatives = int(n_negatives)
         check_positive(C, "C")
@@ -455,6 +514,9 @@ class OASIS:
             raise ValueError(f"X has {X.shape[0]} rows but labels has {labels.shape[0]}")
         self._select_columns(X)
         P = self._prepare(X)
+        labelled = np.flatnonzero(labels >= 0)
+        if labelled.size < labels.size:  # unlabeled rows are never used: leave them out
+            P, labels = P[labelled], labels[labelled]
         rng = np.random.default_rng(self.random_state)
 
         classes = _class_members(labels)
@@ -469,8 +531,6 @@ class OASIS:
             raise ValueError("no class has two training images after the validation split")
         # Validation mirrors the test protocol: held-out images query each other only
         # (unseen vs unseen), never the training images W was fitted on.
-        Pv = P[val]
-        Pv_dense_t = Pv.T.toarray()
         yv = labels[val]
         # Queries: uniform over training images (the paper) or over classes first.
         q_class_of = np.repeat(np.arange(len(q_classes)), [m.size for m in q_classes])
@@ -482,11 +542,10 @@ class OASIS:
         tr_flat = np.concatenate(tr_members)
         q_cls = np.array([cls_index[int(labels[m[0]])] for m in q_classes], np.int64)
 
-        def score(Wm: np.ndarray) -> float:
+        def score(sim: _Similarity) -> float:
             if val.size < 2:
                 return float("nan")
-            S = np.asarray(Pv @ Wm) @ Pv_dense_t
-            return mean_average_precision(S, yv, exclude_self=True)
+            return mean_average_precision(sim.block(val, val), yv, exclude_self=True)
 
         def sample(chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if self.sampling == "classes":
@@ -536,18 +595,19 @@ class OASIS:
         if t.min() < 0 or t.max() >= X.shape[0]:
             raise ValueError(f"triplet indices must lie in [0, {X.shape[0]})")
         self._select_columns(X)
-        P = self._prepare(X)
+        used, t = np.unique(t, return_inverse=True)  # only the images in triplets take part
+        P = self._prepare(X[used])
+        t = t.reshape(-1, 3).astype(np.int64)
         rng = np.random.default_rng(self.random_state)
         perm = rng.permutation(t.shape[0])
         n_val = round(self.validation_fraction * t.shape[0]) if t.shape[0] >= 10 else 0
         val, tr = t[perm[:n_val]], t[perm[n_val:]]
 
-        def score(Wm: np.ndarray) -> float:
+        def score(sim: _Similarity) -> float:
             if val.shape[0] == 0:
                 return float("nan")
-            QW = np.asarray(P[val[:, 0]] @ Wm)
-            sp_ = np.asarray(P[val[:, 1]].multiply(QW).sum(axis=1)).ravel()
-            sn_ = np.asarray(P[val[:, 2]].multiply(QW).sum(axis=1)).ravel()
+            sp_ = sim.pairs(val[:, 0], val[:, 1])
+            sn_ = sim.pairs(val[:, 0], val[:, 2])
             return float(np.mean(sp_ > sn_))
 
         def sample(chunk: int):
@@ -561,7 +621,160 @@ class OASIS:
         k = min(self.max_words, X.shape[1])
         self.columns_ = np.sort(np.argsort(-df, kind="stable")[:k]).astype(np.int64)
 
+    def _use_kernel(self, P: sp.csr_matrix) -> bool:
+        """Whether :meth:`_train_kernel` is used (``solver="auto"``: when it is cheaper).
+
+        A primal step moves ``nnz(p) · d`` numbers, a kernel step ~``3N`` (N images); the
+        kernel form keeps three ``N × N`` float32 matrices, so it is limited to
+        :data:`KERNEL_MAX_IMAGES` images, and it cannot project onto the PSD cone.
+        """
+        if self.solver != "auto":
+            if self.solver == "kernel" and self.variant == "psd":
+                raise ValueError("the kernel solver has no PSD projection: use solver='primal'")
+            return self.solver == "kernel"
+        n, d = P.shape
+        nnz = P.nnz / max(n, 1)
+        return self.variant != "psd" and n <= KERNEL_MAX_IMAGES and 3 * n < nnz * d
+
     def _train(self, P: sp.csr_matrix, sample, score, score_name: str):
+        """Run the passive-aggressive steps (primal or kernel form, same result)."""
+        if self._use_kernel(P):
+            yield from self._train_kernel(P, sample, score, score_name)
+        else:
+            yield from self._train_primal(P, sample, score, score_name)
+
+    def _train_kernel(self, P: sp.csr_matrix, sample, score, score_name: str):
+        """The passive-aggressive steps of :meth:`_train_primal` in kernel form.
+
+        Every update (Eq. 4) adds ``τ p (p⁺ − p⁻)ᵀ`` with ``p, p⁺, p⁻`` rows of ``P``, so
+        from ``W₀ = I`` the iterate always has the form ``W = I + Pᵀ A P`` with an
+        ``N × N`` coefficient matrix ``A`` (N = images taking part): a step adds ``τ`` at
+        ``A[q, p⁺]`` and ``−τ`` at ``A[q, p⁻]`` (the symmetric variant also at the
+        transposed places, halved). With the Gram matrix ``G = P Pᵀ`` every quantity of
+        the step is a product of images::
+
+            pᵀ W x_k = G[q, k] + (G Aᵀ)[k] · G[q]        (Rt = G Aᵀ is kept up to date)
+            ‖p‖² = G[q, q],   ‖p⁺ − p⁻‖² = G[+, +] − 2 G[+, −] + G[−, −]
+
+        and the update is one column of ``Rt``: ``Rt[:, q] += τ (G[p⁺] − G[p⁻])``. A step
+        costs ``O(N)`` instead of ``O(nnz(p) · d)``; on Caltech-101 bags of 4096 words
+        (~400 non-zeros, N = 2,400) that is ~60 µs against ~1 ms. The steps, the losses
+        and the kept iterate are those of the primal loop (a test checks both against the
+        textbook dense update); ``W_`` is formed once at the end from the logged ``A``.
+        """
+        N, d = P.shape
+        G = np.asarray((P @ P.T).toarray(), dtype=np.float32)  # (N, N) Gram matrix
+        Rt = np.zeros((N, N), np.float32)  # Rt = G Aᵀ
+        sq = np.diag(G).astype(np.float64).tolist()  # ‖p‖²
+        log_i: list[int] = []
+        log_j: list[int] = []
+        log_v: list[float] = []
+        C = float(self.C)
+        margin = float(self.margin)
+        symmetric = self.variant != "plain"
+        Rt_sum, n_avg = np.zeros_like(Rt) if self.average else None, 0
+        eval_lengths: list[int] = []  # len(log) at every evaluation (for the average)
+
+        best = score(_KernelSimilarity(G, Rt))
+        best_at: tuple[str, int] = ("current", 0)  # ("current", len(log)) or ("average", e)
+        self.history_ = [(0, best)]
+        self.best_step_ = 0
+        self.n_updates_ = 0
+        yield LearnProgress(0, self.n_steps, best, f"cosine baseline: {score_name} {best:.3f}")
+        since_best = 0
+        step = 0
+        active, last_eval = 0, 0
+        next_eval = min(self.eval_every, self.n_steps)
+        while step < self.n_steps:
+            qi, pos, neg = sample(min(4096, max(64, 2 * (next_eval - step))))
+            hard = neg.ndim == 2
+            with _single_threaded_blas():  # never held across a yield
+                for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
+                    step += 1
+                    sqq = sq[q]
+                    if sqq > 0.0:
+                        gq = G[q]
+                        if hard:  # the candidate with the largest pᵀWp⁻ (hardest)
+                            cand = np.asarray(n_)
+                            sc = Rt[cand] @ gq + gq[cand]
+                            k = int(np.argmax(sc))
+                            n_, s_neg = int(cand[k]), float(sc[k])
+                        else:
+                            s_neg = float(gq[n_]) + float(Rt[n_] @ gq)
+                        s_pos = float(gq[p_]) + float(Rt[p_] @ gq)
+                        loss = margin - s_pos + s_neg  # Eq. (1)
+                        if loss > 0.0:
+                            active += 1
+                            gp, gn = G[p_], G[n_]
+                            vv = float(gp[p_]) - 2.0 * float(gp[n_]) + float(gn[n_])
+                            if symmetric:
+                                qv = float(gq[p_]) - float(gq[n_])
+                                norm2 = 0.5 * (sqq * vv + qv * qv)
+                            else:
+                                norm2 = sqq * vv
+                            if norm2 > 1e-12:
+                                tau = min(C, loss / norm2)  # Eq. (5)
+                                self.n_updates_ += 1
+                                if symmetric:  # A += τ/2 (e_q v_eᵀ + v_e e_qᵀ)
+                                    h = 0.5 * tau
+                                    Rt[:, q] += h * (gp - gn)
+                                    Rt[:, p_] += h * gq
+                                    Rt[:, n_] -= h * gq
+                                    log_i += (q, q, p_, n_)
+                                    log_j += (p_, n_, q, q)
+                                    log_v += (h, -h, h, -h)
+                                else:  # A += τ (e_q e_{p⁺}ᵀ − e_q e_{p⁻}ᵀ), Eq. (4)
+                                    Rt[:, q] += tau * (gp - gn)
+                                    log_i += (q, q)
+                                    log_j += (p_, n_)
+                                    log_v += (tau, -tau)
+                    if step >= next_eval:
+                        break
+            if step >= next_eval or step >= self.n_steps:
+                n_done, last_eval = step - last_eval, step
+                next_eval = min(step + self.eval_every, self.n_steps)
+                with _single_threaded_blas():
+                    s = score(_KernelSimilarity(G, Rt))
+                    cand_at = ("current", len(log_v))
+                    if self.average:  # mean of the evaluated iterates (averaged online W)
+                        Rt_sum += Rt
+                        n_avg += 1
+                        eval_lengths.append(len(log_v))
+                        s_avg = score(_KernelSimilarity(G, Rt_sum / n_avg))
+                        if s_avg > s:
+                            s, cand_at = s_avg, ("average", n_avg)
+                self.history_.append((step, s))
+                if s > best or np.isnan(s):
+                    best, best_at, since_best = s, cand_at, 0
+                    self.best_step_ = step
+                else:
+                    since_best += 1
+                frac = active / max(n_done, 1)
+                active = 0
+                yield LearnProgress(
+                    step, self.n_steps, s, f"{score_name} {s:.3f} ({frac:.0%} triplets violated)"
+                )
+                if since_best >= self.patience:
+                    break
+        del Rt, Rt_sum, G
+        # A of the kept iterate: a prefix of the log, or the mean of the evaluated prefixes
+        kind, k = best_at
+        li = np.asarray(log_i, np.int64)
+        lj = np.asarray(log_j, np.int64)
+        lv = np.asarray(log_v, np.float64)
+        if kind == "current":
+            li, lj, lv = li[:k], lj[:k], lv[:k]
+        else:  # entry u is in every evaluated prefix longer than u, of the first k
+            lens = np.asarray(eval_lengths[:k], np.int64)
+            lv = lv * ((k - np.searchsorted(lens, np.arange(lv.size), side="right")) / k)
+        A = sp.csr_matrix((lv, (li, lj)), shape=(N, N))  # duplicates summed
+        Pd = P.toarray()
+        W = Pd.T @ np.asarray(A @ Pd, dtype=np.float32)  # Pᵀ A P (dense BLAS, once)
+        W[np.diag_indices(d)] += 1.0
+        self.W_ = W.astype(np.float32, copy=False)
+        self.best_score_ = best
+
+    def _train_primal(self, P: sp.csr_matrix, sample, score, score_name: str):
         """Passive-aggressive steps (Eqs. 3–5) on triplets drawn by ``sample(chunk)``,
         evaluated by ``score(W)`` every ``eval_every`` steps; keeps the best ``W``.
 
@@ -583,7 +796,7 @@ class OASIS:
         symmetric = self.variant != "plain"
         outer = np.outer
 
-        best = score(W)
+        best = score(_PrimalSimilarity(P, W))
         best_W = W.copy()
         W_sum, n_avg = np.zeros_like(W) if self.average else None, 0
         self.history_ = [(0, best)]
@@ -649,13 +862,13 @@ class OASIS:
                 with _single_threaded_blas():
                     if self.variant == "psd":
                         W = _project_psd(W)
-                    s = score(W)
+                    s = score(_PrimalSimilarity(P, W))
                     cand = W
                     if self.average:  # mean of the evaluated iterates (averaged online W)
                         W_sum += W
                         n_avg += 1
                         W_avg = W_sum / n_avg
-                        s_avg = score(W_avg)
+                        s_avg = score(_PrimalSimilarity(P, W_avg))
                         if s_avg > s:
                             s, cand = s_avg, W_avg
                 self.history_.append((step, s))

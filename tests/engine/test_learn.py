@@ -256,8 +256,9 @@ def test_oasis_single_passive_aggressive_step_is_exact(variant, margin):
     assert np.linalg.norm(small.W_ - np.eye(5)) == pytest.approx(expected, rel=1e-4)
 
 
+@pytest.mark.parametrize("solver", ["primal", "kernel"])
 @pytest.mark.parametrize("variant", ["plain", "symmetric"])
-def test_oasis_sparse_steps_match_dense_reference(variant):
+def test_oasis_sparse_steps_match_dense_reference(variant, solver):
     # The row-wise sparse implementation must give exactly the W of the textbook dense
     # passive-aggressive loop (Eqs. 3-5), step by step, on a sequence of triplets.
     rng = np.random.default_rng(3)
@@ -266,7 +267,7 @@ def test_oasis_sparse_steps_match_dense_reference(variant):
     X = sp.csr_matrix(dense.astype(np.float32))
     trip = rng.integers(0, 12, (60, 3))
     C, margin = 0.7, 0.5
-    model = OASIS(C=C, margin=margin, n_steps=60, eval_every=60, variant=variant)
+    model = OASIS(C=C, margin=margin, n_steps=60, eval_every=60, variant=variant, solver=solver)
     model.columns_ = np.arange(30)
     Ps = model.transform(X)
     # drive the training loop with this exact sequence of triplets; the rising score
@@ -287,7 +288,8 @@ def test_oasis_sparse_steps_match_dense_reference(variant):
     np.testing.assert_allclose(model.W_, W, atol=1e-5)
 
 
-def test_oasis_hardest_of_several_negatives_matches_dense_reference():
+@pytest.mark.parametrize("solver", ["primal", "kernel"])
+def test_oasis_hardest_of_several_negatives_matches_dense_reference(solver):
     # n_negatives > 1: each step uses the candidate negative with the largest current
     # S_W(p, p-) (the largest hinge loss), then the plain passive-aggressive update.
     rng = np.random.default_rng(4)
@@ -296,7 +298,7 @@ def test_oasis_hardest_of_several_negatives_matches_dense_reference():
     trip = rng.integers(0, 15, (80, 2))
     cands = rng.integers(0, 15, (80, 4))
     C, margin = 0.5, 0.3
-    model = OASIS(C=C, margin=margin, n_steps=80, eval_every=80, n_negatives=4)
+    model = OASIS(C=C, margin=margin, n_steps=80, eval_every=80, n_negatives=4, solver=solver)
     model.columns_ = np.arange(25)
     Ps = model.transform(X)
     rising = iter(range(10))
@@ -383,3 +385,29 @@ def test_oasis_validation_split_is_held_out_and_stratified():
     # classes big enough give >= 2 held-out images (each has a held-out match) and
     # keep >= 2 for training; tiny classes stay in training
     np.testing.assert_array_equal(np.bincount(y[val], minlength=4), [4, 2, 0, 0])
+
+
+@pytest.mark.parametrize("variant", ["plain", "symmetric"])
+def test_oasis_kernel_and_primal_solvers_agree_end_to_end(variant):
+    # Whole fits (labels with unlabeled rows, early stopping, iterate averaging, and
+    # feedback triplets): the kernel form W = I + Pᵀ A P reproduces the primal iterates.
+    X, y = _sparse_topics(n_per=20, seed=7)
+    y = y.copy()
+    y[::9] = -1  # unlabeled images take no part
+    kw = dict(n_steps=3_000, eval_every=500, average=True, variant=variant, random_state=1)
+    a = OASIS(solver="primal", **kw).fit(X, y)
+    b = OASIS(solver="kernel", **kw).fit(X, y)
+    assert a.n_updates_ == b.n_updates_ > 0
+    assert a.best_step_ == b.best_step_
+    np.testing.assert_allclose([s for _, s in a.history_], [s for _, s in b.history_], atol=1e-6)
+    np.testing.assert_allclose(a.W_, b.W_, atol=2e-4)
+    assert np.abs(a.W_ - np.eye(a.W_.shape[0])).max() > 0.01  # W moved away from I
+    rng = np.random.default_rng(0)
+    trip = rng.integers(0, X.shape[0], (200, 3))
+    a = OASIS(solver="primal", **kw).fit_triplets(X, trip)
+    b = OASIS(solver="kernel", **kw).fit_triplets(X, trip)
+    np.testing.assert_allclose(a.W_, b.W_, atol=2e-4)
+    with pytest.raises(ValueError, match="PSD"):
+        OASIS(solver="kernel", variant="psd").fit(X, y)
+    with pytest.raises(ValueError, match="solver"):
+        OASIS(solver="bogus")
