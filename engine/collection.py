@@ -59,8 +59,9 @@ Search methods
     words (fused with the hyperplane hash and the inverted file, below), scored exactly
     by the ``vocabulary`` score.
 ``learned``
-    Provided by :mod:`engine.learn` through :func:`register_method`; without a learned
-    model a clear error says how to make one.
+    Provided by :mod:`engine.feedback` through :func:`register_method` (OASIS or a
+    boosted embedding over dense tf-idf bags of words, trained by ``simile learn`` or from
+    the app's relevance marks); without a learned model a clear error says how to make one.
 
 Collections of up to ``EXHAUSTIVE_LIMIT`` images are scored exhaustively (exact); larger
 ones (and ``wta`` always) take candidates -- ``CANDIDATE_FRACTION`` of the collection
@@ -188,7 +189,10 @@ _REGISTRY: dict[str, Callable[..., list[Hit]]] = {}
 
 
 def register_method(name: str, fn: Callable[..., list[Hit]]) -> None:
-    """Add a search method: ``fn(collection, features, top) -> list[Hit]``.
+    """Add a search method: ``fn(collection, image, top) -> list[Hit]``.
+
+    ``image`` is the query exactly as given to :meth:`Collection.query` (path, array or
+    :class:`engine.features.Features`), so a method may use its own features.
 
     :mod:`engine.feedback` registers ``"learned"`` this way (imported on first use);
     ``fn`` should raise ``LookupError`` with a helpful message when its model is missing.
@@ -1135,8 +1139,7 @@ class Collection:
                 from engine.feedback import load_model
 
                 load_model(self)  # LookupError saying how to learn, before any extraction
-            feats, _ = self._query_features(image)
-            return _REGISTRY[method](self, feats, int(top))
+            return _REGISTRY[method](self, image, int(top))  # the query as given
         models, data = self._ensure()
         feats, _row = self._query_features(image)
         rows, scores = self._search(models, data, feats, method, int(top))

@@ -3,19 +3,28 @@
 import itertools
 import json
 import shutil
+import threading
 
+import numpy as np
 import pytest
 
+from engine.cluster import CATEGORY_FEATURES, CategoryChannel, _collection_rows
 from engine.collection import Collection
 from engine.feedback import (
+    MODEL_STATE,
+    MODEL_TOKEN,
+    LearnedSimilarity,
     Mark,
     add_marks,
     labels_from_subfolders,
+    learn,
     load_marks,
     load_model,
     read_feedback_file,
     run_learn,
 )
+from engine.store import ReadOnlyIndexError
+from engine.vocabulary import bag_of_words
 
 GROUPS = ("chelsea", "coffee", "astronaut")
 
@@ -47,6 +56,27 @@ def test_labels_from_subfolders(collection):
             assert all(q.parent == p.parent for q in same)
 
 
+def _small(root, demo_folder, groups=("chelsea", "coffee"), n=2):
+    for g in groups:
+        (root / g).mkdir(parents=True)
+        for src in sorted(demo_folder.glob(f"{g}*.jpg"))[:n]:
+            shutil.copy(src, root / g / src.name)
+    coll = Collection.open(root)
+    for _ in coll.update(jobs=1):
+        pass
+    return coll
+
+
+def _same_folder_precision(coll, k=2):
+    """Mean fraction of the k best other images that share the query's subfolder."""
+    labelled = [p for p in coll.paths() if p.parent != coll.folder]
+    prec = []
+    for q in labelled:
+        hits = [h for h in coll.query(q, method="learned", top=k + 1) if h.path != q][:k]
+        prec.append(np.mean([h.path.parent == q.parent for h in hits]))
+    return float(np.mean(prec))
+
+
 def test_learned_query_without_model_says_how(collection):
     if collection.store.has_state("learned.model"):
         collection.store.delete_state("learned.model")
@@ -56,15 +86,163 @@ def test_learned_query_without_model_says_how(collection):
 
 @pytest.mark.parametrize("method", ["oasis", "boostssc", "boostpro"])
 def test_learn_from_subfolders_then_query(collection, method):
-    summary = run_learn(collection, method=method, source="subfolders")
+    summary = run_learn(collection, method=method, source="subfolders", jobs=1)
     assert summary.method == method and summary.n_images == 10
-    assert load_model(collection).method == method
+    model = load_model(collection)
+    assert model.method == method
+    # trained on the dense categorisation channel, now cached for every image
+    rep = model.representation
+    assert rep.settings == json.loads(json.dumps(CATEGORY_FEATURES))
+    assert (
+        CategoryChannel(collection.store, rep.settings).key
+        == CategoryChannel(collection.store).key
+    )
+    assert model.n_words == rep.tree.n_leaves == rep.idf.size
+    assert (rep.tree.branching, rep.tree.levels) == (16, 4)
+    channel = CategoryChannel(collection.store)
+    assert all(channel.has(h) for h in _collection_rows(collection)[1])
     q = next(p for p in collection.paths() if p.name == "chelsea.jpg")
     hits = collection.query(q, method="learned", top=10)
-    assert len(hits) == 10
+    assert len(hits) == 10 and len({h.path for h in hits}) == 10
     assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
     # the two other chelsea views rank within the top three
     assert {h.path.parent.name for h in hits[:3]} == {"chelsea"}
+    # every labelled query: its two best other images share its folder far more often
+    # than chance (2 of the 8 other labelled images + rocket: 0.22)
+    assert _same_folder_precision(collection) >= 0.8
+
+
+def test_model_state_round_trip(collection, tmp_path):
+    run_learn(collection, method="oasis", source="subfolders", jobs=1)
+    model = load_model(collection)
+    again = LearnedSimilarity.from_state(collection.store.load_state(MODEL_STATE))
+    assert again is not model and again.representation.settings == model.representation.settings
+    np.testing.assert_array_equal(again.representation.idf, model.representation.idf)
+    rng = np.random.default_rng(0)
+    sets = [rng.random((50, 128), dtype=np.float32) for _ in range(4)]
+    A, B = model.representation.bags(sets), again.representation.bags(sets)
+    assert (A != B).nnz == 0 and A.shape == (4, model.n_words)
+    np.testing.assert_allclose(np.sqrt(A.multiply(A).sum(axis=1)), 1.0, rtol=1e-5)
+    # the tf-idf of engine.vocabulary (the benchmark's bags) with the stored tree and idf
+    ref = bag_of_words(sets, again.representation.tree, again.representation.idf)
+    np.testing.assert_allclose(A.toarray(), ref.toarray(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(again.similarity(A, A), model.similarity(A, A), rtol=1e-6)
+    # the stored bags of the collection are those a query of the same image gets
+    hashes = _collection_rows(collection)[1]
+    assert again.image_bags[0].tolist() == hashes
+    channel = CategoryChannel(collection.store)
+    fresh = again.representation.bags([channel.raw(h)[0] for h in hashes])
+    np.testing.assert_allclose(again.image_bags[1].toarray(), fresh.toarray(), atol=1e-6)
+    # no pickle: only arrays and plain scalars
+    for v in model.to_state().values():
+        assert isinstance(v, np.ndarray | int | float | str | bool)
+        assert not (isinstance(v, np.ndarray) and v.dtype.hasobject)
+
+
+def test_model_of_an_older_version_says_learn_again(tmp_path, demo_folder):
+    coll = _small(tmp_path / "old", demo_folder)
+    try:
+        run_learn(coll, method="oasis", source="subfolders", jobs=1)
+        st = coll.store.load_state(MODEL_STATE)
+        old = {k: v for k, v in st.items() if not k.startswith("repr.")}
+        coll.store.save_state(MODEL_STATE, old)
+        coll.store.set_kv(MODEL_TOKEN, "")  # older versions wrote no token
+        with pytest.raises(LookupError, match=r"older version.*simile learn"):
+            load_model(coll)
+        with pytest.raises(LookupError, match="simile learn"):
+            coll.query(coll.paths()[0], method="learned")
+    finally:
+        coll.close()
+
+
+def test_learned_query_outside_the_collection(collection, demo_folder):
+    from engine.features import extract_features
+    from engine.imageio import load_image
+
+    run_learn(collection, method="oasis", source="subfolders", jobs=1)
+    outside = demo_folder / "coffee_perspective.jpg"  # not in the collection
+    hits = collection.query(outside, method="learned", top=3)
+    assert [h.path.parent.name for h in hits[:2]] == ["coffee", "coffee"]
+    by_array = collection.query(load_image(outside, max_side=None), method="learned", top=3)
+    assert [h.path for h in by_array] == [h.path for h in hits]
+    with pytest.raises(TypeError, match="path or an"):
+        collection.query(extract_features(outside), method="learned")
+
+
+def test_collection_bags_come_from_the_model_and_are_cached(collection, monkeypatch):
+    import engine.feedback as fb
+
+    run_learn(collection, method="oasis", source="subfolders", jobs=1)
+    q = collection.paths()[0]
+    expected = collection.query(q, method="learned", top=10)
+
+    def no_dense_sets(*args, **kwargs):
+        raise AssertionError("the collection's images were bagged again")
+
+    monkeypatch.setattr(fb, "_dense_sets", no_dense_sets)
+    calls = []
+    bags = fb.DenseBagOfWords.bags
+    monkeypatch.setattr(
+        fb.DenseBagOfWords, "bags", lambda self, s: calls.append(len(s)) or bags(self, s)
+    )
+    # another process (a fresh read-only Collection): bags from the stored model
+    with Collection.open(collection.folder, readonly=True) as other:
+        for _ in range(2):
+            hits = other.query(q, method="learned", top=10)
+            assert [h.path for h in hits] == [h.path for h in expected]
+    assert calls == [1, 1]  # only the query image is bagged
+
+
+def test_read_only_index_and_images_added_after_learning(tmp_path, demo_folder):
+    root = tmp_path / "ro"
+    coll = _small(root, demo_folder)
+    try:
+        run_learn(coll, method="oasis", source="subfolders", jobs=1)
+        new = root / "chelsea" / "chelsea_perspective.jpg"
+        shutil.copy(demo_folder / new.name, new)
+        for _ in coll.update(jobs=1):
+            pass
+        new_hash = dict(zip(*_collection_rows(coll), strict=True))[new]
+    finally:
+        coll.close()
+    idx = root / ".simile"
+    dense_files = sorted(idx.glob("arrays/cluster.dense.*"))
+    with Collection.open(root, readonly=True) as ro:
+        assert not CategoryChannel(ro.store).has(new_hash)  # learned before it came
+        hits = ro.query(root / "chelsea" / "chelsea.jpg", method="learned", top=5)
+        assert len(hits) == 5 and new in [h.path for h in hits]
+        assert {h.path.parent.name for h in hits[:3]} == {"chelsea"}
+        assert not CategoryChannel(ro.store).has(new_hash)  # computed in memory only
+        with pytest.raises(ReadOnlyIndexError, match="read-only"):
+            run_learn(ro, source="subfolders", jobs=1)
+    assert sorted(idx.glob("arrays/cluster.dense.*")) == dense_files
+
+
+def test_cancel_during_dense_features_stores_no_model(tmp_path, demo_folder):
+    coll = _small(tmp_path / "c", demo_folder)
+    try:
+        cancel = threading.Event()
+        gen = learn(coll, source="subfolders", cancel=cancel, jobs=1)
+        stages = []
+        try:
+            while True:
+                prog = next(gen)
+                stages.append(prog.message)
+                if prog.message.startswith("dense features") and prog.step >= 1:
+                    cancel.set()
+        except StopIteration as stop:
+            result = stop.value
+        assert result is None
+        assert all(m.startswith("dense features") for m in stages)
+        assert not coll.store.has_state(MODEL_STATE)
+        with pytest.raises(LookupError, match="simile learn"):
+            load_model(coll)
+        # the features finished before the cancel stay cached: learning resumes from them
+        channel = CategoryChannel(coll.store)
+        assert sum(channel.has(h) for h in _collection_rows(coll)[1]) < len(coll.paths())
+        assert run_learn(coll, source="subfolders", jobs=1) is not None
+    finally:
+        coll.close()
 
 
 def test_marks_are_stored_replaced_and_learned_from(collection):
@@ -75,7 +253,7 @@ def test_marks_are_stored_replaced_and_learned_from(collection):
     add_marks(collection, [Mark(q, paths["rocket.jpg"], False), Mark(q, others[1], True)])
     marks = {(m.result, m.relevant) for m in load_marks(collection)}
     assert marks == {(others[0], True), (paths["rocket.jpg"], False), (others[1], True)}
-    summary = run_learn(collection, method="oasis", source="marks")
+    summary = run_learn(collection, method="oasis", source="marks", jobs=1)
     assert summary.source == "marks" and summary.n_constraints >= 2
     assert load_model(collection).source == "marks"
 
@@ -85,7 +263,7 @@ def test_learn_refuses_too_little_supervision(collection):
 
     clear_marks(collection)
     with pytest.raises(ValueError, match="no usable marks"):
-        run_learn(collection, source="marks")
+        run_learn(collection, source="marks", jobs=1)
     with pytest.raises(ValueError, match="method"):
         run_learn(collection, method="svm")
 
