@@ -133,11 +133,47 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: glibc ``mallopt`` parameters (malloc.h) and the values our workers use.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_WORKER_MMAP_THRESHOLD = 32 * 1024 * 1024  # the largest glibc accepts on 64-bit
+_WORKER_TRIM_THRESHOLD = 512 * 1024 * 1024
+
+
+def keep_heap_warm() -> bool:
+    """Let this process reuse freed memory instead of returning it to the OS (glibc).
+
+    Decoding and SIFT allocate and free the same large buffers for every image (the
+    upsampled Gaussian and DoG pyramids, ~100 MB at 1024 pixels a side). glibc serves
+    blocks above its mmap threshold with fresh ``mmap`` calls and trims the heap on free,
+    so every image page-faults all of those pages in again: on UKBench 1 M minor faults
+    for 500 images, ~35 % of the extraction's CPU time (42 against 27 ms per image in
+    one process). Raising the mmap and trim thresholds keeps the buffers in the heap
+    for the next image. Only for short-lived worker processes: their heap then stays at
+    its peak until they exit. Returns False where it does not apply (not glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not hasattr(os, "sched_getaffinity"):  # glibc / Linux only
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # pragma: no cover - musl and others
+        return False
+    ok = mallopt(_M_MMAP_THRESHOLD, _WORKER_MMAP_THRESHOLD)
+    ok &= mallopt(_M_TRIM_THRESHOLD, _WORKER_TRIM_THRESHOLD)
+    return bool(ok)
+
+
 def _init_worker() -> None:
-    """Worker set-up: leave Ctrl-C to the parent, one OpenCV thread per process."""
+    """Worker set-up: leave Ctrl-C to the parent, one OpenCV thread per process, keep
+    freed memory for the next image (:func:`keep_heap_warm`)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_heap_warm()
     try:
         import cv2
 
