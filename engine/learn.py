@@ -111,6 +111,9 @@ State = dict[str, "np.ndarray | int | float | str | bool"]
 #: Largest number of images for which :class:`OASIS` trains in kernel form
 #: (three N × N float32 matrices: 430 MB at 6,000 images).
 KERNEL_MAX_IMAGES = 6000
+#: Largest number of training images whose kernel-form factors are stored instead of the
+#: dense ``W`` (rebuilding ``W`` then costs at most ~1,000 · d² operations at load).
+FACTORED_MAX_IMAGES = 1000
 
 
 class _Similarity:
@@ -440,6 +443,7 @@ class OASIS:
         self.random_state = random_state
         self.columns_: np.ndarray | None = None
         self.W_: np.ndarray | None = None
+        self.factors_: tuple[sp.csr_matrix, sp.csr_matrix] | None = None
         self.history_: list[tuple[int, float]] = []
 
     # -- representation ---------------------------------------------------------
@@ -662,7 +666,7 @@ class OASIS:
         and the kept iterate are those of the primal loop (a test checks both against the
         textbook dense update); ``W_`` is formed once at the end from the logged ``A``.
         """
-        N, d = P.shape
+        N = P.shape[0]
         G = np.asarray((P @ P.T).toarray(), dtype=np.float32)  # (N, N) Gram matrix
         Rt = np.zeros((N, N), np.float32)  # Rt = G Aᵀ
         sq = np.diag(G).astype(np.float64).tolist()  # ‖p‖²
@@ -767,11 +771,9 @@ class OASIS:
         else:  # entry u is in every evaluated prefix longer than u, of the first k
             lens = np.asarray(eval_lengths[:k], np.int64)
             lv = lv * ((k - np.searchsorted(lens, np.arange(lv.size), side="right")) / k)
-        A = sp.csr_matrix((lv, (li, lj)), shape=(N, N))  # duplicates summed
-        Pd = P.toarray()
-        W = Pd.T @ np.asarray(A @ Pd, dtype=np.float32)  # Pᵀ A P (dense BLAS, once)
-        W[np.diag_indices(d)] += 1.0
-        self.W_ = W.astype(np.float32, copy=False)
+        A = sp.csr_matrix((lv, (li, lj)), shape=(N, N), dtype=np.float64)  # duplicates summed
+        self.factors_ = (sp.csr_matrix(P, dtype=np.float32), sp.csr_matrix(A, dtype=np.float32))
+        self.W_ = _w_from_factors(*self.factors_)
         self.best_score_ = best
 
     def _train_primal(self, P: sp.csr_matrix, sample, score, score_name: str):
@@ -885,20 +887,43 @@ class OASIS:
                 if since_best >= self.patience:
                     break
         self.W_ = best_W
+        self.factors_ = None
         self.best_score_ = best
 
     # -- persistence ------------------------------------------------------------
     def to_state(self) -> State:
+        """Arrays and plain values only (no pickle).
+
+        ``W`` is ``d × d`` (64 MB at 4096 words). A model trained in kernel form on few
+        images is stored as its factors instead, ``W = I + Pᵀ A P`` (the training rows
+        ``P`` and the sparse coefficients ``A``), when they are much smaller and ``W`` is
+        cheap to rebuild (at most :data:`FACTORED_MAX_IMAGES` images): a model learned
+        from a few dozen relevance marks then takes kilobytes, not the full matrix.
+        """
         if self.W_ is None or self.columns_ is None:
             raise RuntimeError("OASIS is not fitted")
-        return {
+        st: State = {
             "kind": "oasis",
             "C": float(self.C),
             "variant": self.variant,
             "max_words": self.max_words,
             "columns": self.columns_,
-            "W": self.W_,
         }
+        f = self.factors_
+        d = self.W_.shape[0]
+        if (
+            f is not None
+            and f[0].shape[0] <= FACTORED_MAX_IMAGES
+            and (3 * (f[0].nnz + f[1].nnz) < d * d)
+        ):
+            for name, M in zip("PA", f, strict=True):
+                st[f"{name}_data"] = M.data.astype(np.float32)
+                st[f"{name}_indices"] = M.indices.astype(np.int32)
+                st[f"{name}_indptr"] = M.indptr.astype(np.int64)
+                st[f"{name}_shape"] = np.asarray(M.shape, np.int64)
+        else:
+            st["W"] = self.W_
+        return st
 
     @classmethod
     def from_state(cls, state: State) -> OASIS:
@@ -908,8 +933,33 @@ class OASIS:
             C=float(state["C"]), variant=str(state["variant"]), max_words=int(state["max_words"])
         )
         model.columns_ = np.asarray(state["columns"], dtype=np.int64)
-        model.W_ = np.asarray(state["W"], dtype=np.float32)
+        if "W" in state:
+            model.W_ = np.asarray(state["W"], dtype=np.float32)
+            return model
+        P, A = (
+            sp.csr_matrix(
+                (
+                    np.asarray(state[f"{n}_data"], np.float32),
+                    np.asarray(state[f"{n}_indices"], np.int64),
+                    np.asarray(state[f"{n}_indptr"], np.int64),
+                ),
+                shape=tuple(int(v) for v in np.asarray(state[f"{n}_shape"])),
+            )
+            for n in "PA"
+        )
+        if P.shape[0] != A.shape[0] or A.shape[0] != A.shape[1]:
+            raise ValueError("inconsistent OASIS factors in the stored state")
+        model.W_ = _w_from_factors(P, A)
+        model.factors_ = (P, A)
         return model
+
+
+def _w_from_factors(P: sp.csr_matrix, A: sp.csr_matrix) -> np.ndarray:
+    """``W = I + Pᵀ A P`` (d × d float32) from the kernel-form factors (dense BLAS)."""
+    Pd = P.toarray()
+    W = Pd.T @ np.asarray(A @ Pd, dtype=np.float32)
+    W[np.diag_indices(W.shape[0])] += 1.0
+    return W
 
 
 def _validation_split(

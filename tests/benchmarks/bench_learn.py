@@ -144,49 +144,51 @@ def bags(
 
 
 def train_oasis(X, y, args, *, Cs=None, margins=None, quiet=False):
-    """Fit one OASIS per (C, margin); keep the one with the best *validation* score."""
+    """Fit one OASIS per (C, margin, variant); keep the one with the best *validation* score."""
     best = None
-    for C in Cs or args.C:
-        for margin in margins or args.margin:
-            model = OASIS(
-                C=C,
-                margin=margin,
-                n_steps=args.n_steps,
-                eval_every=args.eval_every,
-                patience=args.patience,
-                average=True,
-                n_negatives=args.negatives,
-                max_words=args.max_words,
-                random_state=0,
+    grid = [(C, m, v) for C in Cs or args.C for m in margins or args.margin for v in args.variants]
+    for C, margin, variant in grid:
+        model = OASIS(
+            C=C,
+            margin=margin,
+            variant=variant,
+            n_steps=args.n_steps,
+            eval_every=args.eval_every,
+            patience=args.patience,
+            average=True,
+            n_negatives=args.negatives,
+            max_words=args.max_words,
+            random_state=0,
+        )
+        t0 = time.perf_counter()
+        best_t, best_val, curve = 0.0, -np.inf, []
+        for prog in model.fit_iter(X, y):
+            now = time.perf_counter() - t0
+            curve.append((prog.step, round(prog.score, 3), round(now, 1)))
+            if prog.score > best_val:
+                best_val, best_t = prog.score, now
+        total = time.perf_counter() - t0
+        info = dict(
+            C=C,
+            margin=margin,
+            variant=variant,
+            val0=model.history_[0][1],
+            val=best_val,
+            t_best=best_t,
+            total=total,
+            step=model.best_step_,
+            steps=model.history_[-1][0],
+            curve=curve,
+        )
+        if not quiet:
+            print(
+                f"    C={C:<5} margin={margin:<5} {variant:9s} val mAP {info['val0']:.3f} -> "
+                f"{best_val:.3f} at step {info['step']} ({best_t:.1f}s; stopped "
+                f"{total:.1f}s, {info['steps']} steps)",
+                flush=True,
             )
-            t0 = time.perf_counter()
-            best_t, best_val, curve = 0.0, -np.inf, []
-            for prog in model.fit_iter(X, y):
-                now = time.perf_counter() - t0
-                curve.append((prog.step, round(prog.score, 3), round(now, 1)))
-                if prog.score > best_val:
-                    best_val, best_t = prog.score, now
-            total = time.perf_counter() - t0
-            info = dict(
-                C=C,
-                margin=margin,
-                val0=model.history_[0][1],
-                val=best_val,
-                t_best=best_t,
-                total=total,
-                step=model.best_step_,
-                steps=model.history_[-1][0],
-                curve=curve,
-            )
-            if not quiet:
-                print(
-                    f"    C={C:<5} margin={margin:<5} val mAP {info['val0']:.3f} -> "
-                    f"{best_val:.3f} at step {info['step']} ({best_t:.1f}s; stopped "
-                    f"{total:.1f}s, {info['steps']} steps)",
-                    flush=True,
-                )
-            if best is None or best_val > best[1]["val"]:
-                best = (model, info)
+        if best is None or best_val > best[1]["val"]:
+            best = (model, info)
     return best
 
 
@@ -211,10 +213,12 @@ def oasis_table(sets, labels, args) -> None:
             model, info = train_oasis(X[train], y[train], args)
             sim = model.similarity(Xte)
             c_p, c_m, o_p, o_m = p10(cos, yte), mean_ap(cos, yte), p10(sim, yte), mean_ap(sim, yte)
+            sym = ", sym" if info["variant"] != "plain" else ""
             rows.append(
                 f"| {n_classes} | {seed} | {len(train)}/{len(test)} | {c_p:.3f} | {c_m:.3f} "
                 f"| {o_p:.3f} | {o_m:.3f} | {o_p / c_p:.3f}x | {o_m / c_m:.3f}x "
-                f"| {info['C']}, {info['margin']} | {info['t_best']:.1f}s ({info['step']} steps) |"
+                f"| {info['C']}, {info['margin']}{sym} "
+                f"| {info['t_best']:.1f}s ({info['step']} steps) |"
             )
             print("  -> " + rows[-1], flush=True)
     print(f"\nfeatures {args.features}, weighting {args.weighting}\n" + head)
@@ -362,6 +366,12 @@ def main() -> None:
     ap.add_argument("--C", default="0.01,0.1", type=_floats, help="several = chosen on validation")
     ap.add_argument(
         "--margin", default="1", type=_floats, help="hinge margin; several = chosen on val"
+    )
+    ap.add_argument(
+        "--variants",
+        default="plain",
+        type=lambda s: [v for v in s.split(",") if v],
+        help="OASIS variants (plain, symmetric); several = chosen on validation",
     )
     ap.add_argument("--n-steps", type=int, default=600_000)
     ap.add_argument("--eval-every", type=int, default=10_000)

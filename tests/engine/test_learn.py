@@ -411,3 +411,22 @@ def test_oasis_kernel_and_primal_solvers_agree_end_to_end(variant):
         OASIS(solver="kernel", variant="psd").fit(X, y)
     with pytest.raises(ValueError, match="solver"):
         OASIS(solver="bogus")
+
+
+def test_oasis_kernel_model_is_stored_as_its_factors(monkeypatch):
+    import engine.learn as learn
+
+    X, y = _sparse_topics(n_per=10, seed=8)
+    model = OASIS(n_steps=2_000, eval_every=500, solver="kernel", max_words=300).fit(X, y)
+    state = model.to_state()
+    assert "W" not in state and state["P_data"].size > 0
+    size = sum(v.nbytes for v in state.values() if isinstance(v, np.ndarray))
+    assert size < model.W_.nbytes / 3
+    again = OASIS.from_state(state)
+    np.testing.assert_array_equal(again.W_, model.W_)
+    np.testing.assert_array_equal(again.similarity(X[:7], X), model.similarity(X[:7], X))
+    # many training images (or a primal model): the dense W is stored
+    monkeypatch.setattr(learn, "FACTORED_MAX_IMAGES", 10)
+    assert "W" in model.to_state()
+    primal = OASIS(n_steps=500, eval_every=500, solver="primal").fit(X, y)
+    assert "W" in primal.to_state() and "P_data" not in primal.to_state()
