@@ -2187,8 +2187,13 @@ def _collection_rows(collection: Any) -> tuple[list[Any], list[str]]:
 
 
 def _vocab_sample(channel: CategoryChannel, hashes: Sequence[str], size: int, seed: int):
-    """Up to ``size`` descriptors drawn evenly from the images (float32)."""
+    """Up to ``size`` descriptors drawn evenly from the images (float32).
+
+    Images are visited in content-hash order, so the sample (and the vocabulary fitted on
+    it) does not depend on the order in which an index's workers happened to finish.
+    """
     rng = np.random.default_rng(seed)
+    hashes = sorted(hashes)
     counts = np.array([channel.raw(h)[0].shape[0] for h in hashes], np.int64)
     total = int(counts.sum())
     if total == 0:

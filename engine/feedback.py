@@ -563,11 +563,15 @@ def load_model(collection: Collection) -> LearnedSimilarity:
 
 # --------------------------------------------------------------------------- learning
 def _rows(collection: Collection) -> tuple[list[Path], list[str]]:
-    """The collection's usable paths (row order of :meth:`Collection.paths`) and content
-    hashes (the keys of the dense-feature cache)."""
+    """The collection's usable paths, sorted, and their content hashes (the keys of the
+    dense-feature cache). Sorted by path rather than in catalogue order (the order in which
+    an index's workers finished), so that learning samples the same triplets, and fits
+    the same model, whichever run built the index."""
     from engine.cluster import _collection_rows
 
-    return _collection_rows(collection)
+    paths, hashes = _collection_rows(collection)
+    order = sorted(range(len(paths)), key=lambda k: str(paths[k]))
+    return [paths[k] for k in order], [hashes[k] for k in order]
 
 
 def _labels_of(paths: Sequence[Path], folder: Path) -> np.ndarray:
