@@ -556,8 +556,16 @@ class _Prefit:
                             return
                         batch = new[s0 : s0 + ENCODE_BATCH]
                         sets = _descriptor_sets(self.store, batch)
-                        self.codes.append(_light_codes(self.models.vocab.encode(sets)))
-                        self.uniform.append(_uniform_index(self.models, sets))
+                        jobs = (
+                            lambda sets=sets: _light_codes(self.models.vocab.encode(sets)),
+                            lambda sets=sets: _uniform_index(self.models, sets),
+                        )
+                        if finished:  # the workers are done: both pyramids at once
+                            codes, uniform = _thread_map(lambda f: f(), jobs)
+                        else:  # the cores are extracting: no second thread
+                            codes, uniform = (f() for f in jobs)
+                        self.codes.append(codes)
+                        self.uniform.append(uniform)
                         self.ids.append(batch)
                     encoded = np.concatenate([encoded, new])
                 elif finished:
