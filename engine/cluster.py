@@ -1520,8 +1520,6 @@ DENSE_CHUNK = 64
 #: Landmark images of the Nystrom approximation in :func:`categorize_iter`.
 NYSTROM_LANDMARKS = 500
 
-_DENSE_PREFIX = "cluster.dense."
-_DENSE_KV = "cluster.dense.manifest"
 _VOCAB_STATE = "cluster.dense.vocab"
 _VOCAB_EXTRA = ("settings_key", "n_fit", "token")
 
@@ -1547,6 +1545,7 @@ def category_features(
     windows: Sequence[Sequence[int]] = ((12, 8), (24, 12)),
     trim: int = 245,
     rootsift: bool = True,
+    octaves: bool = True,
 ):
     """Dense multi-scale SIFT of one image for categorisation (thesis Sec. 9.5).
 
@@ -1565,6 +1564,13 @@ def category_features(
         array.
     side, max_features, windows, trim, rootsift
         See above (:data:`CATEGORY_FEATURES` holds the defaults used by the app).
+    octaves : bool
+        Describe a window of size z on the pyramid octave ``floor(log2(z / 6))`` (the
+        image shrunk that many times): the same SIFT window from ~5x fewer pixels (about
+        24 against 106 ms of CPU per image), the grouping's default. ``False`` samples
+        every window at full resolution; learned similarity uses that
+        (:data:`engine.feedback.LEARN_FEATURES`): on Caltech-101 (20 classes) the cosine
+        of tf-idf bags gives precision@10 0.412 against 0.378, OASIS 0.550 against 0.477.
 
     Returns
     -------
@@ -1611,6 +1617,8 @@ def category_features(
         # Describe a window of size z on the pyramid octave o = floor(log2(z / 6)) (image
         # shrunk 2^o times): the same SIFT window, 5x fewer pixels to sample than octave 0.
         octs = np.maximum(np.floor(np.log2(S / 6.0)), 0).astype(int).tolist()
+        if not octaves:  # every window on the full-resolution image
+            octs = [0] * len(octs)
         kps = []
         for (x, y), z, o in zip(P.tolist(), S.tolist(), octs, strict=True):
             kp = cv2.KeyPoint(x, y, z)
@@ -1677,15 +1685,24 @@ class CategoryChannel:
         in memory and not kept.
     settings : dict, optional
         :func:`category_features` keyword arguments (default :data:`CATEGORY_FEATURES`).
+    namespace : str
+        Name of the cache in the index (``<namespace>.dense.*``): channels with different
+        settings kept side by side (grouping uses ``"cluster"``, learned similarity
+        ``"learn"``) never evict each other.
     """
 
-    def __init__(self, store: Any, settings: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, store: Any, settings: dict[str, Any] | None = None, namespace: str = "cluster"
+    ) -> None:
         import json
 
         self.store = store
         self.settings = dict(CATEGORY_FEATURES if settings is None else settings)
         self.key = _settings_key(self.settings)
-        raw = store.get_kv(_DENSE_KV)
+        # each namespace has its own cache (grouping: "cluster", learned similarity: "learn")
+        self._prefix = f"{namespace}.dense."
+        self._kv = f"{namespace}.dense.manifest"
+        raw = store.get_kv(self._kv)
         man = None
         if raw:
             try:
@@ -1705,10 +1722,10 @@ class CategoryChannel:
     def _write_manifest(self) -> None:
         import json
 
-        self.store.set_kv(_DENSE_KV, json.dumps(self.manifest, separators=(",", ":")))
+        self.store.set_kv(self._kv, json.dumps(self.manifest, separators=(",", ":")))
 
     def _chunk_names(self, token: str) -> tuple[str, str, str]:
-        base = f"{_DENSE_PREFIX}{token}"
+        base = f"{self._prefix}{token}"
         return base + ".desc", base + ".xy", base + ".off"
 
     def _save_chunk(self, feats: list[tuple[str, Any]]) -> None:
@@ -1731,7 +1748,7 @@ class CategoryChannel:
         self._write_manifest()
 
     def _drop_chunk(self, token: str) -> None:
-        for name in (*self._chunk_names(token), f"{_DENSE_PREFIX}{token}.bins"):
+        for name in (*self._chunk_names(token), f"{self._prefix}{token}.bins"):
             if self.store.has_array(name):
                 self.store.delete_array(name)
         self.manifest.get("bins", {}).pop(token, None)
@@ -1768,8 +1785,8 @@ class CategoryChannel:
                         self._drop_chunk(tok)
             self._write_manifest()
         arrays = self.store.index_dir / "arrays"
-        named = {f"{_DENSE_PREFIX}{t}" for t in self.manifest["chunks"]}
-        for f in arrays.glob(_DENSE_PREFIX + "*.npy") if arrays.is_dir() else ():
+        named = {f"{self._prefix}{t}" for t in self.manifest["chunks"]}
+        for f in arrays.glob(self._prefix + "*.npy") if arrays.is_dir() else ():
             stem = f.name[: -len(".npy")]
             base = stem.rsplit(".", 1)[0]
             if base not in named and stem.rsplit(".", 1)[-1] in ("desc", "xy", "off", "bins"):
@@ -1868,7 +1885,7 @@ class CategoryChannel:
         per_chunk: dict[str, np.ndarray] = {}
         dirty = False
         for done, tok in enumerate(need, 1):
-            name = f"{_DENSE_PREFIX}{tok}.bins"
+            name = f"{self._prefix}{tok}.bins"
             B = None
             if vocab_token and tags.get(tok) == vocab_token and self.store.has_array(name):
                 B = np.asarray(self.store.load_array(name, mmap=False))

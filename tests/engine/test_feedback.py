@@ -8,13 +8,15 @@ import threading
 import numpy as np
 import pytest
 
-from engine.cluster import CATEGORY_FEATURES, CategoryChannel, _collection_rows
+from engine.cluster import CategoryChannel, _collection_rows
 from engine.collection import Collection
 from engine.feedback import (
+    LEARN_FEATURES,
     MODEL_STATE,
     MODEL_TOKEN,
     LearnedSimilarity,
     Mark,
+    _channel,
     add_marks,
     labels_from_subfolders,
     learn,
@@ -92,14 +94,19 @@ def test_learn_from_subfolders_then_query(collection, method):
     assert model.method == method
     # trained on the dense categorisation channel, now cached for every image
     rep = model.representation
-    assert rep.settings == json.loads(json.dumps(CATEGORY_FEATURES))
+    assert rep.settings == json.loads(json.dumps(LEARN_FEATURES))
+    assert rep.settings["octaves"] is False  # every window described at full resolution
+    # its own cache, beside the grouping's (which learning neither fills nor evicts)
     assert (
         CategoryChannel(collection.store, rep.settings).key
-        == CategoryChannel(collection.store).key
+        != CategoryChannel(collection.store).key
+    )
+    assert not any(
+        CategoryChannel(collection.store).has(h) for h in _collection_rows(collection)[1]
     )
     assert model.n_words == rep.tree.n_leaves == rep.idf.size
     assert (rep.tree.branching, rep.tree.levels) == (16, 4)
-    channel = CategoryChannel(collection.store)
+    channel = _channel(collection.store, LEARN_FEATURES)
     assert all(channel.has(h) for h in _collection_rows(collection)[1])
     q = next(p for p in collection.paths() if p.name == "chelsea.jpg")
     hits = collection.query(q, method="learned", top=10)
@@ -130,7 +137,7 @@ def test_model_state_round_trip(collection, tmp_path):
     # the stored bags of the collection are those a query of the same image gets
     hashes = _collection_rows(collection)[1]
     assert again.image_bags[0].tolist() == hashes
-    channel = CategoryChannel(collection.store)
+    channel = _channel(collection.store, LEARN_FEATURES)
     fresh = again.representation.bags([channel.raw(h)[0] for h in hashes])
     np.testing.assert_allclose(again.image_bags[1].toarray(), fresh.toarray(), atol=1e-6)
     # no pickle: only arrays and plain scalars
@@ -206,16 +213,16 @@ def test_read_only_index_and_images_added_after_learning(tmp_path, demo_folder):
     finally:
         coll.close()
     idx = root / ".simile"
-    dense_files = sorted(idx.glob("arrays/cluster.dense.*"))
+    dense_files = sorted(idx.glob("arrays/learn.dense.*"))
     with Collection.open(root, readonly=True) as ro:
-        assert not CategoryChannel(ro.store).has(new_hash)  # learned before it came
+        assert not _channel(ro.store, LEARN_FEATURES).has(new_hash)  # learned before it came
         hits = ro.query(root / "chelsea" / "chelsea.jpg", method="learned", top=5)
         assert len(hits) == 5 and new in [h.path for h in hits]
         assert {h.path.parent.name for h in hits[:3]} == {"chelsea"}
-        assert not CategoryChannel(ro.store).has(new_hash)  # computed in memory only
+        assert not _channel(ro.store, LEARN_FEATURES).has(new_hash)  # computed in memory only
         with pytest.raises(ReadOnlyIndexError, match="read-only"):
             run_learn(ro, source="subfolders", jobs=1)
-    assert sorted(idx.glob("arrays/cluster.dense.*")) == dense_files
+    assert sorted(idx.glob("arrays/learn.dense.*")) == dense_files
 
 
 def test_cancel_during_dense_features_stores_no_model(tmp_path, demo_folder):
@@ -238,7 +245,7 @@ def test_cancel_during_dense_features_stores_no_model(tmp_path, demo_folder):
         with pytest.raises(LookupError, match="simile learn"):
             load_model(coll)
         # the features finished before the cancel stay cached: learning resumes from them
-        channel = CategoryChannel(coll.store)
+        channel = _channel(coll.store, LEARN_FEATURES)
         assert sum(channel.has(h) for h in _collection_rows(coll)[1]) < len(coll.paths())
         assert run_learn(coll, source="subfolders", jobs=1) is not None
     finally:
@@ -314,3 +321,21 @@ def test_cli_learn_end_to_end(tmp_path, demo_folder, capsys):
     assert main(["learn", str(root), "--from-subfolders", "--method", "boostssc", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["method"] == "boostssc" and out["images"] == 4 and out["source"] == "subfolders"
+
+
+def test_full_resolution_dense_features_and_symlinked_folder(tmp_path, demo_folder):
+    from engine.cluster import category_features
+    from engine.feedback import _labels_of
+
+    img = demo_folder / "chelsea.jpg"
+    fast, full = category_features(img), category_features(img, **LEARN_FEATURES)
+    np.testing.assert_array_equal(fast.xy, full.xy)  # the same windows...
+    assert np.abs(fast.descriptors - full.descriptors).max() > 0.1  # ...sampled finer
+    # images directly in a folder opened through a symlink are still unlabeled
+    real = tmp_path / "real"
+    (real / "a").mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    paths = [real / "x.jpg", real / "a" / "y.jpg", real / "a" / "z.jpg"]
+    assert _labels_of(paths, link).tolist() == [-1, 0, 0]
+    assert _labels_of(paths, real).tolist() == [-1, 0, 0]
