@@ -47,9 +47,11 @@ difference relative to the largest score printed).
 product's stored training bags with ``k`` times its step budget (``k = 1`` reproduces
 the product model) and prints the test scores: is the product under-trained?
 
-Measured (session 4, seeds 0 and 1, 645 s): learned / cosine precision@10 1.22-1.32x,
-mAP 1.35-1.46x; 4x the budget adds at most 0.04 P@10. bench_learn's higher numbers
-come from its dense features, computed without ``category_features``'s octave shortcut.
+Measured (session 4, ``--class-counts 10,20,50 --seeds 0,1``, 879 s): learned / cosine
+precision@10 1.321 / 1.328 (10 classes), 1.324 / 1.379 (20), 1.344 / 1.360 (50); mAP
+1.38-1.49x. A first version, whose dense windows used ``category_features``'s octave
+shortcut and a budget of 50 passes, reached only 1.22-1.32x; full-resolution windows
+(``engine.feedback.LEARN_FEATURES``) and 300 passes close the gap to bench_learn.
 """
 
 from __future__ import annotations
