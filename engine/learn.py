@@ -647,6 +647,53 @@ class OASIS:
         else:
             yield from self._train_primal(P, sample, score, score_name)
 
+    def _drive(self, sample, run, evaluate, start, score_name: str, snapshot=None):
+        """The training loop shared by both solvers.
+
+        Draws triplets with ``sample(chunk)``, lets ``run(q, p, n, limit)`` apply at most
+        ``limit`` steps (it returns the steps taken and how many had a positive loss),
+        every ``eval_every`` steps scores the iterate with ``evaluate() -> (score,
+        kept)`` and keeps the best (early stopping after ``patience`` evaluations without
+        improvement; ``snapshot(kept)`` copies what is kept, default as is). ``start``
+        is ``(score, kept)`` of the initial ``W = I``. Returns the ``kept`` of the best
+        evaluation and its score.
+        """
+        best, kept = start
+        self.history_ = [(0, best)]
+        self.best_step_ = 0
+        self.n_updates_ = 0
+        yield LearnProgress(0, self.n_steps, best, f"cosine baseline: {score_name} {best:.3f}")
+        since_best = 0
+        step = 0
+        active, last_eval = 0, 0  # triplets with positive loss since the last evaluation
+        next_eval = min(self.eval_every, self.n_steps)
+        while step < self.n_steps:
+            qi, pos, neg = sample(min(4096, max(64, 2 * (next_eval - step))))
+            with _single_threaded_blas():  # never held across a yield
+                done, violated = run(qi, pos, neg, next_eval - step)
+            step += done
+            active += violated
+            if step >= next_eval or step >= self.n_steps:
+                n_done, last_eval = step - last_eval, step
+                next_eval = min(step + self.eval_every, self.n_steps)
+                with _single_threaded_blas():
+                    s, cand = evaluate()
+                self.history_.append((step, s))
+                if s > best or np.isnan(s):
+                    best, since_best = s, 0
+                    kept = cand if snapshot is None else snapshot(cand)
+                    self.best_step_ = step
+                else:
+                    since_best += 1
+                frac = active / max(n_done, 1)
+                active = 0
+                yield LearnProgress(
+                    step, self.n_steps, s, f"{score_name} {s:.3f} ({frac:.0%} triplets violated)"
+                )
+                if since_best >= self.patience:
+                    break
+        return kept, best
+
     def _train_kernel(self, P: sp.csr_matrix, sample, score, score_name: str):
         """The passive-aggressive steps of :meth:`_train_primal` in kernel form.
 
@@ -676,93 +723,71 @@ class OASIS:
         C = float(self.C)
         margin = float(self.margin)
         symmetric = self.variant != "plain"
-        Rt_sum, n_avg = np.zeros_like(Rt) if self.average else None, 0
+        Rt_sum = np.zeros_like(Rt) if self.average else None
         eval_lengths: list[int] = []  # len(log) at every evaluation (for the average)
 
-        best = score(_KernelSimilarity(G, Rt))
-        best_at: tuple[str, int] = ("current", 0)  # ("current", len(log)) or ("average", e)
-        self.history_ = [(0, best)]
-        self.best_step_ = 0
-        self.n_updates_ = 0
-        yield LearnProgress(0, self.n_steps, best, f"cosine baseline: {score_name} {best:.3f}")
-        since_best = 0
-        step = 0
-        active, last_eval = 0, 0
-        next_eval = min(self.eval_every, self.n_steps)
-        while step < self.n_steps:
-            qi, pos, neg = sample(min(4096, max(64, 2 * (next_eval - step))))
+        def run(qi, pos, neg, limit):
             hard = neg.ndim == 2
-            with _single_threaded_blas():  # never held across a yield
-                for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
-                    step += 1
-                    sqq = sq[q]
-                    if sqq > 0.0:
-                        gq = G[q]
-                        if hard:  # the candidate with the largest pᵀWp⁻ (hardest)
-                            cand = np.asarray(n_)
-                            sc = Rt[cand] @ gq + gq[cand]
-                            k = int(np.argmax(sc))
-                            n_, s_neg = int(cand[k]), float(sc[k])
+            done = violated = 0
+            for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
+                done += 1
+                sqq = sq[q]
+                if sqq > 0.0:
+                    gq = G[q]
+                    if hard:  # the candidate with the largest pᵀWp⁻ (hardest)
+                        cand = np.asarray(n_)
+                        sc = Rt[cand] @ gq + gq[cand]
+                        k = int(np.argmax(sc))
+                        n_, s_neg = int(cand[k]), float(sc[k])
+                    else:
+                        s_neg = float(gq[n_]) + float(Rt[n_] @ gq)
+                    s_pos = float(gq[p_]) + float(Rt[p_] @ gq)
+                    loss = margin - s_pos + s_neg  # Eq. (1)
+                    if loss > 0.0:
+                        violated += 1
+                        gp, gn = G[p_], G[n_]
+                        vv = float(gp[p_]) - 2.0 * float(gp[n_]) + float(gn[n_])
+                        if symmetric:
+                            qv = float(gq[p_]) - float(gq[n_])
+                            norm2 = 0.5 * (sqq * vv + qv * qv)
                         else:
-                            s_neg = float(gq[n_]) + float(Rt[n_] @ gq)
-                        s_pos = float(gq[p_]) + float(Rt[p_] @ gq)
-                        loss = margin - s_pos + s_neg  # Eq. (1)
-                        if loss > 0.0:
-                            active += 1
-                            gp, gn = G[p_], G[n_]
-                            vv = float(gp[p_]) - 2.0 * float(gp[n_]) + float(gn[n_])
-                            if symmetric:
-                                qv = float(gq[p_]) - float(gq[n_])
-                                norm2 = 0.5 * (sqq * vv + qv * qv)
-                            else:
-                                norm2 = sqq * vv
-                            if norm2 > 1e-12:
-                                tau = min(C, loss / norm2)  # Eq. (5)
-                                self.n_updates_ += 1
-                                if symmetric:  # A += τ/2 (e_q v_eᵀ + v_e e_qᵀ)
-                                    h = 0.5 * tau
-                                    Rt[:, q] += h * (gp - gn)
-                                    Rt[:, p_] += h * gq
-                                    Rt[:, n_] -= h * gq
-                                    log_i += (q, q, p_, n_)
-                                    log_j += (p_, n_, q, q)
-                                    log_v += (h, -h, h, -h)
-                                else:  # A += τ (e_q e_{p⁺}ᵀ − e_q e_{p⁻}ᵀ), Eq. (4)
-                                    Rt[:, q] += tau * (gp - gn)
-                                    log_i += (q, q)
-                                    log_j += (p_, n_)
-                                    log_v += (tau, -tau)
-                    if step >= next_eval:
-                        break
-            if step >= next_eval or step >= self.n_steps:
-                n_done, last_eval = step - last_eval, step
-                next_eval = min(step + self.eval_every, self.n_steps)
-                with _single_threaded_blas():
-                    s = score(_KernelSimilarity(G, Rt))
-                    cand_at = ("current", len(log_v))
-                    if self.average:  # mean of the evaluated iterates (averaged online W)
-                        Rt_sum += Rt
-                        n_avg += 1
-                        eval_lengths.append(len(log_v))
-                        s_avg = score(_KernelSimilarity(G, Rt_sum / n_avg))
-                        if s_avg > s:
-                            s, cand_at = s_avg, ("average", n_avg)
-                self.history_.append((step, s))
-                if s > best or np.isnan(s):
-                    best, best_at, since_best = s, cand_at, 0
-                    self.best_step_ = step
-                else:
-                    since_best += 1
-                frac = active / max(n_done, 1)
-                active = 0
-                yield LearnProgress(
-                    step, self.n_steps, s, f"{score_name} {s:.3f} ({frac:.0%} triplets violated)"
-                )
-                if since_best >= self.patience:
+                            norm2 = sqq * vv
+                        if norm2 > 1e-12:
+                            tau = min(C, loss / norm2)  # Eq. (5)
+                            self.n_updates_ += 1
+                            if symmetric:  # A += τ/2 (e_q v_eᵀ + v_e e_qᵀ)
+                                h = 0.5 * tau
+                                Rt[:, q] += h * (gp - gn)
+                                Rt[:, p_] += h * gq
+                                Rt[:, n_] -= h * gq
+                                log_i.extend((q, q, p_, n_))
+                                log_j.extend((p_, n_, q, q))
+                                log_v.extend((h, -h, h, -h))
+                            else:  # A += τ (e_q e_{p⁺}ᵀ − e_q e_{p⁻}ᵀ), Eq. (4)
+                                Rt[:, q] += tau * (gp - gn)
+                                log_i.extend((q, q))
+                                log_j.extend((p_, n_))
+                                log_v.extend((tau, -tau))
+                if done >= limit:
                     break
-        del Rt, Rt_sum, G
+            return done, violated
+
+        def evaluate():
+            # kept: ("current", len(log)) or ("average", number of evaluations averaged)
+            s, cand = score(_KernelSimilarity(G, Rt)), ("current", len(log_v))
+            if Rt_sum is not None:  # mean of the evaluated iterates (averaged online W)
+                np.add(Rt_sum, Rt, out=Rt_sum)
+                eval_lengths.append(len(log_v))
+                n_avg = len(eval_lengths)
+                s_avg = score(_KernelSimilarity(G, Rt_sum / n_avg))
+                if s_avg > s:
+                    s, cand = s_avg, ("average", n_avg)
+            return s, cand
+
+        start = (score(_KernelSimilarity(G, Rt)), ("current", 0))
+        (kind, k), best = yield from self._drive(sample, run, evaluate, start, score_name)
+        G = Rt = Rt_sum = None  # free the N × N matrices before forming W
         # A of the kept iterate: a prefix of the log, or the mean of the evaluated prefixes
-        kind, k = best_at
         li = np.asarray(log_i, np.int64)
         lj = np.asarray(log_j, np.int64)
         lv = np.asarray(log_v, np.float64)
@@ -777,8 +802,7 @@ class OASIS:
         self.best_score_ = best
 
     def _train_primal(self, P: sp.csr_matrix, sample, score, score_name: str):
-        """Passive-aggressive steps (Eqs. 3–5) on triplets drawn by ``sample(chunk)``,
-        evaluated by ``score(W)`` every ``eval_every`` steps; keeps the best ``W``.
+        """Passive-aggressive steps (Eqs. 3–5) on the explicit ``W``.
 
         A step changes only the rows ``nnz(p)`` of ``W`` (and, of those, only the
         columns of ``p⁺ − p⁻``): ``O(nnz(p) · d)`` memory traffic, no d × d work.
@@ -797,98 +821,78 @@ class OASIS:
         margin = float(self.margin)
         symmetric = self.variant != "plain"
         outer = np.outer
+        W_sum = np.zeros_like(W) if self.average else None
+        n_avg = 0
 
-        best = score(_PrimalSimilarity(P, W))
-        best_W = W.copy()
-        W_sum, n_avg = np.zeros_like(W) if self.average else None, 0
-        self.history_ = [(0, best)]
-        self.best_step_ = 0
-        self.n_updates_ = 0
-        yield LearnProgress(0, self.n_steps, best, f"cosine baseline: {score_name} {best:.3f}")
-        since_best = 0
-        step = 0
-        active, last_eval = 0, 0  # triplets with positive loss since the last evaluation
-        next_eval = min(self.eval_every, self.n_steps)
-        while step < self.n_steps:
-            qi, pos, neg = sample(min(4096, max(64, 2 * (next_eval - step))))
+        def run(qi, pos, neg, limit):
             hard = neg.ndim == 2
-            with _single_threaded_blas():  # never held across a yield
-                for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
-                    step += 1
-                    a, b = indptr[q], indptr[q + 1]
-                    if b > a:
-                        qidx, qval = indices[a:b], data[a:b]
-                        pa, pb = indptr[p_], indptr[p_ + 1]
-                        if not hard:
-                            na, nb = indptr[n_], indptr[n_ + 1]
-                        pidx, pval = indices[pa:pb], data[pa:pb]
-                        R = W.take(qidx, axis=0)  # (nnz(p), d)
-                        g = qval @ R  # pᵀW, (d,)
-                        if hard:  # the candidate with the largest pᵀWp⁻ (hardest)
-                            best_s = -np.inf
-                            for c in n_:
-                                ca, cb = indptr[c], indptr[c + 1]
-                                sc = float(g[indices[ca:cb]] @ data[ca:cb])
-                                if sc > best_s:
-                                    best_s, na, nb = sc, ca, cb
-                        nidx, nval = indices[na:nb], data[na:nb]
-                        loss = margin - float(g[pidx] @ pval) + float(g[nidx] @ nval)  # Eq. (1)
-                        if loss > 0.0:
-                            active += 1
-                            vd[pidx] = pval
-                            vd[nidx] -= nval
-                            vv = float(vd @ vd)
-                            if symmetric:  # ‖(V + Vᵀ)/2‖²_F = (‖p‖²‖v‖² + (pᵀv)²) / 2
-                                qv = float(vd[qidx] @ qval)
-                                norm2 = 0.5 * (sqnorm[q] * vv + qv * qv)
-                            else:  # ‖V‖²_F = ‖p‖²‖v‖²
-                                norm2 = sqnorm[q] * vv
-                            if norm2 > 1e-12:
-                                tau = min(C, loss / norm2)  # Eq. (5)
-                                self.n_updates_ += 1
-                                if symmetric:  # W += τ (V + Vᵀ)/2
-                                    R += outer((0.5 * tau) * qval, vd)
-                                    W[qidx] = R
-                                    cols = np.union1d(pidx, nidx)
-                                    W[np.ix_(cols, qidx)] += outer(vd[cols], (0.5 * tau) * qval)
-                                else:  # W += τ V, V = p (p⁺ − p⁻)ᵀ, Eq. (4)
-                                    R += outer(tau * qval, vd)
-                                    W[qidx] = R
-                            vd[pidx] = 0.0
-                            vd[nidx] = 0.0
-                    if step >= next_eval:
-                        break
-            if step >= next_eval or step >= self.n_steps:
-                n_done, last_eval = step - last_eval, step
-                next_eval = min(step + self.eval_every, self.n_steps)
-                with _single_threaded_blas():
-                    if self.variant == "psd":
-                        W = _project_psd(W)
-                    s = score(_PrimalSimilarity(P, W))
-                    cand = W
-                    if self.average:  # mean of the evaluated iterates (averaged online W)
-                        W_sum += W
-                        n_avg += 1
-                        W_avg = W_sum / n_avg
-                        s_avg = score(_PrimalSimilarity(P, W_avg))
-                        if s_avg > s:
-                            s, cand = s_avg, W_avg
-                self.history_.append((step, s))
-                if s > best or np.isnan(s):
-                    best, best_W, since_best = s, cand.copy(), 0
-                    self.best_step_ = step
-                else:
-                    since_best += 1
-                frac = active / max(n_done, 1)
-                active = 0
-                yield LearnProgress(
-                    step, self.n_steps, s, f"{score_name} {s:.3f} ({frac:.0%} triplets violated)"
-                )
-                if since_best >= self.patience:
+            Wl = W  # the current iterate (evaluate() may replace it by its PSD projection)
+            done = violated = 0
+            for q, p_, n_ in zip(qi.tolist(), pos.tolist(), neg.tolist(), strict=True):
+                done += 1
+                a, b = indptr[q], indptr[q + 1]
+                if b > a:
+                    qidx, qval = indices[a:b], data[a:b]
+                    pa, pb = indptr[p_], indptr[p_ + 1]
+                    if not hard:
+                        na, nb = indptr[n_], indptr[n_ + 1]
+                    pidx, pval = indices[pa:pb], data[pa:pb]
+                    R = Wl.take(qidx, axis=0)  # (nnz(p), d)
+                    g = qval @ R  # pᵀW, (d,)
+                    if hard:  # the candidate with the largest pᵀWp⁻ (hardest)
+                        best_s = -np.inf
+                        for c in n_:
+                            ca, cb = indptr[c], indptr[c + 1]
+                            sc = float(g[indices[ca:cb]] @ data[ca:cb])
+                            if sc > best_s:
+                                best_s, na, nb = sc, ca, cb
+                    nidx, nval = indices[na:nb], data[na:nb]
+                    loss = margin - float(g[pidx] @ pval) + float(g[nidx] @ nval)  # Eq. (1)
+                    if loss > 0.0:
+                        violated += 1
+                        vd[pidx] = pval
+                        vd[nidx] -= nval
+                        vv = float(vd @ vd)
+                        if symmetric:  # ‖(V + Vᵀ)/2‖²_F = (‖p‖²‖v‖² + (pᵀv)²) / 2
+                            qv = float(vd[qidx] @ qval)
+                            norm2 = 0.5 * (sqnorm[q] * vv + qv * qv)
+                        else:  # ‖V‖²_F = ‖p‖²‖v‖²
+                            norm2 = sqnorm[q] * vv
+                        if norm2 > 1e-12:
+                            tau = min(C, loss / norm2)  # Eq. (5)
+                            self.n_updates_ += 1
+                            if symmetric:  # W += τ (V + Vᵀ)/2
+                                R += outer((0.5 * tau) * qval, vd)
+                                Wl[qidx] = R
+                                cols = np.union1d(pidx, nidx)
+                                Wl[np.ix_(cols, qidx)] += outer(vd[cols], (0.5 * tau) * qval)
+                            else:  # W += τ V, V = p (p⁺ − p⁻)ᵀ, Eq. (4)
+                                R += outer(tau * qval, vd)
+                                Wl[qidx] = R
+                        vd[pidx] = 0.0
+                        vd[nidx] = 0.0
+                if done >= limit:
                     break
-        self.W_ = best_W
+            return done, violated
+
+        def evaluate():
+            nonlocal W, n_avg
+            if self.variant == "psd":
+                W = _project_psd(W)
+            s, cand = score(_PrimalSimilarity(P, W)), W
+            if W_sum is not None:  # mean of the evaluated iterates (averaged online W)
+                np.add(W_sum, W, out=W_sum)
+                n_avg += 1
+                W_avg = W_sum / n_avg
+                s_avg = score(_PrimalSimilarity(P, W_avg))
+                if s_avg > s:
+                    s, cand = s_avg, W_avg
+            return s, cand
+
+        start = (score(_PrimalSimilarity(P, W)), W.copy())
+        kept = yield from self._drive(sample, run, evaluate, start, score_name, np.copy)
+        self.W_, self.best_score_ = kept
         self.factors_ = None
-        self.best_score_ = best
 
     # -- persistence ------------------------------------------------------------
     def to_state(self) -> State:
