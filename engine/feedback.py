@@ -335,15 +335,10 @@ class DenseBagOfWords:
 
     def weight(self, counts: sp.spmatrix) -> sp.csr_matrix:
         """(n, n_words) float32 L2-normalised tf-idf rows of word ``counts`` (empty rows
-        stay zero)."""
-        counts = sp.csr_matrix(counts, dtype=np.float64)
-        tot = np.asarray(counts.sum(axis=1)).ravel()
-        X = sp.csr_matrix(sp.diags(1.0 / np.maximum(tot, 1.0)) @ counts)
-        X = sp.csr_matrix(X.multiply(self.idf.astype(np.float64)[None, :]))
-        norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-        X = sp.csr_matrix(sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ X, dtype=np.float32)
-        X.eliminate_zeros()
-        return X
+        stay zero; :func:`engine.vocabulary.tfidf`)."""
+        from engine.vocabulary import tfidf
+
+        return tfidf(counts, self.idf)
 
     def bags(self, sets: Sequence[np.ndarray]) -> sp.csr_matrix:
         """(n, n_words) float32 tf-idf bags of descriptor sets."""

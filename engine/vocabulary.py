@@ -44,7 +44,14 @@ import scipy.sparse as sp
 from engine._blas import single_threaded_blas as _single_threaded_blas
 from engine._validate import as_point_set, check_choice, check_positive
 
-__all__ = ["VocabularyProgress", "VocabularyTree", "bag_of_words", "fit_idf", "word_counts"]
+__all__ = [
+    "VocabularyProgress",
+    "VocabularyTree",
+    "bag_of_words",
+    "fit_idf",
+    "tfidf",
+    "word_counts",
+]
 
 _WEIGHTS = ("global", "input_specific")
 # Segments with at least this many points get their own BLAS product; smaller ones are
@@ -861,14 +868,37 @@ def bag_of_words(
         empty sets give all-zero rows.
     """
     check_choice(norm, "norm", ("l2", "l1", "none"))
-    counts = word_counts(sets, tree)
+    return tfidf(word_counts(sets, tree), idf, norm=norm)
+
+
+def tfidf(
+    counts: sp.spmatrix, idf: np.ndarray | None = None, *, norm: str = "l2"
+) -> sp.csr_matrix:
+    """tf-idf rows of visual-word ``counts`` (what :func:`bag_of_words` weights).
+
+    Parameters
+    ----------
+    counts : (n_sets, n_words) sparse, e.g. from :func:`word_counts`
+    idf : (n_words,) float, optional
+        ``None`` = plain term frequencies.
+    norm : {"l2", "l1", "none"}
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix (n_sets, n_words) float32
+        ``tf_ij * idf_j``, ``tf_ij`` = count / row total, rows normalised; empty rows
+        stay zero.
+    """
+    check_choice(norm, "norm", ("l2", "l1", "none"))
+    counts = sp.csr_matrix(counts)
+    counts.sum_duplicates()
     sizes = np.diff(counts.indptr)
     tot = np.asarray(counts.sum(axis=1)).ravel()
     data = counts.data / np.repeat(np.maximum(tot, 1), sizes)
     if idf is not None:
         idf = np.asarray(idf, dtype=np.float32)
-        if idf.shape != (tree.n_leaves,):
-            raise ValueError(f"idf must have shape ({tree.n_leaves},), got {idf.shape}")
+        if idf.shape != (counts.shape[1],):
+            raise ValueError(f"idf must have shape ({counts.shape[1]},), got {idf.shape}")
         data = data * idf[counts.indices]
     if norm != "none":
         row_of_nnz = np.repeat(np.arange(sizes.size), sizes)
