@@ -70,6 +70,16 @@ def test_high_dimensional_fit_path():
     h = WTAHash(n_codes=300, window=4, random_state=1).fit(300_000)
     P = h.permutations_.reshape(300, 4)
     assert P.max() < 300_000 and all(np.unique(r).size == 4 for r in P)
+    # the rejection path (D >= 64 K) is uniform over ordered samples without replacement:
+    # every position of the window, and every value, equally likely; no repeats
+    h = WTAHash(n_codes=20_000, window=4, random_state=3).fit(256)
+    P = h.permutations_[:, 0, :]
+    assert all(np.unique(r).size == 4 for r in P[:2000])
+    assert (np.sort(P, axis=1)[:, 1:] != np.sort(P, axis=1)[:, :-1]).all()
+    for pos in range(4):
+        counts = np.bincount(P[:, pos], minlength=256)
+        chi2 = ((counts - 20_000 / 256) ** 2 / (20_000 / 256)).sum()
+        assert chi2 < 330.0  # chi2(255) 99.9 % quantile is 330.5
 
 
 def test_invariant_to_monotone_transform():
