@@ -114,8 +114,8 @@ from engine.features import Features, extract_features
 from engine.ingest import IngestProgress, IngestSummary, ingest
 from engine.search import (
     IntersectionIndex,
+    code_values,
     fit_key_idf,
-    histograms_from_codes,
     single_threaded_blas,
     verify_pair,
 )
@@ -162,7 +162,8 @@ SAMPLE_DESCRIPTORS = 40_000
 # files extracted first and spread over the folder on a first index, for the models' sample
 # (40,000 descriptors at the ~250 SIFT features of a typical photo with max_features=500)
 PREFIT_SPREAD = 160
-TREE_ITERATIONS = 5
+TREE_ITERATIONS = 2
+VOCAB_TREES = 2
 ENCODE_BATCH = 256
 ENCODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 _STATE_VERSION = 1
@@ -436,9 +437,11 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
         depth=5,
         sample_size=SAMPLE_DESCRIPTORS,
         random_state=random_state,
-        # 5 Lloyd iterations per level: UKBench N-S 3.450 / hybrid 3.658 against 3.458 /
-        # 3.654 with 10, at 0.8x the fit time (the fit is part of the indexing cost)
+        # 2 Lloyd iterations per level: UKBench N-S vocabulary 3.478 / hybrid 3.668
+        # against 3.480 / 3.674 with 5, at 0.75x the fit time (the fit is part of the
+        # indexing cost)
         max_iter=TREE_ITERATIONS,
+        n_shifts=VOCAB_TREES,
     )
     uniform = PyramidMatch("uniform", sample_size=SAMPLE_DESCRIPTORS, random_state=random_state)
     # the two fits are independent and mostly numpy work that releases the GIL: on two
@@ -467,9 +470,8 @@ def _uniform_index(models: _Models, sets: list[np.ndarray]) -> IntersectionIndex
     """Uniform-bin pyramids of a batch as the search data holds them (with their
     :meth:`~engine.search.IntersectionIndex.columns`, merged cheaply when batches are
     concatenated)."""
-    ix = IntersectionIndex(*histograms_from_codes(models.uniform.encode(sets), weighting="pm"))
-    ix.columns()
-    return ix
+    codes = _batch_codes(models.uniform, sets, weights=True)
+    return _intersection_index(codes, code_values(codes, weighting="pm"))
 
 
 class _Prefit:
@@ -482,7 +484,7 @@ class _Prefit:
     (:meth:`plan` receives them); once all of them are in the store the models are fitted
     on a seeded sample of those (sorted by path, so the models do not depend on the order
     in which workers finish), then every image added by this run is encoded as soon as
-    its batch is committed: its vocabulary pyramid (``_light_codes``) and uniform pyramid
+    its batch is committed: its vocabulary pyramid (:func:`_batch_codes`) and uniform pyramid
     -- the parts that need no collection-wide statistics. :meth:`finish` hands these to
     :meth:`Collection._refresh`, which computes the idf weights and the rest.
 
@@ -557,7 +559,7 @@ class _Prefit:
                         batch = new[s0 : s0 + ENCODE_BATCH]
                         sets = _descriptor_sets(self.store, batch)
                         jobs = (
-                            lambda sets=sets: _light_codes(self.models.vocab.encode(sets)),
+                            lambda sets=sets: _batch_codes(self.models.vocab, sets),
                             lambda sets=sets: _uniform_index(self.models, sets),
                         )
                         if finished:  # the workers are done: both pyramids at once
@@ -611,72 +613,163 @@ def _thread_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return list(ex.map(fn, items))
 
 
-def _light_codes(codes) -> SimpleNamespace:
-    """The parts of PyramidCodes the search data needs (compact dtypes)."""
-    return SimpleNamespace(
-        row=codes.row.astype(np.int64),
-        key=codes.key,
-        count=codes.count.astype(np.int32),
-        level=codes.level.astype(np.int8),
-        sizes=codes.sizes,
-        n=len(codes),
-    )
-
-
 def _query_codes(models: _Models, X: np.ndarray) -> SimpleNamespace:
-    """The vocabulary pyramid of ONE set, as :func:`_light_codes` of
-    ``models.vocab.encode([X])`` (same keys and counts), without the per-entry bin costs
-    and group bookkeeping that encoding computes for batches and other weightings: the
-    query path needs only keys, counts and levels (about 2 ms less per query)."""
-    return _single_set_codes(models.vocab, X, weights=False)
+    """The vocabulary pyramid of ONE set (:func:`_batch_codes`)."""
+    return _batch_codes(models.vocab, [X])
 
 
-def _single_set_codes(pm: PyramidMatch, X: np.ndarray, *, weights: bool) -> SimpleNamespace:
-    """Pyramid of one set: unique bin keys of every (shift, level) with their counts
-    (Eq. 3.6) and levels; with ``weights`` also ``w``/``wp``, the global weights of each
-    bin and of its parent (0 above the top level), as ``PyramidMatch.encode`` gives them
-    (what ``histograms_from_codes(..., "pm")`` reads)."""
+_PACK_MAX_BITS = 24  # _batch_codes: sets per batch packed below the keys' top bits
+
+
+def _batch_codes(
+    pm: PyramidMatch, sets: Sequence[np.ndarray], *, weights: bool = False
+) -> SimpleNamespace:
+    """Pyramids of a batch of sets as the search data needs them: the unique bin keys of
+    every set with their counts (Eq. 3.6) and levels -- the keys and counts of
+    ``pm.encode(sets)``, without the per-entry bin costs, columns and shifts that
+    encoding computes for other weightings and kernels (the index encodes every image
+    with this: half the time of ``encode`` on UKBench).
+
+    Entries come out sorted by (set, key), as :class:`~engine.search.IntersectionIndex`
+    holds its rows, and with the batch's columns: one sort of all (point, level) entries
+    on the key's top bits with the set's index below them (the exact two-key sort is
+    used if two keys of a set share those bits), then a stable radix sort by set.
+
+    Returns
+    -------
+    SimpleNamespace
+        ``row, key, count, level`` (U,) int64 / int64 / int32 / int8; ``sizes`` (n,)
+        int64; ``n``; ``ukeys`` (K,) int64 the sorted distinct keys and ``col`` (U,)
+        int32 each entry's position in them; with ``weights`` also ``w, wp`` (U,)
+        float64, the global weights of each bin and of its parent (0 above the top
+        level), and ``n_shifts`` (what ``histograms_from_codes(..., "pm")`` reads).
+    """
     from engine.pyramid import _GOLDEN, _level_salt, _mix64
 
-    X = pm._project(pm._prepare([X], "X")[0])
-    m = X.shape[0]
-    keys, levels, w, wp = [], [], [], []
-    for t, binning in enumerate(pm.binnings_):
-        if m == 0:
-            break
-        L = pm._levels_of(binning)
-        lean = getattr(binning, "assign_bins", None)  # VocabularyTree: no distances
-        bins = lean(X) if lean is not None else binning.assign(X)[0]
-        # engine.pyramid._level_key of every level at once (same keys, one call)
-        salt = np.array([_level_salt(t, lev) for lev in range(L)], np.uint64)
-        ua = np.ascontiguousarray(bins[:, :L].T, np.int64).view(np.uint64)  # (L, m)
-        keys.append(_mix64(ua * _GOLDEN + salt[:, None]).view(np.int64).ravel())
-        levels.append(np.repeat(np.arange(L, dtype=np.int8), m))
+    arrays = pm._prepare(list(sets), "sets")
+    n = len(arrays)
+    sizes = np.array([a.shape[0] for a in arrays], np.int64)
+    m = int(sizes.sum())
+    blocks: list[tuple[int, int]] = []  # (shift, level) of every run of m entries
+    keys, all_bins = [], []
+    if m:
+        X = pm._project(np.concatenate(arrays))
+        for t, binning in enumerate(pm.binnings_):
+            L = pm._levels_of(binning)
+            lean = getattr(binning, "assign_bins", None)  # VocabularyTree: no distances
+            bins = lean(X) if lean is not None else binning.assign(X)[0]
+            # engine.pyramid._level_key of every level at once (same keys, one call)
+            salt = np.array([_level_salt(t, lev) for lev in range(L)], np.uint64)
+            ua = np.ascontiguousarray(bins[:, :L].T, np.int64).view(np.uint64)  # (L, m)
+            keys.append(_mix64(ua * _GOLDEN + salt[:, None]).ravel())
+            blocks += [(t, lev) for lev in range(L)]
+            all_bins.append(bins)
+    E = len(blocks) * m
+    owner = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    out = SimpleNamespace(sizes=sizes, n=n)
+    if E == 0:
+        out.row, out.key = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        out.count, out.level = np.zeros(0, np.int32), np.zeros(0, np.int8)
+        out.ukeys, out.col = np.zeros(0, np.int64), np.zeros(0, np.int32)
         if weights:
-            W = np.zeros((m, L + 1))
-            for lev in range(L):
-                W[:, lev] = binning.bin_weights(lev, bins[:, lev])
-            w.append(W[:, :L].T.ravel())
-            wp.append(W[:, 1:].T.ravel())
-    if keys:
-        key, first, count = np.unique(np.concatenate(keys), return_index=True, return_counts=True)
-        level = np.concatenate(levels)[first]
-    else:
-        key, count, level = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8)
-        first = np.zeros(0, np.int64)
-    out = SimpleNamespace(
-        row=np.zeros(key.size, np.int64),
-        key=key.astype(np.int64),
-        count=count.astype(np.int32),
-        level=level.astype(np.int8),
-        sizes=np.array([m], np.int64),
-        n=1,
-    )
+            out.w, out.wp, out.n_shifts = np.zeros(0), np.zeros(0), len(pm.binnings_)
+        return out
+    key = np.concatenate(keys)  # uint64, entry (block b, point p) at b * m + p
+    sk = key ^ np.uint64(1 << 63)  # the signed order of the keys, as unsigned integers
+    bits = max(1, int(n - 1).bit_length())
+    order = None
+    if bits <= _PACK_MAX_BITS:  # key-major: the key's top bits, then the set
+        mask = np.uint64((1 << bits) - 1)
+        packed = (sk & ~mask) | np.tile(owner.astype(np.uint64), len(blocks))
+        order = np.argsort(packed)
+        ps = packed[order]
+        new = np.empty(E, bool)
+        new[0] = True
+        np.not_equal(ps[1:], ps[:-1], out=new[1:])
+        ks = sk[order]
+        if np.any(~new[1:] & (ks[1:] != ks[:-1])):  # two keys of a set share their top bits
+            order = None
+    if order is None:
+        order = np.lexsort((np.tile(owner, len(blocks)), sk))
+        ks = sk[order]
+        rs = np.tile(owner, len(blocks))[order]
+        new = np.empty(E, bool)
+        new[0] = True
+        new[1:] = (ks[1:] != ks[:-1]) | (rs[1:] != rs[:-1])
+    starts = np.flatnonzero(new)
+    count = np.diff(np.append(starts, E))
+    first = order[starts]  # one entry of every (key, set) group, in key-major order
+    new_key = np.empty(starts.size, bool)
+    new_key[0] = True
+    np.not_equal(ks[starts[1:]], ks[starts[:-1]], out=new_key[1:])
+    col = np.cumsum(new_key) - 1
+    out.ukeys = key[first[new_key]].view(np.int64)  # ascending: the sort was key-major
+    blk, p = np.divmod(first, m)
+    row = owner[p]
+    # set-major order, keys ascending within a set: a stable (radix) sort by set
+    rdtype = np.uint8 if n <= 1 << 8 else np.uint16 if n <= 1 << 16 else np.int64
+    by_row = np.argsort(row.astype(rdtype), kind="stable")
+    first, blk, p = first[by_row], blk[by_row], p[by_row]
+    block_level = np.array([lev for _, lev in blocks], np.int8)
+    out.row = row[by_row]
+    out.key = key[first].view(np.int64)
+    out.count = count[by_row].astype(np.int32)
+    out.level = block_level[blk]
+    out.col = col[by_row].astype(np.int32)
     if weights:
-        out.w = np.concatenate(w)[first] if w else np.zeros(0)
-        out.wp = np.concatenate(wp)[first] if wp else np.zeros(0)
+        out.w, out.wp = _entry_weights(pm, blocks, all_bins, blk, p)
         out.n_shifts = len(pm.binnings_)
     return out
+
+
+def _entry_weights(
+    pm: PyramidMatch,
+    blocks: list[tuple[int, int]],
+    all_bins: list[np.ndarray],
+    blk: np.ndarray,
+    p: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Global weights of the bins of entries (block ``blk``, point ``p``) and of their
+    parents (0 above the top level), for :func:`_batch_codes`."""
+    from engine.pyramid import UniformBinning
+
+    w = np.zeros(blk.size)
+    wp = np.zeros(blk.size)
+    if all(isinstance(b, UniformBinning) for b in pm.binnings_):
+        # weights constant per level (Lemma 1): a lookup by block
+        lut = np.zeros(len(blocks) + 1)
+        for b, (t, lev) in enumerate(blocks):
+            lut[b] = pm.binnings_[t].bin_weights(lev, np.zeros(1, np.int64))[0]
+        top = np.array([lev + 1 == pm._levels_of(pm.binnings_[t]) for t, lev in blocks] + [True])
+        lut_p = np.where(top[:-1], 0.0, lut[1:])  # the parent is the next block
+        return lut[blk], lut_p[blk]
+    for b, (t, lev) in enumerate(blocks):
+        at = np.flatnonzero(blk == b)
+        if at.size == 0:
+            continue
+        binning, bins = pm.binnings_[t], all_bins[t]
+        w[at] = binning.bin_weights(lev, bins[p[at], lev])
+        if lev + 1 < pm._levels_of(binning):
+            wp[at] = binning.bin_weights(lev + 1, bins[p[at], lev + 1])
+    return w, wp
+
+
+def _intersection_index(codes: SimpleNamespace, values: np.ndarray) -> IntersectionIndex:
+    """Histograms of :func:`_batch_codes` with entry ``values`` (zeros dropped) as an
+    :class:`~engine.search.IntersectionIndex` with its columns (from the codes' own)."""
+    keep = values > 0
+    row, col = codes.row[keep], codes.col[keep]
+    used = np.zeros(codes.ukeys.size, bool)
+    used[col] = True
+    renum = (np.cumsum(used) - 1).astype(np.int32)
+    indptr = np.zeros(codes.n + 1, np.int64)
+    np.cumsum(np.bincount(row, minlength=codes.n), out=indptr[1:])
+    return IntersectionIndex(
+        indptr,
+        codes.key[keep],
+        values[keep].astype(np.float32),
+        columns=(codes.ukeys[used], renum[col]),
+    )
 
 
 def _fit_weights(m: _Models, all_codes: list[SimpleNamespace], random_state: int = 0) -> None:
@@ -711,26 +804,18 @@ def _encode(
     ``parts``: which of the optional encodings to compute -- a query needs only some;
     ``uniform``: their uniform pyramids, already encoded -- ``sets`` may then be None)."""
     if codes is None:
-        codes = _light_codes(models.vocab.encode(sets))
-    indptr, keys, vals = histograms_from_codes(
+        codes = _batch_codes(models.vocab, sets)
+    values = code_values(
         codes,
         weighting="idf",
         idf=models.idf,
         idf_keys=models.idf_keys,
         idf_unknown=models.idf_unknown,
     )
-    vocab = IntersectionIndex(indptr, keys, vals)
+    vocab = _intersection_index(codes, values)
     n = len(ids)
     if uniform is None and "uniform" in parts:
-        uniform = (
-            IntersectionIndex(  # a query: the lean path, identical histograms
-                *histograms_from_codes(
-                    _single_set_codes(models.uniform, sets[0], weights=True), weighting="pm"
-                )
-            )
-            if n == 1
-            else _uniform_index(models, sets)
-        )
+        uniform = _uniform_index(models, sets)
     elif uniform is None:
         uniform = IntersectionIndex(np.zeros(n + 1, np.int64), np.zeros(0), np.zeros(0))
     bow = (
@@ -751,9 +836,6 @@ def _encode(
             # times the cache (4 * n_bits bytes per bin, 86 MB at 10,000 images)
             models.rh.cache(models.idf_keys)
         rh = models.rh.hash(_embedding(vocab))
-    if n > 1:  # a batch of the index: columns per batch, merged by concat (cheaper)
-        vocab.columns()
-        uniform.columns()
     return _Encoded(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
 
 
@@ -996,7 +1078,7 @@ class Collection:
                     rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)
                 ]
                 all_codes = _thread_map(
-                    lambda b: _light_codes(models.vocab.encode(self._sets(b))), batches
+                    lambda b: _batch_codes(models.vocab, self._sets(b)), batches
                 )
                 _fit_weights(models, [c for _, c, _ in pre_parts] + all_codes)
                 parts = _thread_map(

@@ -35,6 +35,7 @@ from engine.geometry import verify
 __all__ = [
     "IntersectionIndex",
     "Verification",
+    "code_values",
     "descriptor_matches",
     "fit_key_idf",
     "histograms_from_codes",
@@ -83,23 +84,37 @@ def histograms_from_codes(
     values : (nnz,) float32
     """
     n = len(codes.sizes)
-    if weighting == "pm":
-        vals = codes.count * np.maximum(codes.w - codes.wp, 0.0) / codes.n_shifts
-    elif weighting == "idf":
-        pos = np.searchsorted(idf_keys, codes.key)
-        pos = np.minimum(pos, max(len(idf_keys) - 1, 0))
-        known = (idf_keys[pos] == codes.key) if len(idf_keys) else np.zeros(len(pos), bool)
-        vals = codes.count * np.where(known, idf[pos] if len(idf_keys) else 0.0, idf_unknown)
-        tot = np.bincount(codes.row, weights=vals, minlength=n)
-        vals = vals / np.where(tot > 0, tot, 1.0)[codes.row]
-    else:
-        raise ValueError(f"weighting must be 'pm' or 'idf', got {weighting!r}")
+    vals = code_values(
+        codes, weighting=weighting, idf=idf, idf_keys=idf_keys, idf_unknown=idf_unknown
+    )
     keep = vals > 0
     row, key, vals = codes.row[keep], codes.key[keep], vals[keep]
     order = np.lexsort((key, row))
     counts = np.bincount(row, minlength=n)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return indptr, key[order].astype(np.int64), vals[order].astype(np.float32)
+
+
+def code_values(
+    codes,
+    *,
+    weighting: str = "pm",
+    idf: np.ndarray | None = None,
+    idf_keys: np.ndarray | None = None,
+    idf_unknown: float = 0.0,
+) -> np.ndarray:
+    """(G,) float64 histogram value of every entry of ``codes``, weighted as
+    :func:`histograms_from_codes` describes (same parameters); zeros included."""
+    if weighting == "pm":
+        return codes.count * np.maximum(codes.w - codes.wp, 0.0) / codes.n_shifts
+    if weighting != "idf":
+        raise ValueError(f"weighting must be 'pm' or 'idf', got {weighting!r}")
+    pos = np.searchsorted(idf_keys, codes.key)
+    pos = np.minimum(pos, max(len(idf_keys) - 1, 0))
+    known = (idf_keys[pos] == codes.key) if len(idf_keys) else np.zeros(len(pos), bool)
+    vals = codes.count * np.where(known, idf[pos] if len(idf_keys) else 0.0, idf_unknown)
+    tot = np.bincount(codes.row, weights=vals, minlength=len(codes.sizes))
+    return vals / np.where(tot > 0, tot, 1.0)[codes.row]
 
 
 def fit_key_idf(

@@ -265,34 +265,53 @@ def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
         other.close()
 
 
-def test_query_codes_equal_the_pyramid_encoding(indexed):
-    """The lean query encoder gives exactly the keys, counts and levels of
-    PyramidMatch.encode (which the stored rows were built with), empty sets included."""
+@pytest.mark.parametrize("packed", [True, False], ids=["packed-sort", "exact-sort"])
+def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
+    """The lean encoder of the index and of queries gives exactly the keys, counts and
+    levels of PyramidMatch.encode, sorted by (set, key), with the batch's columns; and
+    for the uniform pyramid the same weighted histograms. Batches with empty and
+    one-point sets, a single set and an empty batch included."""
     import engine.collection as ec
 
+    if not packed:  # the exact two-key sort (used when packed keys would collide)
+        monkeypatch.setattr(ec, "_PACK_MAX_BITS", -1)
     col, _, _ = indexed
     models, _ = col._ensure()
-    d = col.features(col.paths()[0]).descriptors
-    for X in (d, d[:1], d[:0]):
-        got = ec._query_codes(models, X)
-        assert got.sizes.tolist() == [X.shape[0]]
-        if X.shape[0] == 0:
-            assert got.key.size == 0
-            continue
-        ref = ec._light_codes(models.vocab.encode([X]))
-        o = np.argsort(ref.key)
-        np.testing.assert_array_equal(got.key, ref.key[o])
-        np.testing.assert_array_equal(got.count, ref.count[o])
-        np.testing.assert_array_equal(got.level, ref.level[o])
-        # the uniform pyramid's weighted histogram (what the uniform score reads)
-        lean = ec._single_set_codes(models.uniform, X, weights=True)
-        full = models.uniform.encode([X])
-        for a, b in zip(
-            histograms_from_codes(lean, weighting="pm"),
-            histograms_from_codes(full, weighting="pm"),
-            strict=True,
-        ):
-            np.testing.assert_array_equal(a, b)
+    d = [col.features(p).descriptors for p in col.paths()[:3]]
+    batches = [
+        [d[0]],
+        [d[0][:1]],
+        [d[0][:0]],
+        [d[0], d[1][:0], d[1], d[2][:1], d[2]],
+        [],
+    ]
+    for sets in batches:
+        for pm, weights in ((models.vocab, False), (models.uniform, True)):
+            got = ec._batch_codes(pm, sets, weights=weights)
+            assert got.n == len(sets)
+            assert got.sizes.tolist() == [len(s) for s in sets]
+            if sum(len(s) for s in sets) == 0:
+                assert got.key.size == 0 and got.ukeys.size == 0
+                continue
+            ref = pm.encode(sets)
+            o = np.lexsort((ref.key, ref.row))
+            np.testing.assert_array_equal(got.row, ref.row[o])
+            np.testing.assert_array_equal(got.key, ref.key[o])
+            np.testing.assert_array_equal(got.count, ref.count[o])
+            np.testing.assert_array_equal(got.level, ref.level[o])
+            np.testing.assert_array_equal(got.ukeys, np.unique(ref.key))
+            np.testing.assert_array_equal(got.ukeys[got.col], got.key)
+            if weights:  # what the uniform score reads
+                ix = ec._intersection_index(got, ec.code_values(got, weighting="pm"))
+                want = histograms_from_codes(ref, weighting="pm")
+                for a, b in zip((ix.indptr, ix.keys, ix.values), want, strict=True):
+                    np.testing.assert_array_equal(a, b)
+                uk, cols = ix.columns()
+                np.testing.assert_array_equal(uk, np.unique(want[1]))
+                np.testing.assert_array_equal(uk[cols], want[1])
+    # the query path is the batch path
+    q = ec._query_codes(models, d[1])
+    np.testing.assert_array_equal(q.key, ec._batch_codes(models.vocab, [d[1]]).key)
 
 
 def test_more_hyperplanes_migrate_the_stored_bits(tmp_path, demo_folder, monkeypatch):
@@ -391,12 +410,12 @@ def test_uniform_cascade_keeps_the_exact_best(indexed, monkeypatch):
 
 def _encoded_from_store(col):
     """The search data recomputed from the stored features with the collection's models."""
-    from engine.collection import _encode, _light_codes
+    from engine.collection import _encode
 
     models = col._models
     ids = col.store.ids("ok")
     sets = [f.descriptors for _, f in col.store.iter_features(ids)]
-    return _encode(models, ids, sets, _light_codes(models.vocab.encode(sets)))
+    return _encode(models, ids, sets)
 
 
 def _assert_same_data(a, b):
