@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    as_program = argv is None  # the ``simile`` process itself (tests pass argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     names = {name for name, _ in _command_modules()}
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help", "--version")):
@@ -47,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return gui_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if as_program:  # a one-shot process: freed arrays are reused, not page-faulted again
+        from engine.ingest import keep_heap_warm
+
+        keep_heap_warm()
     module = importlib.import_module(f"app.commands.{args.command}")
     from app.commands._common import CommandError, print_error
 

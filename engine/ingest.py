@@ -148,8 +148,16 @@ def keep_heap_warm() -> bool:
     so every image page-faults all of those pages in again: on UKBench 1 M minor faults
     for 500 images, ~35 % of the extraction's CPU time (42 against 27 ms per image in
     one process). Raising the mmap and trim thresholds keeps the buffers in the heap
-    for the next image. Only for short-lived worker processes: their heap then stays at
-    its peak until they exit. Returns False where it does not apply (not glibc).
+    for the next image. The index's own work in the calling process (fitting the
+    vocabulary trees, encoding every image's pyramids in batches of megabytes) gains
+    as much: on UKBench its CPU time falls from 6.5-7.8 to 4.6-5.8 s, its page faults
+    from 110,000-435,000 to 18,000-31,000.
+
+    Process-wide and for good (glibc has no way back to its dynamic thresholds), the
+    heap then stays at its peak until the process exits: only for processes that exist
+    to do this work -- the extraction workers, the ``simile`` command line (every
+    sub-command) and the GUI's indexing process, not the GUI itself or a library user's
+    process. Returns False where it does not apply (not glibc).
     """
     import ctypes
     import ctypes.util

@@ -8,7 +8,8 @@ Run::
 1. Floor: decode + SIFT (``extract_features`` with the index's settings) of every image,
    in the same number of processes as indexing, set up as the indexing workers are
    (``engine.ingest._init_worker``: one OpenCV thread, heap kept warm) but forked, so the
-   floor pays no interpreter start-up.
+   floor pays no interpreter start-up; in a fresh interpreter each time, so that it does
+   not depend on what this process did before.
 2. ``Collection.update()`` into a fresh index (``--index``, deleted first): total time
    and ratio to the floor (target <= 1.3). ``--reps N`` alternates floor and index N
    times and reports every ratio and their median (this machine's speed drifts by tens
@@ -25,7 +26,6 @@ import os
 import shutil
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,29 +33,60 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _extract(path: str) -> int:
-    from engine.collection import FEATURE_KWARGS
-    from engine.features import extract_features
+# The floor runs in a fresh interpreter, so that it does not depend on this process's
+# state (a fork inherits the parent's heap, which the indexing runs before it change).
+_FLOOR = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from engine.collection import FEATURE_KWARGS
+from engine.features import extract_features
+from engine.ingest import _init_worker
 
+def extract(path):
     return len(extract_features(path, **FEATURE_KWARGS))
 
-
-def floor_seconds(files: list[Path], jobs: int) -> float:
+if __name__ == "__main__":
+    files = open(sys.argv[1]).read().split("\\n")
+    jobs = int(sys.argv[2])
     t = time.perf_counter()
     if jobs <= 1:
+        _init_worker()
         for f in files:
-            _extract(str(f))
+            extract(f)
     else:
-        import multiprocessing
-
-        from engine.ingest import _init_worker
-
-        # the indexing workers' set-up (one OpenCV thread, heap kept warm), forked so that
-        # the floor pays no interpreter start-up (the index's spawned workers do)
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as ex:
-            list(ex.map(_extract, map(str, files), chunksize=8))
-    return time.perf_counter() - t
+            list(ex.map(extract, files, chunksize=8))
+    c = os.times()
+    print(time.perf_counter() - t, c.children_user + c.children_system)
+"""
+
+
+def floor_seconds(files: list[Path], jobs: int) -> tuple[float, float]:
+    """Decode + SIFT of ``files`` (``extract_features`` with the index's settings) in
+    ``jobs`` processes set up as the indexing workers are (``_init_worker``: one OpenCV
+    thread, heap kept warm) but forked from an interpreter that has imported everything,
+    so the floor pays no interpreter start-up (the index's spawned workers do).
+
+    Returns wall seconds from the pool's creation to its end, and the workers' CPU
+    seconds (fork: with ``jobs == 1``, in-process, CPU not measured)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+        fh.write("\n".join(map(str, files)))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _FLOOR, fh.name, str(jobs)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+    finally:
+        os.unlink(fh.name)
+    wall, cpu = map(float, out.stdout.split()[-2:])
+    return wall, cpu
 
 
 def _cpu() -> float:
@@ -92,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine import metrics
     from engine.collection import Collection
+    from engine.ingest import keep_heap_warm
+
+    keep_heap_warm()  # as the simile command line and the GUI's indexing process do
 
     data = Path(args.data)
     files = sorted(p for p in data.iterdir() if p.suffix.lower() == ".jpg")
@@ -99,9 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = []
     for rep in range(max(args.reps, 1)):
         if not args.skip_floor:
-            c0 = _cpu()
-            fl = floor_seconds(files, args.jobs)
-            print(f"floor decode+SIFT ({args.jobs} procs): {fl:.2f} s, {_cpu() - c0:.1f} s CPU")
+            fl, fl_cpu = floor_seconds(files, args.jobs)
+            print(f"floor decode+SIFT ({args.jobs} procs): {fl:.2f} s, {fl_cpu:.1f} s CPU")
         if not args.reuse:
             shutil.rmtree(args.index, ignore_errors=True)
         col = Collection.open(data, args.index)

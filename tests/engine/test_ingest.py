@@ -333,7 +333,10 @@ def test_sigkill_mid_ingest_leaves_consistent_index(tmp_path, kill_after, delay)
 
 
 _FAULTS = """
-import resource, sys
+import ctypes, resource, sys
+# count 4 KiB pages: transparent huge pages (when the kernel has them free) would fault
+# in 512 pages at once, making the cold count depend on the machine's memory state
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import numpy as np
 from engine.features import extract_features
 from engine.ingest import keep_heap_warm
