@@ -10,6 +10,7 @@ Run::
    (``engine.ingest._init_worker``: one OpenCV thread, heap kept warm) but forked, so the
    floor pays no interpreter start-up; in a fresh interpreter each time, so that it does
    not depend on what this process did before.
+   ``--breakdown``: also the floor with spawned workers and extraction + storage alone.
 2. ``Collection.update()`` into a fresh index (``--index``, deleted first): total time
    and ratio to the floor (target <= 1.3). ``--reps N`` alternates floor and index N
    times and reports every ratio and their median (this machine's speed drifts by tens
@@ -54,7 +55,7 @@ if __name__ == "__main__":
         for f in files:
             extract(f)
     else:
-        ctx = multiprocessing.get_context("fork")
+        ctx = multiprocessing.get_context(sys.argv[3])
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as ex:
             list(ex.map(extract, files, chunksize=8))
     c = os.times()
@@ -62,14 +63,15 @@ if __name__ == "__main__":
 """
 
 
-def floor_seconds(files: list[Path], jobs: int) -> tuple[float, float]:
+def floor_seconds(files: list[Path], jobs: int, start: str = "fork") -> tuple[float, float]:
     """Decode + SIFT of ``files`` (``extract_features`` with the index's settings) in
     ``jobs`` processes set up as the indexing workers are (``_init_worker``: one OpenCV
     thread, heap kept warm) but forked from an interpreter that has imported everything,
     so the floor pays no interpreter start-up (the index's spawned workers do).
 
     Returns wall seconds from the pool's creation to its end, and the workers' CPU
-    seconds (fork: with ``jobs == 1``, in-process, CPU not measured)."""
+    seconds (with ``jobs == 1``: in-process, CPU not measured). ``start="spawn"``: the
+    workers start as the index's do (a fresh interpreter each, importing everything)."""
     import subprocess
     import tempfile
 
@@ -77,7 +79,7 @@ def floor_seconds(files: list[Path], jobs: int) -> tuple[float, float]:
         fh.write("\n".join(map(str, files)))
     try:
         out = subprocess.run(
-            [sys.executable, "-c", _FLOOR, fh.name, str(jobs)],
+            [sys.executable, "-c", _FLOOR, fh.name, str(jobs), start],
             capture_output=True,
             text=True,
             check=True,
@@ -87,6 +89,24 @@ def floor_seconds(files: list[Path], jobs: int) -> tuple[float, float]:
         os.unlink(fh.name)
     wall, cpu = map(float, out.stdout.split()[-2:])
     return wall, cpu
+
+
+def ingest_seconds(data: Path, index: str, jobs: int) -> float:
+    """Extraction and storage alone (``engine.ingest.ingest`` into a fresh store): the
+    index without its models."""
+    from engine.collection import FEATURE_KWARGS
+    from engine.ingest import ingest
+    from engine.store import IndexStore
+
+    shutil.rmtree(index, ignore_errors=True)
+    store = IndexStore.open(index)
+    t = time.perf_counter()
+    for _ in ingest(store, data, jobs=jobs, feature_kwargs=FEATURE_KWARGS):
+        pass
+    seconds = time.perf_counter() - t
+    store.close()
+    shutil.rmtree(index, ignore_errors=True)
+    return seconds
 
 
 def _cpu() -> float:
@@ -119,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-floor", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="keep an existing index")
     ap.add_argument("--reps", type=int, default=1, help="floor/index pairs (median ratio)")
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time, each rep: the floor with spawned workers, and extraction +\n"
+        "storage without the models (engine.ingest.ingest)",
+    )
     args = ap.parse_args(argv)
 
     from engine import metrics
@@ -135,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_floor:
             fl, fl_cpu = floor_seconds(files, args.jobs)
             print(f"floor decode+SIFT ({args.jobs} procs): {fl:.2f} s, {fl_cpu:.1f} s CPU")
+            if args.breakdown:
+                sp, _ = floor_seconds(files, args.jobs, start="spawn")
+                print(f"  floor with spawned workers: {sp:.2f} s ({sp / fl:.2f}x)")
+                ing = ingest_seconds(data, args.index + "_ingest", args.jobs)
+                print(f"  extraction + storage, no models: {ing:.2f} s ({ing / fl:.2f}x)")
         if not args.reuse:
             shutil.rmtree(args.index, ignore_errors=True)
         col = Collection.open(data, args.index)
