@@ -133,6 +133,9 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: files per worker task of :func:`ingest` (see ``extract_parallel(files_per_task=...)``)
+INGEST_FILES_PER_TASK = 4
+
 #: glibc ``mallopt`` parameters (malloc.h) and the values our workers use.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _WORKER_MMAP_THRESHOLD = 32 * 1024 * 1024  # the largest glibc accepts on 64-bit
@@ -247,6 +250,15 @@ def _extract_one(
     return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash)
 
 
+def _extract_many(
+    tasks: list[tuple[str, str | None]],
+    feature_kwargs: Mapping[str, Any],
+    extractor: Callable[..., Features] | None,
+) -> list[ExtractResult]:
+    """:func:`_extract_one` of every ``(path, known_hash)``, in order (one worker task)."""
+    return [_extract_one(path, known, feature_kwargs, extractor) for path, known in tasks]
+
+
 def extract_parallel(
     paths: Iterable[str],
     *,
@@ -257,6 +269,7 @@ def extract_parallel(
     max_in_flight: int | None = None,
     extractor: Callable[..., Features] | None = None,
     mp_context: Any = None,
+    files_per_task: int = 1,
 ) -> Iterator[ExtractResult]:
     """Extract features of ``paths`` in parallel, yielding results as they complete.
 
@@ -276,13 +289,20 @@ def extract_parallel(
         ``path -> content hash`` already indexed: a file whose hash matches is not
         extracted (``same_content=True``).
     max_in_flight : int, optional
-        Bound on submitted-but-unfinished files (default ``4 * jobs``), which bounds
-        memory whatever the number of paths.
+        Bound on submitted-but-unfinished files (default ``4 * jobs * files_per_task``),
+        which bounds memory whatever the number of paths.
     extractor : callable, optional
         Replacement for ``extract_features``, called as ``extractor(data: bytes, **kw)``
         (a module-level function, so that worker processes can import it).
     mp_context : multiprocessing context, optional
         Default ``multiprocessing.get_context("spawn")``.
+    files_per_task : int
+        Files sent to a worker at once (their results come back together). Each task is
+        a round trip through the pool's queues and its manager thread, which on a busy
+        machine can leave a worker waiting: for decode + SIFT (~25 ms a photo) 4 files
+        per task cost about 0.4 s less on UKBench's 500 photos than 1 (a floor run with
+        ``ProcessPoolExecutor.map``'s chunks of 1 against 8). Files in flight when a
+        worker dies are retried one per task, so a crash is still pinned on its file.
 
     Yields
     ------
@@ -306,14 +326,19 @@ def extract_parallel(
     import multiprocessing
 
     ctx = mp_context or multiprocessing.get_context("spawn")
-    limit = max_in_flight or 4 * n_jobs
+    per_task = max(1, int(files_per_task))
+    limit = max_in_flight or 4 * n_jobs * per_task
     suspects: deque[str] = deque()  # files in flight when a worker died: retried alone
-    in_flight: dict[Future, str] = {}
+    in_flight: dict[Future, list[str]] = {}
     pool: ProcessPoolExecutor | None = None
     finished = False
 
     def new_pool() -> ProcessPoolExecutor:
         return ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
+
+    def submit(chunk: list[str]) -> None:
+        tasks = [(path, hashes.get(path)) for path in chunk]
+        in_flight[pool.submit(_extract_many, tasks, kw, extractor)] = chunk
 
     try:
         while todo or suspects or in_flight:
@@ -325,37 +350,41 @@ def extract_parallel(
             try:
                 if suspects:
                     if not in_flight:
-                        path = suspects[0]
-                        fut = pool.submit(_extract_one, path, hashes.get(path), kw, extractor)
+                        submit([suspects[0]])
                         suspects.popleft()
-                        in_flight[fut] = path
                 else:
-                    while todo and len(in_flight) < limit:
-                        path = todo[0]
-                        fut = pool.submit(_extract_one, path, hashes.get(path), kw, extractor)
-                        todo.popleft()
-                        in_flight[fut] = path
+                    n_files = sum(map(len, in_flight.values()))
+                    while todo and n_files < limit:
+                        # no more than a fair share of what is left per task, so that
+                        # every worker gets files to the end
+                        size = min(per_task, limit - n_files, -(-len(todo) // n_jobs))
+                        submit([todo[i] for i in range(size)])
+                        for _ in range(size):
+                            todo.popleft()
+                        n_files += size
             except BrokenProcessPool:
                 broken = True
-            alone = len(in_flight) == 1  # a crash now is this file's fault
+            # a crash now is this file's fault
+            alone = len(in_flight) == 1 and len(next(iter(in_flight.values()))) == 1
             done, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
             for fut in done:
-                path = in_flight.pop(fut)
+                chunk = in_flight.pop(fut)
                 try:
-                    result = fut.result()
+                    results = fut.result()
                 except BrokenProcessPool:
                     broken = True
                     if alone:  # record the stat so it is retried only once changed
-                        size, mtime_ns = _stat_or_zero(path)
-                        yield ExtractResult(path, None, CRASH_REASON, size, mtime_ns)
+                        size, mtime_ns = _stat_or_zero(chunk[0])
+                        yield ExtractResult(chunk[0], None, CRASH_REASON, size, mtime_ns)
                     else:
-                        suspects.append(path)
+                        suspects.extend(chunk)
                     continue
                 except Exception as exc:  # e.g. an unpicklable result
-                    result = ExtractResult(path, None, _describe(exc))
-                yield result
+                    results = [ExtractResult(path, None, _describe(exc)) for path in chunk]
+                yield from results
             if broken:
-                suspects.extend(in_flight.values())
+                for chunk in in_flight.values():
+                    suspects.extend(chunk)
                 in_flight.clear()
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = None
@@ -500,6 +529,7 @@ def ingest(
         feature_kwargs=kw,
         known_hashes=known_hashes,
         extractor=extractor,
+        files_per_task=INGEST_FILES_PER_TASK,
     )
     try:
         for res in results:

@@ -39,25 +39,30 @@ ROOT = Path(__file__).resolve().parents[2]
 _FLOOR = """
 import multiprocessing, os, sys, time
 from concurrent.futures import ProcessPoolExecutor
-from engine.collection import FEATURE_KWARGS
-from engine.features import extract_features
-from engine.ingest import _init_worker
+from functools import partial
 
-def extract(path):
-    return len(extract_features(path, **FEATURE_KWARGS))
+def extract(kw, path):
+    from engine.features import extract_features
 
-if __name__ == "__main__":
+    return len(extract_features(path, **kw))
+
+if __name__ == "__main__":  # (spawned workers import this file: nothing heavy above)
+    import engine.features  # forked workers inherit it
+    from engine.collection import FEATURE_KWARGS
+    from engine.ingest import _init_worker
+
     files = open(sys.argv[1]).read().split("\\n")
     jobs = int(sys.argv[2])
+    job = partial(extract, FEATURE_KWARGS)
     t = time.perf_counter()
     if jobs <= 1:
         _init_worker()
         for f in files:
-            extract(f)
+            job(f)
     else:
         ctx = multiprocessing.get_context(sys.argv[3])
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as ex:
-            list(ex.map(extract, files, chunksize=8))
+            list(ex.map(job, files, chunksize=8))
     c = os.times()
     print(time.perf_counter() - t, c.children_user + c.children_system)
 """
@@ -75,18 +80,17 @@ def floor_seconds(files: list[Path], jobs: int, start: str = "fork") -> tuple[fl
     import subprocess
     import tempfile
 
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
-        fh.write("\n".join(map(str, files)))
-    try:
+    with tempfile.TemporaryDirectory() as tmp:
+        listing, script = Path(tmp, "files.txt"), Path(tmp, "floor.py")
+        listing.write_text("\n".join(map(str, files)))
+        script.write_text(_FLOOR)  # a file: spawned workers import its functions
         out = subprocess.run(
-            [sys.executable, "-c", _FLOOR, fh.name, str(jobs), start],
+            [sys.executable, str(script), str(listing), str(jobs), start],
             capture_output=True,
             text=True,
             check=True,
             cwd=ROOT,
         )
-    finally:
-        os.unlink(fh.name)
     wall, cpu = map(float, out.stdout.split()[-2:])
     return wall, cpu
 

@@ -240,14 +240,24 @@ def test_index_inside_folder_is_not_scanned(tmp_path, folder):
         assert summary.total == 6
 
 
-def test_parallel_matches_serial_and_survives_worker_crash(tmp_path, folder):
+@pytest.mark.parametrize("per_task", [1, 3])
+def test_parallel_matches_serial_and_survives_worker_crash(tmp_path, folder, per_task):
+    # with several files per task the crash takes its task's other files with it: they
+    # are retried alone, and only the culprit is recorded as crashing
     paths = sorted(_r(p) for p in folder.rglob("*.png"))
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes((folder / "img0.png").read_bytes() + CRASH_MARKER)
     work = [*paths[:3], str(bomb), *paths[3:]]
     results = list(
-        extract_parallel(work, jobs=2, feature_kwargs=FEAT_KW, extractor=crashing_extractor)
+        extract_parallel(
+            work,
+            jobs=2,
+            feature_kwargs=FEAT_KW,
+            extractor=crashing_extractor,
+            files_per_task=per_task,
+        )
     )
+    assert len(results) == len(work)
     assert sorted(r.path for r in results) == sorted(work)
     by_path = {r.path: r for r in results}
     assert by_path[str(bomb)].error == CRASH_REASON and by_path[str(bomb)].features is None
