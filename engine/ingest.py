@@ -522,6 +522,11 @@ def ingest(
             touched.clear()
 
     done = 0
+    # results are stored in the order of `work` (the scan's, spread files first), not in
+    # the order workers finish them: catalogue rows, and so every result that depends on
+    # row order, are then the same for every run over the same folder
+    position = {w.path: i for i, w in enumerate(work)}
+    waiting: dict[int, ExtractResult] = {}
     results = extract_parallel(
         [w.path for w in work],
         jobs=jobs,
@@ -531,28 +536,46 @@ def ingest(
         extractor=extractor,
         files_per_task=INGEST_FILES_PER_TASK,
     )
+
+    def take(res: ExtractResult) -> None:
+        nonlocal n_indexed
+        if res.error is not None:
+            failed.append((res.path, res.size, res.mtime_ns, res.content_hash, res.error))
+        elif res.same_content:
+            touched.append((res.path, res.size, res.mtime_ns))
+        else:
+            ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
+            n_indexed += 1
+        if len(ok) + len(failed) + len(touched) >= batch_size:
+            flush()
+
+    def take_waiting() -> None:  # finished out of order when the run stops: kept too
+        for i in sorted(waiting):
+            take(waiting.pop(i))
+
+    next_pos = 0
     try:
         for res in results:
             done += 1
+            waiting[position[res.path]] = res
+            while next_pos in waiting:
+                take(waiting.pop(next_pos))
+                next_pos += 1
             if res.error is not None:
-                failed.append((res.path, res.size, res.mtime_ns, res.content_hash, res.error))
                 status, message = "failed", res.error
             elif res.same_content:
-                touched.append((res.path, res.size, res.mtime_ns))
                 status, message = "unchanged", "content unchanged"
             else:
-                ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
-                n_indexed += 1
                 status, message = "indexed", f"{len(res.features)} features"
-            if len(ok) + len(failed) + len(touched) >= batch_size:
-                flush()
             yield IngestProgress(done, total, res.path, status, message)
-        flush()
     except GeneratorExit:
+        take_waiting()
         flush()  # the consumer stopped iterating: keep what is finished
         raise
     finally:
         results.close()
+    take_waiting()
+    flush()
     cancelled = cancel is not None and cancel.is_set() and done < total
     yield IngestProgress(done, total, None, "finalizing", "finalizing index")
     if not cancelled:

@@ -73,6 +73,16 @@ def crashing_extractor(data, **kw):
     return extract_features(data, **kw)
 
 
+def slow_extractor(data, **kw):
+    """Module-level: finishes files carrying SLOW_MARKER last."""
+    if SLOW_MARKER in data:
+        time.sleep(1.0)
+    return extract_features(data, **kw)
+
+
+SLOW_MARKER = b"SIMILE-TEST-SLOW"
+
+
 def _r(p):
     return os.path.realpath(p)
 
@@ -383,3 +393,21 @@ def test_workers_keep_freed_memory_for_the_next_image():
     cold, warm = faults("cold"), faults("warm")
     assert cold > 2000, cold  # thousands of 4 KiB pages per image
     assert warm < cold / 5, (cold, warm)
+
+
+def test_catalogue_order_does_not_depend_on_which_worker_finishes_first(tmp_path, folder):
+    # rows are stored in scan order even when the first files finish last, so every
+    # result that depends on row order (groupings, learned models) is reproducible
+    with IndexStore.open(tmp_path / "serial") as store:
+        _run(ingest(store, folder, jobs=1, feature_kwargs=FEAT_KW))
+        order = [r.path for r in store.records(None)]
+    with open(order[0], "ab") as fh:  # the first file in scan order: now the slowest
+        fh.write(SLOW_MARKER)
+    with IndexStore.open(tmp_path / "parallel") as store:
+        summary, events = _run(
+            ingest(store, folder, jobs=2, feature_kwargs=FEAT_KW, extractor=slow_extractor)
+        )
+        assert summary.indexed == len(order)
+        finished = [e.path for e in events if e.status == "indexed"]
+        assert finished[0] != order[0]  # it really finished out of order
+        assert [r.path for r in store.records(None)] == order
