@@ -669,7 +669,7 @@ def _batch_codes(
             blocks += [(t, lev) for lev in range(L)]
             all_bins.append(bins)
     E = len(blocks) * m
-    owner = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    owner = np.repeat(np.arange(n, dtype=np.int64), sizes)  # set of every point
     out = SimpleNamespace(sizes=sizes, n=n)
     if E == 0:
         out.row, out.key = np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -680,11 +680,12 @@ def _batch_codes(
         return out
     key = np.concatenate(keys)  # uint64, entry (block b, point p) at b * m + p
     sk = key ^ np.uint64(1 << 63)  # the signed order of the keys, as unsigned integers
+    entry_set = np.tile(owner, len(blocks))
     bits = max(1, int(n - 1).bit_length())
     order = None
     if bits <= _PACK_MAX_BITS:  # key-major: the key's top bits, then the set
         mask = np.uint64((1 << bits) - 1)
-        packed = (sk & ~mask) | np.tile(owner.astype(np.uint64), len(blocks))
+        packed = (sk & ~mask) | entry_set.view(np.uint64)
         order = np.argsort(packed)
         ps = packed[order]
         new = np.empty(E, bool)
@@ -694,9 +695,9 @@ def _batch_codes(
         if np.any(~new[1:] & (ks[1:] != ks[:-1])):  # two keys of a set share their top bits
             order = None
     if order is None:
-        order = np.lexsort((np.tile(owner, len(blocks)), sk))
+        order = np.lexsort((entry_set, sk))
         ks = sk[order]
-        rs = np.tile(owner, len(blocks))[order]
+        rs = entry_set[order]
         new = np.empty(E, bool)
         new[0] = True
         new[1:] = (ks[1:] != ks[:-1]) | (rs[1:] != rs[:-1])
@@ -709,7 +710,7 @@ def _batch_codes(
     col = np.cumsum(new_key) - 1
     out.ukeys = key[first[new_key]].view(np.int64)  # ascending: the sort was key-major
     blk, p = np.divmod(first, m)
-    row = owner[p]
+    row = entry_set[first]
     # set-major order, keys ascending within a set: a stable (radix) sort by set
     rdtype = np.uint8 if n <= 1 << 8 else np.uint16 if n <= 1 << 16 else np.int64
     by_row = np.argsort(row.astype(rdtype), kind="stable")
@@ -737,8 +738,6 @@ def _entry_weights(
     parents (0 above the top level), for :func:`_batch_codes`."""
     from engine.pyramid import UniformBinning
 
-    w = np.zeros(blk.size)
-    wp = np.zeros(blk.size)
     if all(isinstance(b, UniformBinning) for b in pm.binnings_):
         # weights constant per level (Lemma 1): a lookup by block
         lut = np.zeros(len(blocks) + 1)
@@ -747,6 +746,8 @@ def _entry_weights(
         top = np.array([lev + 1 == pm._levels_of(pm.binnings_[t]) for t, lev in blocks] + [True])
         lut_p = np.where(top[:-1], 0.0, lut[1:])  # the parent is the next block
         return lut[blk], lut_p[blk]
+    w = np.zeros(blk.size)
+    wp = np.zeros(blk.size)
     for b, (t, lev) in enumerate(blocks):
         at = np.flatnonzero(blk == b)
         if at.size == 0:

@@ -259,6 +259,15 @@ def _extract_many(
     return [_extract_one(path, known, feature_kwargs, extractor) for path, known in tasks]
 
 
+def _outcome(res: ExtractResult) -> tuple[str, str]:
+    """Progress ``(status, message)`` of one extraction result."""
+    if res.error is not None:
+        return "failed", res.error
+    if res.same_content:
+        return "unchanged", "content unchanged"
+    return "indexed", f"{len(res.features)} features"
+
+
 def extract_parallel(
     paths: Iterable[str],
     *,
@@ -539,9 +548,10 @@ def ingest(
 
     def take(res: ExtractResult) -> None:
         nonlocal n_indexed
-        if res.error is not None:
+        status, _ = _outcome(res)
+        if status == "failed":
             failed.append((res.path, res.size, res.mtime_ns, res.content_hash, res.error))
-        elif res.same_content:
+        elif status == "unchanged":
             touched.append((res.path, res.size, res.mtime_ns))
         else:
             ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
@@ -561,13 +571,7 @@ def ingest(
             while next_pos in waiting:
                 take(waiting.pop(next_pos))
                 next_pos += 1
-            if res.error is not None:
-                status, message = "failed", res.error
-            elif res.same_content:
-                status, message = "unchanged", "content unchanged"
-            else:
-                status, message = "indexed", f"{len(res.features)} features"
-            yield IngestProgress(done, total, res.path, status, message)
+            yield IngestProgress(done, total, res.path, *_outcome(res))
     except GeneratorExit:
         take_waiting()
         flush()  # the consumer stopped iterating: keep what is finished
