@@ -1,8 +1,11 @@
 """Parallel feature extraction and incremental, crash-safe ingestion into an index.
 
 :func:`extract_parallel` runs :func:`engine.features.extract_features` in worker
-processes (``spawn`` start method: safe in a threaded GUI process and on every OS) with a
-bounded number of files in flight. A worker that dies (segfaulting decoder, OOM killer)
+processes with a bounded number of files in flight. The workers are forked on Linux when
+the calling process runs no other Python thread and has not loaded Qt (the ``simile``
+command line): they then start at once with everything imported. Otherwise (a GUI, any
+threaded caller, other systems) they are spawned, which is safe everywhere
+(:func:`worker_context`). A worker that dies (segfaulting decoder, OOM killer)
 breaks the pool; its files are then retried one at a time in a fresh pool so the culprit
 is identified and reported as failed while every other file is still indexed.
 
@@ -41,6 +44,7 @@ __all__ = [
     "extract_parallel",
     "feature_key",
     "ingest",
+    "worker_context",
 ]
 
 CRASH_REASON = "the decoder crashed on this file (worker process died)"
@@ -178,6 +182,56 @@ def keep_heap_warm() -> bool:
     return bool(ok)
 
 
+_QT_MODULES = ("PySide6", "PyQt6", "PySide2", "PyQt5")
+
+
+def worker_context() -> Any:
+    """The ``multiprocessing`` context :func:`extract_parallel` starts its workers with.
+
+    ``fork`` on Linux when this process runs no other Python thread and has not loaded a
+    Qt binding, else ``spawn``. A forked worker starts at once with every module already
+    imported, where a spawned one starts a fresh interpreter and imports numpy, OpenCV
+    and the engine again (UKBench: the decode + SIFT floor is 1.03-1.14x slower with
+    spawned workers, ``bench_ukbench.py --breakdown``). Forking is only safe when no
+    other thread can hold a lock at that moment (and Qt's threads are invisible to
+    :mod:`threading`); numpy's OpenBLAS threads are made fork-safe by OpenBLAS itself.
+    Checked again for every pool, so a pool restarted after a crash, while other threads
+    run, is spawned. OpenCV's own thread pool does not survive a fork: it is stopped
+    while the workers are forked. The index's writer lock is not inherited usefully: a
+    forked child closes its copy (:mod:`engine.store`).
+    """
+    import multiprocessing
+    import sys
+
+    qt = any(name in sys.modules for name in _QT_MODULES)
+    if sys.platform.startswith("linux") and threading.active_count() == 1 and not qt:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def _forked_pool(n_jobs: int, ctx: Any) -> ProcessPoolExecutor:
+    """A pool whose ``n_jobs`` workers are forked now, with OpenCV single-threaded.
+
+    OpenCV's thread pool (started by any parallel OpenCV call in this process) does not
+    survive a fork: a child that reconfigures it waits forever for threads it does not
+    have. Setting one thread stops the pool; the workers are forked meanwhile (a fork
+    pool starts all its processes at its first task) and the setting is then restored.
+    """
+    import sys
+
+    cv2 = sys.modules.get("cv2")
+    threads = cv2.getNumThreads() if cv2 is not None else None
+    if cv2 is not None:
+        cv2.setNumThreads(1)
+    try:
+        pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
+        pool.submit(int)  # forks every worker
+    finally:
+        if cv2 is not None:
+            cv2.setNumThreads(threads)
+    return pool
+
+
 def _init_worker() -> None:
     """Worker set-up: leave Ctrl-C to the parent, one OpenCV thread per process, keep
     freed memory for the next image (:func:`keep_heap_warm`)."""
@@ -304,7 +358,8 @@ def extract_parallel(
         Replacement for ``extract_features``, called as ``extractor(data: bytes, **kw)``
         (a module-level function, so that worker processes can import it).
     mp_context : multiprocessing context, optional
-        Default ``multiprocessing.get_context("spawn")``.
+        Default :func:`worker_context` (chosen when each pool starts). A pool restarted
+        after a crash while other threads run is spawned even if this says ``fork``.
     files_per_task : int
         Files sent to a worker at once (their results come back together). Each task is
         a round trip through the pool's queues and its manager thread, which on a busy
@@ -332,9 +387,6 @@ def extract_parallel(
             yield _extract_one(path, hashes.get(path), kw, extractor)
         return
 
-    import multiprocessing
-
-    ctx = mp_context or multiprocessing.get_context("spawn")
     per_task = max(1, int(files_per_task))
     limit = max_in_flight or 4 * n_jobs * per_task
     suspects: deque[str] = deque()  # files in flight when a worker died: retried alone
@@ -342,7 +394,19 @@ def extract_parallel(
     pool: ProcessPoolExecutor | None = None
     finished = False
 
+    restarts = -1
+
     def new_pool() -> ProcessPoolExecutor:
+        nonlocal restarts
+        restarts += 1
+        ctx = mp_context or worker_context()
+        if ctx.get_start_method() == "fork":
+            if not restarts or threading.active_count() == 1:
+                return _forked_pool(n_jobs, ctx)
+            # after a crash the broken pool's threads may still hold locks
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
 
     def submit(chunk: list[str]) -> None:
@@ -455,8 +519,11 @@ def ingest(
         scan order), so that the first results to arrive sample the whole folder: a
         caller can fit models on them while the rest is still being extracted.
     on_plan : callable, optional
-        Called once, before any extraction, with the paths submitted first (the
-        ``spread`` files; an empty list when ``spread`` is 0 or there is no work).
+        Called once with the paths submitted first (the ``spread`` files; an empty list
+        when ``spread`` is 0 or there is no work): when the first file is extracted, so
+        that the worker processes have started before the caller starts threads of its
+        own (:func:`worker_context` forks them only from a single-threaded process), or
+        at the end of a run without any (not after a cancelled one).
 
     Yields
     ------
@@ -506,8 +573,7 @@ def ingest(
         chosen = set(pick)
         work = [work[i] for i in pick] + [w for i, w in enumerate(work) if i not in chosen]
         first = [w.path for w in work[: len(pick)]]
-    if on_plan is not None:
-        on_plan(first)
+    planned = on_plan is None
     yield IngestProgress(
         0,
         total,
@@ -566,6 +632,9 @@ def ingest(
     next_pos = 0
     try:
         for res in results:
+            if not planned:
+                planned = True
+                on_plan(first)
             done += 1
             waiting[position[res.path]] = res
             while next_pos in waiting:
@@ -581,6 +650,8 @@ def ingest(
     take_waiting()
     flush()
     cancelled = cancel is not None and cancel.is_set() and done < total
+    if not planned and not cancelled:
+        on_plan(first)
     yield IngestProgress(done, total, None, "finalizing", "finalizing index")
     if not cancelled:
         store.compact()

@@ -34,11 +34,12 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -232,13 +233,30 @@ class _WriterLock:
 
     POSIX uses ``fcntl.flock`` (released by the kernel when the process dies, even on
     ``kill -9``); Windows uses ``msvcrt.locking`` on byte 0 and writes the pid after it.
+
+    A flock belongs to the open file, which a forked child shares: a child that unlocked
+    it would unlock the parent, and one that outlived a killed parent would keep the
+    index locked. Every forked child therefore closes its copy at once
+    (``os.register_at_fork``), without unlocking; the parent keeps the lock.
     """
 
     _PID_OFFSET = 16
+    _held: ClassVar[weakref.WeakSet[_WriterLock]] = weakref.WeakSet()
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+
+    @classmethod
+    def _forget_in_child(cls) -> None:
+        """After a fork, in the child: close inherited lock files without unlocking."""
+        for lock in list(cls._held):
+            fd, lock._fd = lock._fd, None
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -249,6 +267,7 @@ class _WriterLock:
             os.close(fd)
             raise IndexLockedError(self.path.parent, pid) from None
         self._fd = fd
+        self._held.add(self)
         data = f"{os.getpid()}\n".encode()
         os.lseek(fd, self._PID_OFFSET, os.SEEK_SET)
         os.write(fd, data)
@@ -256,6 +275,7 @@ class _WriterLock:
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
+        self._held.discard(self)
         if fd is None:
             return
         try:
@@ -301,6 +321,10 @@ class _WriterLock:
             import fcntl
 
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WriterLock._forget_in_child)
 
 
 # --------------------------------------------------------------------------- codecs

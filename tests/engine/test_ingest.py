@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import struct
@@ -250,8 +251,11 @@ def test_index_inside_folder_is_not_scanned(tmp_path, folder):
         assert summary.total == 6
 
 
-@pytest.mark.parametrize("per_task", [1, 3])
-def test_parallel_matches_serial_and_survives_worker_crash(tmp_path, folder, per_task):
+_START_METHODS = ["spawn", "fork"] if sys.platform.startswith("linux") else ["spawn"]
+
+
+@pytest.mark.parametrize(("per_task", "start"), [(1, "spawn"), (3, _START_METHODS[-1])])
+def test_parallel_matches_serial_and_survives_worker_crash(tmp_path, folder, per_task, start):
     # with several files per task the crash takes its task's other files with it: they
     # are retried alone, and only the culprit is recorded as crashing
     paths = sorted(_r(p) for p in folder.rglob("*.png"))
@@ -265,6 +269,7 @@ def test_parallel_matches_serial_and_survives_worker_crash(tmp_path, folder, per
             feature_kwargs=FEAT_KW,
             extractor=crashing_extractor,
             files_per_task=per_task,
+            mp_context=multiprocessing.get_context(start),
         )
     )
     assert len(results) == len(work)
@@ -278,6 +283,56 @@ def test_parallel_matches_serial_and_survives_worker_crash(tmp_path, folder, per
         ref = extract_features(p, **FEAT_KW)
         np.testing.assert_array_equal(r.features.descriptors, ref.descriptors)
         assert r.content_hash and r.size == os.path.getsize(p)
+
+
+_CONTEXT = """
+import sys, threading
+if "qt" in sys.argv[1:]:
+    sys.modules["PySide6"] = type(sys)("PySide6")  # as if the GUI had loaded Qt
+if "thread" in sys.argv[1:]:
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, daemon=True).start()
+from engine.ingest import worker_context
+print(worker_context().get_start_method())
+"""
+
+
+@pytest.mark.parametrize("situation", ["alone", "thread", "qt"])
+def test_workers_are_forked_only_from_a_single_threaded_process_without_qt(situation):
+    out = subprocess.run(
+        [sys.executable, "-c", _CONTEXT, situation], capture_output=True, text=True, check=True
+    )
+    alone = situation == "alone" and sys.platform.startswith("linux")
+    assert out.stdout.strip() == ("fork" if alone else "spawn")
+
+
+_AFTER_OPENCV = """
+import sys
+import cv2
+from engine.features import extract_features
+from engine.ingest import extract_parallel, worker_context
+paths = sys.argv[1:]
+extract_features(paths[0])  # OpenCV's thread pool now runs in this process
+threads = cv2.getNumThreads()
+assert threads > 1 and worker_context().get_start_method() == "fork"
+res = list(extract_parallel(paths, jobs=2, feature_kwargs={"max_features": 80}))
+assert sorted(r.path for r in res) == sorted(paths) and all(r.error is None for r in res)
+assert cv2.getNumThreads() == threads
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork start method")
+def test_workers_fork_from_a_process_that_ran_opencv_threads(folder):
+    # a forked child that reconfigured OpenCV's inherited thread pool would wait forever
+    paths = sorted(str(p) for p in folder.rglob("*.png"))
+    out = subprocess.run(
+        [sys.executable, "-c", _AFTER_OPENCV, *paths],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_extract_parallel_cancel_and_bad_jobs(folder):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -234,6 +235,46 @@ def test_writer_lock_across_processes(tmp_path):
             proc.kill()
             proc.wait()
     IndexStore.open(idx).close()  # a killed holder releases the lock
+
+
+_FORKED = """
+import os, signal, sys, time
+from engine.store import IndexStore, IndexLockedError
+s = IndexStore.open(sys.argv[1])
+pid = os.fork()
+if pid == 0:  # a forked child (e.g. an extraction worker) closing what it inherited
+    if sys.argv[2] == "close":
+        s.close()
+        os._exit(0)
+    time.sleep(60)  # outlives its parent
+    os._exit(0)
+if sys.argv[2] == "close":
+    os.waitpid(pid, 0)
+    try:
+        IndexStore.open(sys.argv[1])
+    except IndexLockedError:
+        print("still locked", flush=True)
+else:
+    print(pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_forked_children_neither_release_nor_keep_the_writer_lock(tmp_path):
+    idx = tmp_path / "idx"
+    run = [sys.executable, "-c", _FORKED, str(idx)]
+    # a child closing the store does not unlock its parent (flock is per open file)
+    out = subprocess.run([*run, "close"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "still locked"
+    # a child outliving its killed parent does not keep the index locked
+    out = subprocess.run([*run, "orphan"], capture_output=True, text=True)
+    child = int(out.stdout.split()[0])
+    try:
+        os.kill(child, 0)  # still alive
+        IndexStore.open(idx).close()
+    finally:
+        os.kill(child, signal.SIGKILL)
 
 
 def test_open_errors(tmp_path):
