@@ -341,9 +341,8 @@ class _Encoded:
         for name in ("vocab", "uniform"):
             ix: IntersectionIndex = getattr(self, name)
             st[f"{name}.indptr"] = ix.indptr
-            st[f"{name}.keys"] = ix.keys
             st[f"{name}.values"] = ix.values
-            uk, cols = ix.columns()
+            uk, cols = ix.columns()  # the keys are ukeys[cols]: not stored again
             st[f"{name}.ukeys"] = uk
             st[f"{name}.cols"] = cols
         st["bow.indptr"] = self.bow.indptr.astype(np.int64)
@@ -415,10 +414,14 @@ class _Encoded:
     def concat(parts: list[_Encoded]) -> _Encoded:
         if len(parts) == 1:  # no copy (a loaded index keeps its arrays and columns)
             return parts[0]
+        # the two pyramids' merges (sorts and copies, without the GIL) side by side
+        vocab, uniform = _thread_map(
+            IntersectionIndex.concat, [[p.vocab for p in parts], [p.uniform for p in parts]]
+        )
         return _Encoded(
             np.concatenate([p.ids for p in parts]),
-            IntersectionIndex.concat([p.vocab for p in parts]),
-            IntersectionIndex.concat([p.uniform for p in parts]),
+            vocab,
+            uniform,
             sp.vstack([p.bow for p in parts], format="csr"),
             np.concatenate([p.wta for p in parts]),
             np.concatenate([p.rh for p in parts]),

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine._arrays import unique_values
 from engine._blas import single_threaded_blas
 from engine.geometry import verify
 
@@ -455,25 +454,39 @@ class IntersectionIndex:
     def concat(parts: list[IntersectionIndex]) -> IntersectionIndex:
         """Rows of ``parts`` one after the other. When every part has its
         :meth:`columns` already, the result's are merged from them (a union of the
-        parts' unique keys), far cheaper than one ``np.unique`` over all entries."""
-        indptrs, keys, vals, off = [np.zeros(1, np.int64)], [], [], 0
+        parts' unique keys, far cheaper than one ``np.unique`` over all entries) and its
+        keys are left to be gathered from them if ever asked for."""
+        indptrs, vals, off = [np.zeros(1, np.int64)], [], 0
         for p in parts:
             indptrs.append(p.indptr[1:] + off)
             off += int(p.indptr[-1])
-            keys.append(p.keys)
             vals.append(p.values)
-        columns = None
+        values = np.concatenate(vals) if vals else np.zeros(0, np.float32)
         if parts and all(p._columns is not None for p in parts):
-            uk = unique_values(np.concatenate([p._columns[0] for p in parts]))
+            uks = [p._columns[0] for p in parts]
+            every = np.concatenate(uks)
+            # the parts' keys are sorted runs, which a stable (merging) sort exploits
+            order = np.argsort(every, kind="stable")
+            s = every[order]
+            new = np.empty(s.size, bool)
+            new[:1] = True
+            np.not_equal(s[1:], s[:-1], out=new[1:])
+            rank = np.empty(s.size, np.int32)
+            rank[order] = np.cumsum(new, dtype=np.int32) - 1  # column of every part key
+            ends = np.cumsum([u.size for u in uks])
             cols = [
-                np.searchsorted(uk, p._columns[0]).astype(np.int32)[p._columns[1]] for p in parts
+                rank[e - u.size : e][p._columns[1]]
+                for e, u, p in zip(ends, uks, parts, strict=True)
             ]
-            columns = (uk, np.concatenate(cols))
+            return IntersectionIndex(
+                np.concatenate(indptrs), None, values, columns=(s[new], np.concatenate(cols))
+            )
+        keys = [p.keys for p in parts]
         return IntersectionIndex(
             np.concatenate(indptrs),
             np.concatenate(keys) if keys else np.zeros(0, np.int64),
-            np.concatenate(vals) if vals else np.zeros(0, np.float32),
-            columns=columns,
+            values,
+            columns=None,
         )
 
 

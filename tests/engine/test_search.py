@@ -57,6 +57,8 @@ def test_intersection_matches_bruteforce(max_heavy):
 def test_concat_merges_the_parts_columns():
     rng = np.random.default_rng(3)
     parts = [IntersectionIndex(*_random_rows(rng, n, n_keys=80)) for n in (7, 1, 12)]
+    empty = np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    parts.insert(2, IntersectionIndex(*empty))  # a part without rows
     plain = IntersectionIndex.concat(parts)  # no part has columns: computed on demand
     assert plain._columns is None
     for p in parts:
@@ -66,6 +68,8 @@ def test_concat_merges_the_parts_columns():
     uk, cols = merged.columns()
     want_uk, want_cols = plain.columns()
     assert np.array_equal(uk, want_uk) and np.array_equal(cols, want_cols)
+    assert np.array_equal(merged.keys, plain.keys)  # gathered from the columns
+    assert np.array_equal(merged.indptr, plain.indptr)
     qk, qv = np.array([0, 9, 40, 79], np.int64), rng.random(4).astype(np.float32)
     np.testing.assert_allclose(merged.score(qk, qv), plain.score(qk, qv), rtol=1e-6)
     # a subset keeps the columns (possibly with unused ones) and scores the same
