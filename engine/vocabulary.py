@@ -157,15 +157,37 @@ def _rowwise_sqdist(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     return np.einsum("nd,nd->n", diff, diff)
 
 
-def _segment_argmax(values: np.ndarray, node: np.ndarray, n_nodes: int) -> np.ndarray:
-    """(n_nodes,) index of the largest ``values`` entry per node (nodes all non-empty)."""
-    order = np.lexsort((values, node))
-    last = _segment_starts(node[order], n_nodes)[1:] - 1
-    return order[last]
+def _segment_argmax(values: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Position of the largest entry of every segment (the last one among ties).
+
+    Parameters
+    ----------
+    values : (N,) float
+        Grouped in non-empty segments ``values[starts[s]:starts[s + 1]]``.
+    starts : (S,) int64
+        First position of every segment, ascending, ``starts[0] == 0``.
+    seg : (N,) int64
+        Segment of every position.
+
+    Returns
+    -------
+    (S,) int64
+    """
+    top = np.maximum.reduceat(values, starts)
+    hit = np.flatnonzero(values == top[seg])
+    s = seg[hit]
+    last = np.empty(hit.size, bool)
+    last[-1:] = True
+    np.not_equal(s[1:], s[:-1], out=last[:-1])
+    return hit[last]
 
 
 def _small_bin_diameters(
-    X: np.ndarray, b: np.ndarray, count: np.ndarray, max_points: int
+    X: np.ndarray,
+    b: np.ndarray,
+    count: np.ndarray,
+    max_points: int,
+    order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact diameters (largest pairwise distance) of bins with 2..max_points points.
 
@@ -179,7 +201,8 @@ def _small_bin_diameters(
         The bins handled.
     diameters : (n,) float32
     """
-    order = np.argsort(b, kind="stable")
+    if order is None:  # the points grouped by bin
+        order = np.argsort(b, kind="stable")
     starts = np.concatenate(([0], np.cumsum(count)[:-1]))
     todo = np.flatnonzero((count >= 2) & (count <= max_points))
     out = np.zeros(todo.size, dtype=np.float32)
@@ -504,21 +527,32 @@ class VocabularyTree:
         for lvl in range(self.levels):
             n_l = self._centers[lvl].shape[0]
             b = bins[:, lvl]
-            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl][b]))
             count = np.bincount(b, minlength=n_l)
+            # maxima per bin over the points grouped by bin (stable: ties go to the
+            # point that comes last in X)
+            order = np.argsort(b, kind="stable")
+            has = np.flatnonzero(count)
+            sizes = count[has]
+            starts = np.zeros(has.size, np.int64)
+            np.cumsum(sizes[:-1], out=starts[1:])
+            seg = np.repeat(np.arange(has.size), sizes)  # bin (of `has`) at every position
+            sub = np.empty_like(seg)
+            sub[order] = seg  # ... of every point
+            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl][b]))[order]
             radius = np.zeros(n_l, dtype=np.float32)
-            np.maximum.at(radius, b, dist_l)
+            radius[has] = np.maximum.reduceat(dist_l, starts)
+            # farthest-point sweeps: from the point farthest from the centre to the one
+            # farthest from it, and once more
             diam = np.zeros(n_l, dtype=np.float32)
-            has = count > 0
-            b_has = np.flatnonzero(has)
-            # farthest-point sweeps, restricted to bins with training points
-            sub = np.searchsorted(b_has, b)
-            start = _segment_argmax(dist_l, sub, b_has.size)
-            for _ in range(2):
-                d = np.sqrt(_rowwise_sqdist(X, X[start][sub]))
-                np.maximum.at(diam, b, d)
-                start = _segment_argmax(d, sub, b_has.size)
-            exact, value = _small_bin_diameters(X, b, count, _EXACT_DIAMETER_MAX_POINTS)
+            start = order[_segment_argmax(dist_l, starts, seg)]
+            for sweep in range(2):
+                d = np.sqrt(_rowwise_sqdist(X, X[start][sub]))[order]
+                diam[has] = np.maximum(diam[has], np.maximum.reduceat(d, starts))
+                if sweep == 0:
+                    start = order[_segment_argmax(d, starts, seg)]
+            exact, value = _small_bin_diameters(
+                X, b, count, _EXACT_DIAMETER_MAX_POINTS, order=order
+            )
             diam[exact] = value
             self._count.append(count.astype(np.int64))
             self._radius.append(radius)
