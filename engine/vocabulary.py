@@ -228,6 +228,28 @@ def _small_bin_diameters(
     return todo, out
 
 
+def _pad_size(size: np.ndarray) -> np.ndarray:
+    """Padded segment sizes for :func:`_kmeans_level`: rounded up to a multiple of an
+    eighth of their power of two (at most ~14 % padding)."""
+    step = np.maximum(1, 1 << np.maximum(0, _bit_length(size) - 3))
+    return -(-size // step) * step
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """``int.bit_length`` of every non-negative entry."""
+    out = np.zeros(x.shape, np.int64)
+    nz = x > 0
+    out[nz] = np.floor(np.log2(x[nz])).astype(np.int64) + 1
+    return out
+
+
+def _padded_sqdist(P: np.ndarray, xsq: np.ndarray, valid: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(S, P) float64 squared distances of padded segment points ``P`` (S, P, D) with
+    squared norms ``xsq`` to one point ``c[s]`` (S, D) each; 0 at padding."""
+    d2 = xsq + np.einsum("sd,sd->s", c, c)[:, None] - 2.0 * np.matmul(P, c[:, :, None])[:, :, 0]
+    return np.where(valid, np.maximum(d2, 0.0), 0.0).astype(np.float64)
+
+
 def _kmeans_level(
     Xs: np.ndarray,
     seg_starts: np.ndarray,
@@ -237,6 +259,12 @@ def _kmeans_level(
     tol: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """k-means with k-means++ seeding, run independently inside every segment at once.
+
+    Segments are grouped by padded size and each group is copied once into a
+    ``(segments, padded size, D)`` block (padding repeats the segment's first point and
+    never counts): the k-means++ draws (Arthur & Vassilvitskii), the assignments and the
+    centre updates of a group are then batched products over that block, instead of a
+    gather of every point's centre for each of them.
 
     Parameters
     ----------
@@ -257,59 +285,80 @@ def _kmeans_level(
     n, dim = Xs.shape
     n_seg = seg_starts.size - 1
     sizes = np.diff(seg_starts)
-    node = np.repeat(np.arange(n_seg), sizes)
     kk = np.minimum(sizes, k)
     centers = np.zeros((n_seg * k, dim), dtype=np.float32)
+    labels = np.empty(n, dtype=np.int64)
+    pad = _pad_size(sizes)
+    slots_k = np.arange(k)
+    groups = []
+    for size in np.unique(pad):
+        segs = np.flatnonzero(pad == size)
+        slots = np.arange(size)
+        first = seg_starts[segs][:, None]
+        valid = slots < sizes[segs][:, None]  # (S, P)
+        pidx = np.where(valid, first + slots, first)
+        P = Xs[pidx]  # (S, P, D)
+        xsq = np.einsum("spd,spd->sp", P, P)
+        C = np.zeros((segs.size, k, dim), dtype=np.float32)
+        own = sizes[segs] <= k  # every point is its own centre
+        if own.any():
+            m = min(int(size), k)
+            C[own, :m] = P[own, :m] * valid[own, :m, None]
+        seed = np.flatnonzero(~own)
+        if seed.size:  # k-means++ seeding, batched over the group's larger segments
+            Pb, xb, nb = P[seed], xsq[seed], sizes[segs[seed]]
+            rows = np.arange(seed.size)
+            vb = valid[seed]
 
-    # Segments with at most k points: every point is its own centre.
-    small_pt = sizes[node] <= k
-    if small_pt.any():
-        p = np.flatnonzero(small_pt)
-        rank = p - seg_starts[node[p]]
-        centers[node[p] * k + rank] = Xs[p]
+            c = Pb[rows, np.floor(rng.random(seed.size) * nb).astype(np.int64)]
+            C[seed, 0] = c
+            d2 = _padded_sqdist(Pb, xb, vb, c)
+            for t in range(1, k):
+                cs = np.cumsum(d2, axis=1)
+                tot = cs[:, -1]
+                r = rng.random(seed.size) * tot
+                pick = np.minimum(np.count_nonzero(cs <= r[:, None], axis=1), nb - 1)
+                pick[~(tot > 0)] = 0  # all points coincide with chosen centres
+                c = Pb[rows, pick]
+                C[seed, t] = c
+                if t < k - 1:
+                    np.minimum(d2, _padded_sqdist(Pb, xb, vb, c), out=d2)
+        groups.append((segs, valid, pidx, P, xsq, C, seed))
 
-    # Larger segments: k-means++ seeding (Arthur & Vassilvitskii), vectorised over segments.
-    big_seg = np.flatnonzero(sizes > k)
-    if big_seg.size:
-        pb = np.flatnonzero(~small_pt)  # still grouped by segment
-        Xb = Xs[pb]
-        nb = np.searchsorted(big_seg, node[pb])  # 0..len(big_seg)-1
-        b_starts = _segment_starts(nb, big_seg.size)
-        b_sizes = np.diff(b_starts)
-        first = b_starts[:-1] + np.floor(rng.random(big_seg.size) * b_sizes).astype(np.int64)
-        centers[big_seg * k] = Xb[first]
-        d2 = _rowwise_sqdist(Xb, Xb[first][nb]).astype(np.float64)
-        for t in range(1, k):
-            cs = np.cumsum(d2)
-            end = cs[b_starts[1:] - 1]
-            before = np.where(b_starts[:-1] > 0, cs[np.maximum(b_starts[:-1] - 1, 0)], 0.0)
-            tot = end - before
-            pick = np.searchsorted(cs, before + rng.random(big_seg.size) * tot, side="right")
-            pick = np.clip(pick, b_starts[:-1], b_starts[1:] - 1)
-            degenerate = ~(tot > 0)
-            if degenerate.any():  # all points coincide with chosen centres
-                pick[degenerate] = b_starts[:-1][degenerate]
-            centers[big_seg * k + t] = Xb[pick]
-            if t < k - 1:
-                np.minimum(d2, _rowwise_sqdist(Xb, Xb[pick][nb]), out=d2)
+    def assign(g) -> np.ndarray:
+        segs, _, _, P, _, C, _ = g
+        d = np.einsum("skd,skd->sk", C, C)[:, None, :] - 2.0 * np.matmul(
+            P, C.transpose(0, 2, 1)
+        )  # (S, P, k)
+        d[np.broadcast_to((slots_k >= kk[segs][:, None])[:, None, :], d.shape)] = np.inf
+        return np.argmin(d, axis=2)
 
-    cand_lo = np.arange(n_seg, dtype=np.int64) * k
-    csq = np.einsum("nd,nd->n", centers, centers)
-    labels = _segment_argmin(Xs, seg_starts, cand_lo, kk, centers, csq)
-    ones = np.ones(n, dtype=np.float32)
-    cols = np.arange(n)
+    local = [assign(g) for g in groups]
     for _ in range(max_iter):
-        member = sp.csr_matrix((ones, (labels, cols)), shape=(n_seg * k, n))
-        counts = np.bincount(labels, minlength=n_seg * k)
-        filled = counts > 0
-        sums = np.asarray(member @ Xs)
-        centers[filled] = sums[filled] / counts[filled, None].astype(np.float32)
-        csq = np.einsum("nd,nd->n", centers, centers)
-        new = _segment_argmin(Xs, seg_starts, cand_lo, kk, centers, csq)
-        changed = np.count_nonzero(new != labels)
-        labels = new
+        changed = 0
+        for i, g in enumerate(groups):
+            segs, valid, _, P, _, C, seed = g
+            if seed.size == 0:
+                continue
+            every = seed.size == segs.size  # (usually: all or none of a group seeds)
+            lab = np.where(valid, local[i], k)  # padding: a column of its own
+            lab = lab if every else lab[seed]
+            M = (lab[:, None, :] == np.arange(k)[None, :, None]).astype(np.float32)
+            counts = M.sum(axis=2)  # (S, k)
+            sums = np.matmul(M, P if every else P[seed])  # (S, k, D)
+            filled = counts > 0
+            Cs = C if every else C[seed]
+            Cs[filled] = sums[filled] / counts[filled][:, None]
+            if not every:
+                C[seed] = Cs
+            new = assign(g)
+            changed += np.count_nonzero((new != local[i]) & valid)
+            local[i] = new
         if changed <= tol * n:
             break
+    for (segs, valid, pidx, _, _, C, _), lab in zip(groups, local, strict=True):
+        centers[(segs[:, None] * k + slots_k).ravel()] = C.reshape(-1, dim)
+        labels[pidx[valid]] = (segs[:, None] * k + lab)[valid]
     return centers, labels, kk
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -192,6 +193,32 @@ def test_state_round_trip(tmp_path, data, tree):
     broken = dict(state, centers=state["centers"][:-1])
     with pytest.raises(ValueError, match="centers"):
         VocabularyTree.from_state(broken)
+
+
+@pytest.mark.parametrize("k", [3, 10, 11])
+def test_kmeans_level_is_lloyd_inside_every_segment(k):
+    # segments of many sizes (padding groups mix sizes around k), duplicates included
+    from engine.vocabulary import _kmeans_level
+
+    rng = np.random.default_rng(k)
+    sizes = np.array([1, 2, k - 1, k, k + 1, 12, 13, 40, 41, 200, 7, 300])
+    X = rng.normal(size=(int(sizes.sum()), 5)).astype(np.float32)
+    X[5:9] = X[5]
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    centers, labels, kk = _kmeans_level(X, starts, k, np.random.default_rng(0), 50, 0.0)
+    assert np.array_equal(kk, np.minimum(sizes, k))
+    for s, (a, b) in enumerate(itertools.pairwise(starts)):
+        C = centers[s * k : s * k + kk[s]]
+        lab = labels[a:b] - s * k
+        assert lab.min() >= 0 and lab.max() < kk[s]
+        d = ((X[a:b, None, :] - C[None]) ** 2).sum(-1)
+        # every point is with its nearest centre (ties: the first) ...
+        np.testing.assert_array_equal(lab, np.argmin(d, 1))
+        if sizes[s] <= k:  # ... every point its own centre in small segments
+            np.testing.assert_array_equal(C[: sizes[s]], X[a:b])
+        else:  # ... and, converged, every used centre is the mean of its points
+            for j in np.unique(lab):
+                np.testing.assert_allclose(C[j], X[a:b][lab == j].mean(0), atol=1e-5)
 
 
 def test_small_and_degenerate_samples():
