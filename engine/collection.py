@@ -411,13 +411,18 @@ class _Encoded:
         )
 
     @staticmethod
-    def concat(parts: list[_Encoded]) -> _Encoded:
-        if len(parts) == 1:  # no copy (a loaded index keeps its arrays and columns)
+    def concat(parts: list[_Encoded], uniform: IntersectionIndex | None = None) -> _Encoded:
+        """Rows of ``parts`` one after the other (``uniform``: their uniform pyramids,
+        already concatenated)."""
+        if len(parts) == 1 and uniform is None:  # no copy (a loaded index keeps its arrays)
             return parts[0]
-        # the two pyramids' merges (sorts and copies, without the GIL) side by side
-        vocab, uniform = _thread_map(
-            IntersectionIndex.concat, [[p.vocab for p in parts], [p.uniform for p in parts]]
-        )
+        if uniform is None:
+            # the two pyramids' merges (sorts and copies, without the GIL) side by side
+            vocab, uniform = _thread_map(
+                IntersectionIndex.concat, [[p.vocab for p in parts], [p.uniform for p in parts]]
+            )
+        else:
+            vocab = IntersectionIndex.concat([p.vocab for p in parts])
         return _Encoded(
             np.concatenate([p.ids for p in parts]),
             vocab,
@@ -1093,6 +1098,16 @@ class Collection:
                 batches = [
                     rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)
                 ]
+                merging = None
+                if pre_parts and not batches:
+                    # (a first index: every image was encoded during extraction) their
+                    # uniform pyramids need no collection-wide weight: merged while the
+                    # idf and the rest are computed, on a core that would wait otherwise
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    merger = ThreadPoolExecutor(1, thread_name_prefix="simile-merge")
+                    merging = merger.submit(IntersectionIndex.concat, [u for _, _, u in pre_parts])
+                    merger.shutdown(wait=False)
                 all_codes = _thread_map(
                     lambda b: _batch_codes(models.vocab, self._sets(b)), batches
                 )
@@ -1105,7 +1120,9 @@ class Collection:
                     range(len(batches)),
                 )
                 del all_codes, pre_parts
-                data = _Encoded.concat(parts)
+                data = _Encoded.concat(
+                    parts, uniform=merging.result() if merging is not None else None
+                )
                 changed = True
             if (
                 not refit
