@@ -10,7 +10,8 @@ Run::
    (``engine.ingest._init_worker``: one OpenCV thread, heap kept warm) but forked, so the
    floor pays no interpreter start-up; in a fresh interpreter each time, so that it does
    not depend on what this process did before.
-   ``--breakdown``: also the floor with spawned workers and extraction + storage alone.
+   ``--breakdown``: also the floor with spawned workers (as the GUI's indexing process
+   starts them) and extraction + storage alone.
 2. ``Collection.update()`` into a fresh index (``--index``, deleted first): total time
    and ratio to the floor (target <= 1.3). ``--reps N`` alternates floor and index N
    times and reports every ratio and their median (this machine's speed drifts by tens
@@ -71,12 +72,14 @@ if __name__ == "__main__":  # (spawned workers import this file: nothing heavy a
 def floor_seconds(files: list[Path], jobs: int, start: str = "fork") -> tuple[float, float]:
     """Decode + SIFT of ``files`` (``extract_features`` with the index's settings) in
     ``jobs`` processes set up as the indexing workers are (``_init_worker``: one OpenCV
-    thread, heap kept warm) but forked from an interpreter that has imported everything,
-    so the floor pays no interpreter start-up (the index's spawned workers do).
+    thread, heap kept warm), forked from an interpreter that has imported everything, as
+    the index's are from the ``simile`` command line and this benchmark
+    (``engine.ingest.worker_context``), so neither pays an interpreter start-up.
 
     Returns wall seconds from the pool's creation to its end, and the workers' CPU
     seconds (with ``jobs == 1``: in-process, CPU not measured). ``start="spawn"``: the
-    workers start as the index's do (a fresh interpreter each, importing everything)."""
+    workers start as the index's do in a threaded process such as the GUI's indexing
+    process (a fresh interpreter each, importing everything)."""
     import subprocess
     import tempfile
 
