@@ -572,7 +572,8 @@ class _Prefit:
                     np.int64,
                 )
                 new = new[~np.isin(new, encoded)]
-                if new.size >= 64 or (finished and new.size):
+                # whole write batches (64 files), the last ones as ingest writes them
+                if new.size >= 16 or (finished and new.size):
                     for s0 in range(0, new.size, ENCODE_BATCH):
                         if self._stop.is_set():
                             return

@@ -511,7 +511,8 @@ def ingest(
         See :func:`extract_parallel`. Changing ``feature_kwargs`` re-extracts every
         image (tracked per row, so an interrupted re-extraction resumes).
     batch_size : int
-        Files per write batch (one chunk file + one transaction each).
+        Files per write batch (one chunk file + one transaction each); the last
+        ``batch_size`` files are written a quarter batch at a time.
     exclude : iterable of path-like
         More directories not to scan.
     spread : int
@@ -622,7 +623,10 @@ def ingest(
         else:
             ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
             n_indexed += 1
-        if len(ok) + len(failed) + len(touched) >= batch_size:
+        # the last files go in quarter batches, so that a caller encoding what is
+        # stored (Collection.update) has less left for after the last image
+        limit = batch_size if total - done >= batch_size else max(1, batch_size // 4)
+        if len(ok) + len(failed) + len(touched) >= limit:
             flush()
 
     def take_waiting() -> None:  # finished out of order when the run stops: kept too
