@@ -451,9 +451,9 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
         random_state=random_state,
         # 2 Lloyd iterations per level: UKBench N-S vocabulary 3.478 / hybrid 3.668
         # against 3.480 / 3.674 with 5, at 0.75x the fit time (the fit is part of the
-        # indexing cost). The trees' sample moves N-S by a few hundredths: over seeds
-        # 0-3 hybrid 3.628-3.654, vocabulary 3.432-3.490 (tests/benchmarks: the refit
-        # path, models fitted on all images); the index's own sample gives 3.632 / 3.464
+        # indexing cost). The trees' sample moves N-S by a few hundredths: with the
+        # models refitted on all UKBench images, seeds 0-3 give hybrid 3.628-3.654 and
+        # vocabulary 3.432-3.490; the index's own sample gives 3.632 / 3.464
         max_iter=TREE_ITERATIONS,
         n_shifts=VOCAB_TREES,
     )
@@ -634,11 +634,6 @@ def _thread_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
 
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="simile-encode") as ex:
         return list(ex.map(fn, items))
-
-
-def _query_codes(models: _Models, X: np.ndarray) -> SimpleNamespace:
-    """The vocabulary pyramid of ONE set (:func:`_batch_codes`)."""
-    return _batch_codes(models.vocab, [X])
 
 
 _PACK_MAX_BITS = 24  # _batch_codes: sets per batch packed below the keys' top bits
@@ -1280,7 +1275,7 @@ class Collection:
                 f"query features have {d.shape[1]} dimensions, the index {models.dim}"
             )
         d = d.reshape(-1, models.dim)
-        return _encode(models, np.array([-1]), [d], _query_codes(models, d), parts=parts)
+        return _encode(models, np.array([-1]), [d], parts=parts)
 
     def _candidates(self, kind: str, q: _Encoded, data: _Encoded, n_want: int) -> np.ndarray:
         """Rows proposed by the hashes: ``kind`` "fused" (the query default, see

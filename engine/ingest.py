@@ -359,7 +359,8 @@ def extract_parallel(
         (a module-level function, so that worker processes can import it).
     mp_context : multiprocessing context, optional
         Default :func:`worker_context` (chosen when each pool starts). A pool restarted
-        after a crash while other threads run is spawned even if this says ``fork``.
+        after a crash is forked only if :func:`worker_context` allows it then, whatever
+        this says.
     files_per_task : int
         Files sent to a worker at once (their results come back together). Each task is
         a round trip through the pool's queues and its manager thread, which on a busy
@@ -394,19 +395,16 @@ def extract_parallel(
     pool: ProcessPoolExecutor | None = None
     finished = False
 
-    restarts = -1
+    restarted = False
 
     def new_pool() -> ProcessPoolExecutor:
-        nonlocal restarts
-        restarts += 1
+        nonlocal restarted
         ctx = mp_context or worker_context()
+        if restarted and ctx.get_start_method() == "fork":
+            ctx = worker_context()  # the broken pool's threads may still hold locks
+        restarted = True
         if ctx.get_start_method() == "fork":
-            if not restarts or threading.active_count() == 1:
-                return _forked_pool(n_jobs, ctx)
-            # after a crash the broken pool's threads may still hold locks
-            import multiprocessing
-
-            ctx = multiprocessing.get_context("spawn")
+            return _forked_pool(n_jobs, ctx)
         return ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
 
     def submit(chunk: list[str]) -> None:

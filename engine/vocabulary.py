@@ -36,6 +36,7 @@ updated with one sparse-matrix product. 100,000 128-D SIFT descriptors with ``k 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -231,16 +232,9 @@ def _small_bin_diameters(
 def _pad_size(size: np.ndarray) -> np.ndarray:
     """Padded segment sizes for :func:`_kmeans_level`: rounded up to a multiple of an
     eighth of their power of two (at most ~14 % padding)."""
-    step = np.maximum(1, 1 << np.maximum(0, _bit_length(size) - 3))
+    bit_length = np.frexp(size)[1]  # exact for integers below 2**53
+    step = np.int64(1) << np.maximum(0, bit_length - 3).astype(np.int64)
     return -(-size // step) * step
-
-
-def _bit_length(x: np.ndarray) -> np.ndarray:
-    """``int.bit_length`` of every non-negative entry."""
-    out = np.zeros(x.shape, np.int64)
-    nz = x > 0
-    out[nz] = np.floor(np.log2(x[nz])).astype(np.int64) + 1
-    return out
 
 
 def _padded_sqdist(P: np.ndarray, xsq: np.ndarray, valid: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -290,75 +284,78 @@ def _kmeans_level(
     labels = np.empty(n, dtype=np.int64)
     pad = _pad_size(sizes)
     slots_k = np.arange(k)
-    groups = []
+
+    def nearest(P: np.ndarray, C: np.ndarray, n_c: np.ndarray) -> np.ndarray:
+        """(S, P) slot of the nearest of the first ``n_c[s]`` centres ``C[s]``."""
+        d = np.einsum("skd,skd->sk", C, C)[:, None, :] - 2.0 * np.matmul(
+            P, C.transpose(0, 2, 1)
+        )  # (S, P, k)
+        d[np.broadcast_to((slots_k >= n_c[:, None])[:, None, :], d.shape)] = np.inf
+        return np.argmin(d, axis=2)
+
+    groups = []  # per padded size: the segments, their blocks and the seeded part
     for size in np.unique(pad):
-        segs = np.flatnonzero(pad == size)
+        g = SimpleNamespace(segs=np.flatnonzero(pad == size))
+        first = seg_starts[g.segs][:, None]
         slots = np.arange(size)
-        first = seg_starts[segs][:, None]
-        valid = slots < sizes[segs][:, None]  # (S, P)
-        pidx = np.where(valid, first + slots, first)
-        P = Xs[pidx]  # (S, P, D)
-        xsq = np.einsum("spd,spd->sp", P, P)
-        C = np.zeros((segs.size, k, dim), dtype=np.float32)
-        own = sizes[segs] <= k  # every point is its own centre
+        g.valid = slots < sizes[g.segs][:, None]  # (S, P)
+        g.pidx = np.where(g.valid, first + slots, first)
+        g.P = Xs[g.pidx]  # (S, P, D)
+        g.C = np.zeros((g.segs.size, k, dim), dtype=np.float32)
+        own = sizes[g.segs] <= k  # every point is its own centre
         if own.any():
             m = min(int(size), k)
-            C[own, :m] = P[own, :m] * valid[own, :m, None]
-        seed = np.flatnonzero(~own)
-        if seed.size:  # k-means++ seeding, batched over the group's larger segments
-            Pb, xb, nb = P[seed], xsq[seed], sizes[segs[seed]]
-            rows = np.arange(seed.size)
-            vb = valid[seed]
-
-            c = Pb[rows, np.floor(rng.random(seed.size) * nb).astype(np.int64)]
-            C[seed, 0] = c
+            g.C[own, :m] = g.P[own, :m] * g.valid[own, :m, None]
+        g.seed = np.flatnonzero(~own)  # the rest: k-means++, then Lloyd
+        g.every = g.seed.size == g.segs.size  # (usually all or none of a group)
+        if g.seed.size:
+            Pb = g.P if g.every else g.P[g.seed]
+            vb, nb = g.valid[g.seed], sizes[g.segs[g.seed]]
+            xb = np.einsum("spd,spd->sp", Pb, Pb)
+            rows = np.arange(g.seed.size)
+            c = Pb[rows, np.floor(rng.random(g.seed.size) * nb).astype(np.int64)]
+            g.C[g.seed, 0] = c
             d2 = _padded_sqdist(Pb, xb, vb, c)
             for t in range(1, k):
                 cs = np.cumsum(d2, axis=1)
                 tot = cs[:, -1]
-                r = rng.random(seed.size) * tot
+                r = rng.random(g.seed.size) * tot
                 pick = np.minimum(np.count_nonzero(cs <= r[:, None], axis=1), nb - 1)
                 pick[~(tot > 0)] = 0  # all points coincide with chosen centres
                 c = Pb[rows, pick]
-                C[seed, t] = c
+                g.C[g.seed, t] = c
                 if t < k - 1:
                     np.minimum(d2, _padded_sqdist(Pb, xb, vb, c), out=d2)
-        groups.append((segs, valid, pidx, P, xsq, C, seed))
+            g.Pb, g.vb = Pb, vb
+        g.labels = nearest(g.P, g.C, kk[g.segs])
+        groups.append(g)
 
-    def assign(g) -> np.ndarray:
-        segs, _, _, P, _, C, _ = g
-        d = np.einsum("skd,skd->sk", C, C)[:, None, :] - 2.0 * np.matmul(
-            P, C.transpose(0, 2, 1)
-        )  # (S, P, k)
-        d[np.broadcast_to((slots_k >= kk[segs][:, None])[:, None, :], d.shape)] = np.inf
-        return np.argmin(d, axis=2)
-
-    local = [assign(g) for g in groups]
     for _ in range(max_iter):
         changed = 0
-        for i, g in enumerate(groups):
-            segs, valid, _, P, _, C, seed = g
-            if seed.size == 0:
+        for g in groups:
+            if g.seed.size == 0:
                 continue
-            every = seed.size == segs.size  # (usually: all or none of a group seeds)
-            lab = np.where(valid, local[i], k)  # padding: a column of its own
-            lab = lab if every else lab[seed]
-            M = (lab[:, None, :] == np.arange(k)[None, :, None]).astype(np.float32)
+            lab = g.labels if g.every else g.labels[g.seed]
+            lab = np.where(g.vb, lab, k)  # padding: a column of its own
+            M = (lab[:, None, :] == slots_k[None, :, None]).astype(np.float32)
             counts = M.sum(axis=2)  # (S, k)
-            sums = np.matmul(M, P if every else P[seed])  # (S, k, D)
+            sums = np.matmul(M, g.Pb)  # (S, k, D)
             filled = counts > 0
-            Cs = C if every else C[seed]
+            Cs = g.C if g.every else g.C[g.seed]
             Cs[filled] = sums[filled] / counts[filled][:, None]
-            if not every:
-                C[seed] = Cs
-            new = assign(g)
-            changed += np.count_nonzero((new != local[i]) & valid)
-            local[i] = new
+            new = nearest(g.Pb, Cs, np.full(g.seed.size, k))
+            if g.every:
+                changed += np.count_nonzero((new != g.labels) & g.valid)
+                g.labels = new
+            else:
+                g.C[g.seed] = Cs
+                changed += np.count_nonzero((new != g.labels[g.seed]) & g.vb)
+                g.labels[g.seed] = new
         if changed <= tol * n:
             break
-    for (segs, valid, pidx, _, _, C, _), lab in zip(groups, local, strict=True):
-        centers[(segs[:, None] * k + slots_k).ravel()] = C.reshape(-1, dim)
-        labels[pidx[valid]] = (segs[:, None] * k + lab)[valid]
+    for g in groups:
+        centers[(g.segs[:, None] * k + slots_k).ravel()] = g.C.reshape(-1, dim)
+        labels[g.pidx[g.valid]] = (g.segs[:, None] * k + g.labels)[g.valid]
     return centers, labels, kk
 
 

@@ -309,9 +309,13 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
                 uk, cols = ix.columns()
                 np.testing.assert_array_equal(uk, np.unique(want[1]))
                 np.testing.assert_array_equal(uk[cols], want[1])
-    # the query path is the batch path
-    q = ec._query_codes(models, d[1])
-    np.testing.assert_array_equal(q.key, ec._batch_codes(models.vocab, [d[1]]).key)
+    # a query of an indexed image is encoded as the index encoded it
+    _, data = col._ensure()
+    path = col.paths()[1]
+    q = col._query_encoding(models, col.features(path), frozenset())
+    want = data.vocab.row(col._row_of_id[int(data.ids[1])])
+    for a, b in zip(q.vocab.row(0), want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 def test_more_hyperplanes_migrate_the_stored_bits(tmp_path, demo_folder, monkeypatch):
