@@ -636,7 +636,61 @@ def _thread_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return list(ex.map(fn, items))
 
 
-_PACK_MAX_BITS = 24  # _batch_codes: sets per batch packed below the keys' top bits
+_PACK_KEY_BITS = 32  # _key_major_order: the key's top bits kept above the set and entry
+
+
+def _key_major_order(
+    sk: np.ndarray, entry_set: np.ndarray, set_bits: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entries of :func:`_batch_codes` ordered by (key, set), for counting them.
+
+    One sort of values (no argsort, no gather) does it when the set and the entry's
+    index fit below at least ``_PACK_KEY_BITS`` of the key's top bits: each entry is
+    packed as (the key's top bits, its set, its index) and the index read back from the
+    sorted values (about 3x faster than an argsort of the keys with their set on UKBench
+    batches). The result is checked: if keys that share those top bits came out of
+    order or in one group (in none of 64 UKBench batches, 4 seeds), the exact two-key
+    sort is used instead.
+
+    Parameters
+    ----------
+    sk : (E,) uint64
+        Keys in an order-preserving unsigned form.
+    entry_set : (E,) int64
+        Set of every entry, ``< 2**set_bits``.
+    set_bits : int
+
+    Returns
+    -------
+    order : (E,) int64
+        Entries sorted by key, then set.
+    ks : (E,) uint64
+        ``sk[order]``.
+    new : (E,) bool
+        Where a (key, set) group starts.
+    """
+    E = sk.size
+    new = np.empty(E, bool)
+    new[:1] = True
+    entry_bits = max(1, int(E - 1).bit_length())
+    low = set_bits + entry_bits
+    if low <= 64 - _PACK_KEY_BITS:
+        packed = (sk >> np.uint64(low)) << np.uint64(low)
+        packed |= entry_set.view(np.uint64) << np.uint64(entry_bits)
+        packed |= np.arange(E, dtype=np.uint64)
+        packed.sort()  # the values are distinct: any sort gives the same order
+        order = (packed & np.uint64((1 << entry_bits) - 1)).view(np.int64)
+        ks = sk[order]
+        group = packed >> np.uint64(entry_bits)  # the key's top bits and the set
+        np.not_equal(group[1:], group[:-1], out=new[1:])
+        # exact if the keys come out ascending and no group mixes two keys
+        if not (np.any(ks[1:] < ks[:-1]) or np.any(~new[1:] & (ks[1:] != ks[:-1]))):
+            return order, ks, new
+    order = np.lexsort((entry_set, sk))
+    ks = sk[order]
+    rs = entry_set[order]
+    new[1:] = (ks[1:] != ks[:-1]) | (rs[1:] != rs[:-1])
+    return order, ks, new
 
 
 def _batch_codes(
@@ -650,8 +704,7 @@ def _batch_codes(
 
     Entries come out sorted by (set, key), as :class:`~engine.search.IntersectionIndex`
     holds its rows, and with the batch's columns: one sort of all (point, level) entries
-    on the key's top bits with the set's index below them (the exact two-key sort is
-    used if two keys of a set share those bits), then a stable radix sort by set.
+    by key and set (:func:`_key_major_order`), then a stable radix sort by set.
 
     Returns
     -------
@@ -695,26 +748,7 @@ def _batch_codes(
     key = np.concatenate(keys)  # uint64, entry (block b, point p) at b * m + p
     sk = key ^ np.uint64(1 << 63)  # the signed order of the keys, as unsigned integers
     entry_set = np.tile(owner, len(blocks))
-    bits = max(1, int(n - 1).bit_length())
-    order = None
-    if bits <= _PACK_MAX_BITS:  # key-major: the key's top bits, then the set
-        mask = np.uint64((1 << bits) - 1)
-        packed = (sk & ~mask) | entry_set.view(np.uint64)
-        order = np.argsort(packed)
-        ps = packed[order]
-        new = np.empty(E, bool)
-        new[0] = True
-        np.not_equal(ps[1:], ps[:-1], out=new[1:])
-        ks = sk[order]
-        if np.any(~new[1:] & (ks[1:] != ks[:-1])):  # two keys of a set share their top bits
-            order = None
-    if order is None:
-        order = np.lexsort((entry_set, sk))
-        ks = sk[order]
-        rs = entry_set[order]
-        new = np.empty(E, bool)
-        new[0] = True
-        new[1:] = (ks[1:] != ks[:-1]) | (rs[1:] != rs[:-1])
+    order, ks, new = _key_major_order(sk, entry_set, max(1, int(n - 1).bit_length()))
     starts = np.flatnonzero(new)
     count = np.diff(np.append(starts, E))
     first = order[starts]  # one entry of every (key, set) group, in key-major order

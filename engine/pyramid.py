@@ -247,7 +247,7 @@ class UniformBinning:
         dist = np.zeros((m, L), np.float32) if self.distances else None
         for level in range(L - 1):
             c = cells >> level  # floor division by 2**level, also for negative cells
-            raw = (c * self.mult_).sum(axis=1)  # wraps mod 2**64
+            raw = c @ self.mult_  # wraps mod 2**64 (an integer product: no BLAS, exact)
             bins[:, level] = raw
             if dist is not None:
                 side = 2.0**level

@@ -59,6 +59,7 @@ _WEIGHTS = ("global", "input_specific")
 # handled together by a batched gather (cheaper than thousands of tiny calls).
 _BLAS_MIN_SEGMENT = 48
 _GATHER_CHUNK = 8192
+_ROWWISE_BLOCK = 2048  # rows per block of _rowwise_sqdist
 _SIGMA_PAIRS = 20_000
 # k-means of a node runs on at most this many random points per child, then every
 # point of the node is assigned to the resulting centres.
@@ -152,10 +153,21 @@ def _segment_argmin(
     return out
 
 
-def _rowwise_sqdist(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """(N,) float32 ``||X[i] - C[i]||^2`` for equally shaped (N, D) arrays."""
-    diff = X - C
-    return np.einsum("nd,nd->n", diff, diff)
+def _rowwise_sqdist(X: np.ndarray, C: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """(N,) float32 ``||X[i] - C[rows[i]]||^2`` (``C[i]`` without ``rows``) for (N, D)
+    ``X``; ``C`` is (N, D), or (M, D) with ``rows`` (N,) int.
+
+    Computed in blocks of ``_ROWWISE_BLOCK`` rows, so that the differences stay in cache
+    and the rows of ``C`` are never gathered into an (N, D) array (about 3x faster at
+    40,000 x 128 than one subtraction of the whole arrays; the same result, row by row).
+    """
+    n = X.shape[0]
+    out = np.empty(n, dtype=np.result_type(X, C))
+    for a in range(0, n, _ROWWISE_BLOCK):
+        b = min(n, a + _ROWWISE_BLOCK)
+        diff = X[a:b] - (C[a:b] if rows is None else C[rows[a:b]])
+        np.einsum("nd,nd->n", diff, diff, out=out[a:b])
+    return out
 
 
 def _segment_argmax(values: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> np.ndarray:
@@ -582,24 +594,34 @@ class VocabularyTree:
             starts = np.zeros(has.size, np.int64)
             np.cumsum(sizes[:-1], out=starts[1:])
             seg = np.repeat(np.arange(has.size), sizes)  # bin (of `has`) at every position
-            sub = np.empty_like(seg)
-            sub[order] = seg  # ... of every point
-            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl][b]))[order]
+            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b))[order]
             radius = np.zeros(n_l, dtype=np.float32)
             radius[has] = np.maximum.reduceat(dist_l, starts)
-            # farthest-point sweeps: from the point farthest from the centre to the one
-            # farthest from it, and once more
+            # bins of up to _EXACT_DIAMETER_MAX_POINTS points get their exact diameter
+            # (0 for one point); larger ones two farthest-point sweeps: from the point
+            # farthest from the centre to the one farthest from it, and once more
             diam = np.zeros(n_l, dtype=np.float32)
-            start = order[_segment_argmax(dist_l, starts, seg)]
-            for sweep in range(2):
-                d = np.sqrt(_rowwise_sqdist(X, X[start][sub]))[order]
-                diam[has] = np.maximum(diam[has], np.maximum.reduceat(d, starts))
-                if sweep == 0:
-                    start = order[_segment_argmax(d, starts, seg)]
             exact, value = _small_bin_diameters(
                 X, b, count, _EXACT_DIAMETER_MAX_POINTS, order=order
             )
             diam[exact] = value
+            wide = sizes > _EXACT_DIAMETER_MAX_POINTS
+            if wide.any():
+                w_sizes = sizes[wide]
+                w_starts = np.zeros(w_sizes.size, np.int64)
+                np.cumsum(w_sizes[:-1], out=w_starts[1:])
+                w_seg = np.repeat(np.arange(w_sizes.size), w_sizes)
+                keep = wide[seg]  # sorted positions inside the wide bins
+                w_order = order[keep]
+                Xw = X[w_order]
+                start = _segment_argmax(dist_l[keep], w_starts, w_seg)
+                widest = np.zeros(w_sizes.size, dtype=np.float32)
+                for sweep in range(2):
+                    d = np.sqrt(_rowwise_sqdist(Xw, Xw[start], w_seg))
+                    np.maximum(widest, np.maximum.reduceat(d, w_starts), out=widest)
+                    if sweep == 0:
+                        start = _segment_argmax(d, w_starts, w_seg)
+                diam[has[wide]] = widest
             self._count.append(count.astype(np.int64))
             self._radius.append(radius)
             self._diameter.append(diam)
@@ -610,7 +632,7 @@ class VocabularyTree:
         else:
             i = rng.integers(0, X.shape[0], _SIGMA_PAIRS)
             j = rng.integers(0, X.shape[0], _SIGMA_PAIRS)
-            mean = float(np.sqrt(_rowwise_sqdist(X[i], X[j])).mean())
+            mean = float(np.sqrt(_rowwise_sqdist(X[i], X, j)).mean())
             self.sigma_ = mean if mean > 0 else 1.0
 
     # ------------------------------------------------------------------ encoding
@@ -629,7 +651,7 @@ class VocabularyTree:
             return bins, dist
         bins[:, 0] = 0  # the root
         if need_dist:
-            dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0][np.zeros(m, np.int64)]))
+            dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0], np.zeros(m, np.int64)))
         perm = np.arange(m)
         Xs = X
         node = np.zeros(m, dtype=np.int64)
@@ -646,7 +668,7 @@ class VocabularyTree:
             )
             bins[perm, lvl] = chosen
             if need_dist:
-                dist[perm, lvl] = np.sqrt(_rowwise_sqdist(Xs, self._centers[lvl][chosen]))
+                dist[perm, lvl] = np.sqrt(_rowwise_sqdist(Xs, self._centers[lvl], chosen))
             if lvl + 1 < L:
                 order = np.argsort(chosen, kind="stable")
                 perm, Xs, node = perm[order], Xs[order], chosen[order]

@@ -265,6 +265,33 @@ def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
         other.close()
 
 
+@pytest.mark.parametrize("top_bits", [0, 8, 40])
+def test_key_major_order_is_the_exact_sort(top_bits):
+    """The packed sort of _batch_codes orders entries by (key, set) and marks the start
+    of every group as the exact two-key sort does, also when keys share their top bits
+    within a set or across sets in the opposite order (it must fall back then)."""
+    import engine.collection as ec
+
+    rng = np.random.default_rng(top_bits)
+    n_sets, E = 13, 3000
+    top = rng.integers(0, 6, E).astype(np.uint64) << np.uint64(60)  # few distinct top bits
+    cases = {
+        "random": rng.integers(0, 2**63, E).astype(np.uint64) * np.uint64(2),
+        "shared top bits": top | rng.integers(0, 50, E).astype(np.uint64),
+        "few keys": rng.integers(0, 40, E).astype(np.uint64) << np.uint64(20),
+    }
+    for name, sk in cases.items():
+        entry_set = rng.integers(0, n_sets, E).astype(np.int64)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ec, "_PACK_KEY_BITS", top_bits)
+            order, ks, new = ec._key_major_order(sk, entry_set, 4)
+        want = np.lexsort((entry_set, sk))
+        np.testing.assert_array_equal(order, want, err_msg=name)
+        np.testing.assert_array_equal(ks, sk[want], err_msg=name)
+        ref_new = np.r_[True, (ks[1:] != ks[:-1]) | (entry_set[want][1:] != entry_set[want][:-1])]
+        np.testing.assert_array_equal(new, ref_new, err_msg=name)
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["packed-sort", "exact-sort"])
 def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
     """The lean encoder of the index and of queries gives exactly the keys, counts and
@@ -274,7 +301,7 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
     import engine.collection as ec
 
     if not packed:  # the exact two-key sort (used when packed keys would collide)
-        monkeypatch.setattr(ec, "_PACK_MAX_BITS", -1)
+        monkeypatch.setattr(ec, "_PACK_KEY_BITS", 65)
     col, _, _ = indexed
     models, _ = col._ensure()
     d = [col.features(p).descriptors for p in col.paths()[:3]]
