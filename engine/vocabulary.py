@@ -92,13 +92,16 @@ def _segment_argmin(
     cand_n: np.ndarray,
     centers: np.ndarray,
     csq: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Nearest candidate centre for points grouped in segments.
 
     Parameters
     ----------
     Xs : (N, D) float32
-        Points sorted so that segment ``s`` is ``Xs[seg_starts[s]:seg_starts[s + 1]]``.
+        Points sorted so that segment ``s`` is ``Xs[seg_starts[s]:seg_starts[s + 1]]``,
+        or with ``rows`` (N,) int64: ``Xs[rows[seg_starts[s]:seg_starts[s + 1]]]`` (each
+        segment's rows are then gathered where they are used, never the whole array).
     seg_starts : (S + 1,) int64
     cand_lo, cand_n : (S,) int64
         Segment ``s`` chooses among ``centers[cand_lo[s]:cand_lo[s] + cand_n[s]]``;
@@ -110,7 +113,8 @@ def _segment_argmin(
     Returns
     -------
     (N,) int64
-        Row of ``centers`` nearest to every point (ties: lowest index). Distances are
+        Row of ``centers`` nearest to every point, in segment order (ties: lowest
+        index). Distances are
         compared as ``||c||^2 - 2 x.c``, the point norm being constant per point.
     """
     n = Xs.shape[0]
@@ -120,7 +124,8 @@ def _segment_argmin(
     for s in np.flatnonzero(big):
         a, b = seg_starts[s], seg_starts[s + 1]
         lo, m = cand_lo[s], cand_n[s]
-        d = csq[lo : lo + m] - 2.0 * (Xs[a:b] @ centers[lo : lo + m].T)
+        P = Xs[a:b] if rows is None else Xs[rows[a:b]]
+        d = csq[lo : lo + m] - 2.0 * (P @ centers[lo : lo + m].T)
         out[a:b] = lo + np.argmin(d, axis=1)
     if big.all():
         return out
@@ -144,8 +149,9 @@ def _segment_argmin(
             lo = cand_lo[segs][:, None]
             valid = slots_k < cand_n[segs][:, None]
             cidx = np.where(valid, lo + slots_k, lo)  # (S, kmax)
+            P = np.take(Xs, pidx if rows is None else rows[pidx], axis=0)
             d = np.take(csq, cidx)[:, None, :] - 2.0 * np.matmul(
-                np.take(Xs, pidx, axis=0), np.take(centers, cidx, axis=0).transpose(0, 2, 1)
+                P, np.take(centers, cidx, axis=0).transpose(0, 2, 1)
             )  # (S, P, kmax)
             d[np.broadcast_to(~valid[:, None, :], d.shape)] = np.inf
             best = np.take_along_axis(cidx, np.argmin(d, axis=2), axis=1)  # (S, P)
@@ -153,19 +159,25 @@ def _segment_argmin(
     return out
 
 
-def _rowwise_sqdist(X: np.ndarray, C: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """(N,) float32 ``||X[i] - C[rows[i]]||^2`` (``C[i]`` without ``rows``) for (N, D)
-    ``X``; ``C`` is (N, D), or (M, D) with ``rows`` (N,) int.
+def _rowwise_sqdist(
+    X: np.ndarray,
+    C: np.ndarray,
+    rows: np.ndarray | None = None,
+    xrows: np.ndarray | None = None,
+) -> np.ndarray:
+    """(N,) float32 ``||X[xrows[i]] - C[rows[i]]||^2`` (``X[i]``, ``C[i]`` without
+    ``xrows``, ``rows``).
 
     Computed in blocks of ``_ROWWISE_BLOCK`` rows, so that the differences stay in cache
-    and the rows of ``C`` are never gathered into an (N, D) array (about 3x faster at
-    40,000 x 128 than one subtraction of the whole arrays; the same result, row by row).
+    and no (N, D) array of gathered rows is made (about 3x faster at 40,000 x 128 than
+    one subtraction of whole arrays; the same result, row by row).
     """
-    n = X.shape[0]
+    n = X.shape[0] if xrows is None else xrows.shape[0]
     out = np.empty(n, dtype=np.result_type(X, C))
     for a in range(0, n, _ROWWISE_BLOCK):
         b = min(n, a + _ROWWISE_BLOCK)
-        diff = X[a:b] - (C[a:b] if rows is None else C[rows[a:b]])
+        diff = X[a:b] if xrows is None else X[xrows[a:b]]
+        diff = diff - (C[a:b] if rows is None else C[rows[a:b]])
         np.einsum("nd,nd->n", diff, diff, out=out[a:b])
     return out
 
@@ -263,6 +275,7 @@ def _kmeans_level(
     rng: np.random.Generator,
     max_iter: int,
     tol: float,
+    rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """k-means with k-means++ seeding, run independently inside every segment at once.
 
@@ -275,7 +288,8 @@ def _kmeans_level(
     Parameters
     ----------
     Xs : (N, D) float32
-        Points grouped by parent node (segments given by ``seg_starts``).
+        Points grouped by parent node (segments given by ``seg_starts``); with ``rows``
+        (N,) int64 the points are ``Xs[rows]`` (gathered block by block, not at once).
     seg_starts : (S + 1,) int64
         Every segment non-empty.
 
@@ -288,7 +302,8 @@ def _kmeans_level(
     n_centers : (S,) int64
         Number of centres per segment (``min(size, k)``).
     """
-    n, dim = Xs.shape
+    n = Xs.shape[0] if rows is None else rows.shape[0]
+    dim = Xs.shape[1]
     n_seg = seg_starts.size - 1
     sizes = np.diff(seg_starts)
     kk = np.minimum(sizes, k)
@@ -312,7 +327,7 @@ def _kmeans_level(
         slots = np.arange(size)
         g.valid = slots < sizes[g.segs][:, None]  # (S, P)
         g.pidx = np.where(g.valid, first + slots, first)
-        g.P = Xs[g.pidx]  # (S, P, D)
+        g.P = Xs[g.pidx if rows is None else rows[g.pidx]]  # (S, P, D)
         g.C = np.zeros((g.segs.size, k, dim), dtype=np.float32)
         own = sizes[g.segs] <= k  # every point is its own centre
         if own.any():
@@ -324,8 +339,8 @@ def _kmeans_level(
             Pb = g.P if g.every else g.P[g.seed]
             vb, nb = g.valid[g.seed], sizes[g.segs[g.seed]]
             xb = np.einsum("spd,spd->sp", Pb, Pb)
-            rows = np.arange(g.seed.size)
-            c = Pb[rows, np.floor(rng.random(g.seed.size) * nb).astype(np.int64)]
+            seg_rows = np.arange(g.seed.size)
+            c = Pb[seg_rows, np.floor(rng.random(g.seed.size) * nb).astype(np.int64)]
             g.C[g.seed, 0] = c
             d2 = _padded_sqdist(Pb, xb, vb, c)
             for t in range(1, k):
@@ -334,7 +349,7 @@ def _kmeans_level(
                 r = rng.random(g.seed.size) * tot
                 pick = np.minimum(np.count_nonzero(cs <= r[:, None], axis=1), nb - 1)
                 pick[~(tot > 0)] = 0  # all points coincide with chosen centres
-                c = Pb[rows, pick]
+                c = Pb[seg_rows, pick]
                 g.C[g.seed, t] = c
                 if t < k - 1:
                     np.minimum(d2, _padded_sqdist(Pb, xb, vb, c), out=d2)
@@ -518,8 +533,7 @@ class VocabularyTree:
         parents = [np.zeros(1, dtype=np.int64)]
         bins = np.zeros((n, L), dtype=np.int64)  # training points' bins, coarsest first
         cap = _NODE_SAMPLE_PER_CHILD * k
-        Xs = X
-        perm = np.arange(n)
+        perm = np.arange(n)  # the points grouped by node (never moved themselves)
         node = np.zeros(n, dtype=np.int64)
         n_nodes = 1
         for lvl in range(1, L):
@@ -532,26 +546,27 @@ class VocabularyTree:
                     rank = np.arange(n) - seg_starts[node[order]]
                     sub = np.sort(order[rank < cap])
                     flat_c, _, kk = _kmeans_level(
-                        Xs[sub],
+                        X,
                         _segment_starts(node[sub], n_nodes),
                         k,
                         rng,
                         self.max_iter,
                         self.tol,
+                        rows=perm[sub],
                     )
                     csq = np.einsum("nd,nd->n", flat_c, flat_c)
                     cand_lo = np.arange(n_nodes, dtype=np.int64) * k
-                    labels = _segment_argmin(Xs, seg_starts, cand_lo, kk, flat_c, csq)
+                    labels = _segment_argmin(X, seg_starts, cand_lo, kk, flat_c, csq, perm)
                 else:
                     flat_c, labels, _ = _kmeans_level(
-                        Xs, seg_starts, k, rng, self.max_iter, self.tol
+                        X, seg_starts, k, rng, self.max_iter, self.tol, rows=perm
                     )
                 present, new_node = np.unique(labels, return_inverse=True)
                 centers.append(np.ascontiguousarray(flat_c[present]))
                 parents.append(present // k)
                 bins[perm, lvl] = new_node
                 order = np.argsort(new_node, kind="stable")
-                Xs, node, perm = Xs[order], new_node[order], perm[order]
+                node, perm = new_node[order], perm[order]
                 n_nodes = present.size
             yield VocabularyProgress(lvl, total, f"level {lvl}/{L - 1}: {n_nodes} bins")
 
@@ -594,7 +609,7 @@ class VocabularyTree:
             starts = np.zeros(has.size, np.int64)
             np.cumsum(sizes[:-1], out=starts[1:])
             seg = np.repeat(np.arange(has.size), sizes)  # bin (of `has`) at every position
-            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b))[order]
+            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b[order], order))
             radius = np.zeros(n_l, dtype=np.float32)
             radius[has] = np.maximum.reduceat(dist_l, starts)
             # bins of up to _EXACT_DIAMETER_MAX_POINTS points get their exact diameter
@@ -613,11 +628,10 @@ class VocabularyTree:
                 w_seg = np.repeat(np.arange(w_sizes.size), w_sizes)
                 keep = wide[seg]  # sorted positions inside the wide bins
                 w_order = order[keep]
-                Xw = X[w_order]
                 start = _segment_argmax(dist_l[keep], w_starts, w_seg)
                 widest = np.zeros(w_sizes.size, dtype=np.float32)
                 for sweep in range(2):
-                    d = np.sqrt(_rowwise_sqdist(Xw, Xw[start], w_seg))
+                    d = np.sqrt(_rowwise_sqdist(X, X[w_order[start]], w_seg, w_order))
                     np.maximum(widest, np.maximum.reduceat(d, w_starts), out=widest)
                     if sweep == 0:
                         start = _segment_argmax(d, w_starts, w_seg)
@@ -652,26 +666,26 @@ class VocabularyTree:
         bins[:, 0] = 0  # the root
         if need_dist:
             dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0], np.zeros(m, np.int64)))
-        perm = np.arange(m)
-        Xs = X
+        perm = np.arange(m)  # the points grouped by their bin (never moved themselves)
         node = np.zeros(m, dtype=np.int64)
         for lvl in range(1, L):
             n_prev = self._child_start[lvl - 1].size
             seg_starts = _segment_starts(node, n_prev)
             chosen = _segment_argmin(
-                Xs,
+                X,
                 seg_starts,
                 self._child_start[lvl - 1],
                 self._n_child[lvl - 1],
                 self._centers[lvl],
                 self._csq[lvl],
+                rows=None if lvl == 1 else perm,
             )
             bins[perm, lvl] = chosen
             if need_dist:
-                dist[perm, lvl] = np.sqrt(_rowwise_sqdist(Xs, self._centers[lvl], chosen))
+                dist[perm, lvl] = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], chosen, perm))
             if lvl + 1 < L:
                 order = np.argsort(chosen, kind="stable")
-                perm, Xs, node = perm[order], Xs[order], chosen[order]
+                perm, node = perm[order], chosen[order]
         return bins, dist
 
     def assign(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
