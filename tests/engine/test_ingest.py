@@ -450,6 +450,51 @@ def test_workers_keep_freed_memory_for_the_next_image():
     assert warm < cold / 5, (cold, warm)
 
 
+_THREAD_FAULTS = """
+import ctypes, resource, sys, threading
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: count 4 KiB pages
+import numpy as np
+from engine.ingest import keep_heap_warm
+if sys.argv[1] == "warm":
+    assert keep_heap_warm()
+else:  # keep_heap_warm's thresholds, but glibc's arena per thread
+    libc = ctypes.CDLL(None)
+    assert libc.mallopt(-3, 32 * 1024 * 1024) and libc.mallopt(-1, 512 * 1024 * 1024)
+def work():  # as a fitting or encoding thread: ~76 MB of arrays, then freed
+    for _ in range(3):
+        a = [np.ones(n) for n in (3_000_000, 2_000_000, 3_500_000, 1_000_000)]
+        del a
+def run():
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+run()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):
+    run()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 4)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+def test_threads_of_a_warm_process_reuse_freed_memory():
+    # A thread's own glibc arena unmaps its heaps once they are empty, whatever the trim
+    # threshold, so every new fitting / encoding thread faulted its arrays in again;
+    # keep_heap_warm puts all threads on the main arena, which keeps them.
+    def faults(mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _THREAD_FAULTS, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(out.stdout.split()[-1])
+
+    per_thread, shared = faults("cold"), faults("warm")
+    assert per_thread > 5000, per_thread  # ~76 MB of 4 KiB pages, faulted in every run
+    assert shared < per_thread / 10, (per_thread, shared)
+
+
 def test_catalogue_order_does_not_depend_on_which_worker_finishes_first(tmp_path, folder):
     # rows are stored in scan order even when the first files finish last, so every
     # result that depends on row order (groupings, learned models) is reproducible
