@@ -839,7 +839,7 @@ def _fit_weights(m: _Models, all_codes: list[SimpleNamespace], random_state: int
     m.dwta = DensifiedWTAHash(n_codes=256, window=8, random_state=random_state).fit(
         max(len(m.leaf_keys), 8)
     )
-    m.rh.cache(m.idf_keys)
+    m.rh.cache(m.idf_keys, threads=ENCODE_THREADS)  # after the last image: cores are free
 
 
 _ALL_PARTS = frozenset({"uniform", "wta", "rh"})

@@ -249,7 +249,7 @@ class RandomHyperplaneHash:
         self._cache_keys = np.zeros(0, np.int64)
         self._cache = np.zeros((0, self.n_bits), np.float32)
 
-    def cache(self, keys: Any) -> RandomHyperplaneHash:
+    def cache(self, keys: Any, threads: int = 1) -> RandomHyperplaneHash:
         """Precompute the hyperplane coordinates of a known key set (e.g. every bin of a
         vocabulary tree): projecting rows over those keys then costs one gather and one
         small product instead of generating ``n_bits`` Gaussians per key (the query-time
@@ -261,6 +261,9 @@ class RandomHyperplaneHash:
         ----------
         keys : (K,) int64
             Any order, duplicates allowed; replaces the previous cache.
+        threads : int, default 1
+            Generate the blocks of coordinates on this many threads (numpy releases the
+            GIL; the result does not depend on it).
 
         Returns
         -------
@@ -269,8 +272,19 @@ class RandomHyperplaneHash:
         k = unique_values(np.asarray(keys).astype(np.int64))
         bits = np.arange(self.n_bits)
         G = np.empty((k.size, self.n_bits), np.float32)
-        for s in range(0, k.size, _KEY_BLOCK):
+
+        def fill(s: int) -> None:
             G[s : s + _KEY_BLOCK] = _gaussian_kb(self.random_state, bits, k[s : s + _KEY_BLOCK])
+
+        starts = range(0, k.size, _KEY_BLOCK)
+        if threads > 1 and len(starts) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(threads, len(starts))) as ex:
+                list(ex.map(fill, starts))
+        else:
+            for s in starts:
+                fill(s)
         self._cache_keys, self._cache = k, G
         return self
 

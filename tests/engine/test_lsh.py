@@ -125,6 +125,13 @@ def test_hyperplane_cache_gives_the_same_projections():
         assert agree > 0.99
     G = hashed_gaussian(3, np.arange(128), keys[:300])
     np.testing.assert_array_equal(cached._coordinates(keys[:300]), G.T)
+    # blocks generated on threads: the same cache
+    many = rng.integers(-(10**12), 10**12, 5000)  # several key blocks
+    one = RandomHyperplaneHash(64, random_state=3).cache(many)
+    two = RandomHyperplaneHash(64, random_state=3).cache(many, threads=2)
+    np.testing.assert_array_equal(two._cache_keys, one._cache_keys)
+    np.testing.assert_array_equal(two._cache, one._cache)
+    np.testing.assert_array_equal(two._coordinates(many), hashed_gaussian(3, np.arange(64), many).T)
 
 
 def test_pyramid_match_hashing_follows_normalised_kernel():
