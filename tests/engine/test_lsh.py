@@ -131,7 +131,8 @@ def test_hyperplane_cache_gives_the_same_projections():
     two = RandomHyperplaneHash(64, random_state=3).cache(many, threads=2)
     np.testing.assert_array_equal(two._cache_keys, one._cache_keys)
     np.testing.assert_array_equal(two._cache, one._cache)
-    np.testing.assert_array_equal(two._coordinates(many), hashed_gaussian(3, np.arange(64), many).T)
+    want = hashed_gaussian(3, np.arange(64), many).T
+    np.testing.assert_array_equal(two._coordinates(many), want)
 
 
 def test_pyramid_match_hashing_follows_normalised_kernel():

@@ -8,6 +8,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from engine.store import (
     IndexNotFoundError,
     IndexStore,
     IndexVersionError,
+    PackedFeatures,
     ReadOnlyIndexError,
     StoreError,
 )
@@ -95,6 +98,46 @@ def test_roundtrip_u8_f16_and_empty(store):
     # chunks are compact: the u8 chunk stores 128 + 8 + 2 + 2 bytes per feature
     sizes = sorted(os.path.getsize(e.path) for e in os.scandir(store.index_dir / "features"))
     assert sizes[-1] < 50 * 140 + 512
+
+
+def test_packed_features_store_the_same_bytes(tmp_path):
+    """Features packed in a worker (the store's 8-bit codes) give the same chunk and
+    catalogue as the features themselves; values outside [0, 1] are not packed, and a
+    batch mixing both is stored from the values."""
+    f1, f2, f0 = _feats(40, 1), _feats(9, 2), _feats(0, 3)
+    other = _feats(6, 4, rootsift=False)
+    p1, p2, p0 = (PackedFeatures.pack(f) for f in (f1, f2, f0))
+    assert isinstance(p1, PackedFeatures) and p1.codes.dtype == np.uint8 and len(p1) == 40
+    assert PackedFeatures.pack(other) is other
+    plain = IndexStore.open(tmp_path / "plain")
+    packed = IndexStore.open(tmp_path / "packed")
+    rows = [
+        ("/p/a.jpg", 1, 2, "h1", f1),
+        ("/p/z.jpg", 3, 4, "h0", f0),
+        ("/p/b.jpg", 5, 6, "h2", f2),
+    ]
+    plain.write_batch(ok=rows)
+    packed.write_batch(ok=[(*r[:4], p) for r, p in zip(rows, (p1, p0, p2), strict=True)])
+    for path in ("/p/a.jpg", "/p/z.jpg", "/p/b.jpg"):
+        a, b = plain.get_features(path), packed.get_features(path)
+        np.testing.assert_array_equal(a.descriptors, b.descriptors)
+        np.testing.assert_array_equal(a.xy, b.xy)
+        np.testing.assert_array_equal(a.scale, b.scale)
+        ra, rb = plain.record(path), packed.record(path)
+        assert replace(ra, added_at=0) == replace(rb, added_at=0)
+    np.testing.assert_array_equal(p1.descriptors, plain.get_features("/p/a.jpg").descriptors)
+    files = [
+        sorted(os.scandir(s.index_dir / "features"), key=lambda e: e.name) for s in (plain, packed)
+    ]
+    assert [Path(e.path).read_bytes() for e in files[0]] == [
+        Path(e.path).read_bytes() for e in files[1]
+    ]
+    # packed next to values outside [0, 1]: the chunk is encoded from the values
+    packed.write_batch(ok=[("/p/c.jpg", 7, 8, "h3", p1), ("/p/d.jpg", 9, 10, "h4", other)])
+    _assert_close(packed.get_features("/p/c.jpg"), f1, 1 / 510 + 2e-3)
+    _assert_close(packed.get_features("/p/d.jpg"), other, np.abs(other.descriptors).max() * 2**-10)
+    plain.close()
+    packed.close()
 
 
 def test_iter_and_stacked(store):
