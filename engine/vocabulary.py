@@ -60,6 +60,10 @@ _WEIGHTS = ("global", "input_specific")
 _BLAS_MIN_SEGMENT = 48
 _GATHER_CHUNK = 8192
 _ROWWISE_BLOCK = 2048  # rows per block of _rowwise_sqdist
+# _descend: up to this many points (a query image), each point's candidate centres are
+# gathered (m, k, D) instead of grouping the points by node: fewer, larger numpy calls
+# (one UKBench image, two trees: 2.4-3.2 -> 1.2-1.5 ms a tree)
+_GATHER_DESCENT_MAX = 1024
 _SIGMA_PAIRS = 20_000
 # k-means of a node runs on at most this many random points per child, then every
 # point of the node is assigned to the resulting centres.
@@ -589,6 +593,7 @@ class VocabularyTree:
             n_prev = self._centers[lvl - 1].shape[0]
             self._n_child.append(np.bincount(self._parent[lvl], minlength=n_prev))
             self._child_start.append(np.searchsorted(self._parent[lvl], np.arange(n_prev)))
+        self._child_blocks: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     def _compute_statistics(
         self, X: np.ndarray, bins: np.ndarray, rng: np.random.Generator
@@ -666,6 +671,14 @@ class VocabularyTree:
         bins[:, 0] = 0  # the root
         if need_dist:
             dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0], np.zeros(m, np.int64)))
+        if m <= _GATHER_DESCENT_MAX:
+            node = np.zeros(m, dtype=np.int64)
+            for lvl in range(1, L):
+                node = self._nearest_child(X, node, lvl)
+                bins[:, lvl] = node
+                if need_dist:
+                    dist[:, lvl] = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], node))
+            return bins, dist
         perm = np.arange(m)  # the points grouped by their bin (never moved themselves)
         node = np.zeros(m, dtype=np.int64)
         for lvl in range(1, L):
@@ -687,6 +700,25 @@ class VocabularyTree:
                 order = np.argsort(chosen, kind="stable")
                 perm, node = perm[order], chosen[order]
         return bins, dist
+
+    def _nearest_child(self, X: np.ndarray, node: np.ndarray, lvl: int) -> np.ndarray:
+        """(M,) int64 the nearest level-``lvl`` child of every point's node (each point's
+        candidate centres gathered: the small-input path of :meth:`_descend`, same rule)."""
+        if self._child_blocks is None:
+            # every node's children as one padded block: (nodes, k, D) centres and their
+            # squared norms (inf in the padding), built once
+            blocks = []
+            for lv in range(1, self.levels):
+                n_c = self._n_child[lv - 1]
+                slots = np.arange(int(n_c.max(initial=1)))
+                valid = slots < n_c[:, None]
+                cidx = np.where(valid, self._child_start[lv - 1][:, None] + slots, 0)
+                csq = np.where(valid, self._csq[lv][cidx], np.float32(np.inf))
+                blocks.append((self._centers[lv][cidx], csq.astype(np.float32)))
+            self._child_blocks = blocks
+        C, csq = self._child_blocks[lvl - 1]
+        d = csq[node] - 2.0 * np.einsum("mkd,md->mk", C[node], X)  # (M, k)
+        return self._child_start[lvl - 1][node] + np.argmin(d, axis=1)
 
     def assign(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bins of every point at every level, finest first, and distances to bin centres.

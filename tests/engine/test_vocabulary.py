@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 
+from engine import vocabulary
 from engine.vocabulary import VocabularyTree, bag_of_words, fit_idf, word_counts
 
 
@@ -83,7 +84,10 @@ def test_nesting(tree):
         assert np.unique(pairs[:, 0]).size == pairs.shape[0]
 
 
-def test_assign_matches_brute_force_descent(tree):
+@pytest.mark.parametrize("gather_max", [0, 10**6], ids=["grouped", "gathered"])
+def test_assign_matches_brute_force_descent(tree, gather_max, monkeypatch):
+    # both descents: points grouped by node (batches) and candidates gathered (queries)
+    monkeypatch.setattr(vocabulary, "_GATHER_DESCENT_MAX", gather_max)
     X = _blobs(300, 6, 12, seed=5)
     bins, dist = tree.assign(X)
     expected = _brute_force_descent(tree, X)
@@ -96,13 +100,19 @@ def test_assign_matches_brute_force_descent(tree):
     assert tree.assign_bins(X[:0]).shape == (0, L)
 
 
-def test_assign_large_segments_uses_same_rule():
-    # enough points per node to take the per-node BLAS path as well as the gather path
+def test_assign_large_segments_uses_same_rule(monkeypatch):
+    # enough points per node to take the per-node BLAS path as well as the gather path;
+    # and the same bins from the small-input descent
     X = _blobs(4000, 5, 3, seed=2)
     tree = VocabularyTree(branching=3, levels=3, random_state=0).fit(X)
-    Q = _blobs(400, 5, 3, seed=8)
-    assert np.array_equal(tree.assign(Q)[0], _brute_force_descent(tree, Q))
-    assert np.array_equal(tree.assign_bins(Q), tree.assign(Q)[0])
+    Q = _blobs(2400, 5, 3, seed=8)
+    grouped = tree.assign(Q)
+    assert np.array_equal(grouped[0], _brute_force_descent(tree, Q))
+    assert np.array_equal(tree.assign_bins(Q), grouped[0])
+    monkeypatch.setattr(vocabulary, "_GATHER_DESCENT_MAX", 10**6)
+    gathered = tree.assign(Q)
+    assert np.array_equal(gathered[0], grouped[0])
+    np.testing.assert_allclose(gathered[1], grouped[1], rtol=1e-6)
 
 
 def test_statistics_cover_training_points(data, tree):
