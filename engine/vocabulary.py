@@ -220,9 +220,10 @@ def _small_bin_diameters(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact diameters (largest pairwise distance) of bins with 2..max_points points.
 
-    Bins are batched by padded size (next power of two, padding repeats the bin's first
-    point, which leaves the maximum unchanged) and their float32 Gram matrices computed
-    at once; the farthest pair's distance is then recomputed directly.
+    Bins are batched by padded size (:func:`_pad_size`, at most ~14 % padding, which
+    repeats the bin's first point and so leaves the maximum unchanged) and their float32
+    Gram matrices computed at once; the farthest pair's distance is then recomputed
+    directly.
 
     Returns
     -------
@@ -237,7 +238,7 @@ def _small_bin_diameters(
     out = np.zeros(todo.size, dtype=np.float32)
     if todo.size == 0:
         return todo, out
-    pad = 1 << np.ceil(np.log2(count[todo])).astype(np.int64)
+    pad = _pad_size(count[todo])
     for size in np.unique(pad):
         where = np.flatnonzero(pad == size)
         step = max(1, (1 << 21) // int(size * size))
@@ -614,7 +615,7 @@ class VocabularyTree:
             starts = np.zeros(has.size, np.int64)
             np.cumsum(sizes[:-1], out=starts[1:])
             seg = np.repeat(np.arange(has.size), sizes)  # bin (of `has`) at every position
-            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b[order], order))
+            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b))[order]
             radius = np.zeros(n_l, dtype=np.float32)
             radius[has] = np.maximum.reduceat(dist_l, starts)
             # bins of up to _EXACT_DIAMETER_MAX_POINTS points get their exact diameter
@@ -632,11 +633,11 @@ class VocabularyTree:
                 np.cumsum(w_sizes[:-1], out=w_starts[1:])
                 w_seg = np.repeat(np.arange(w_sizes.size), w_sizes)
                 keep = wide[seg]  # sorted positions inside the wide bins
-                w_order = order[keep]
+                Xw = X[order[keep]]  # gathered once for both sweeps
                 start = _segment_argmax(dist_l[keep], w_starts, w_seg)
                 widest = np.zeros(w_sizes.size, dtype=np.float32)
                 for sweep in range(2):
-                    d = np.sqrt(_rowwise_sqdist(X, X[w_order[start]], w_seg, w_order))
+                    d = np.sqrt(_rowwise_sqdist(Xw, Xw[start], w_seg))
                     np.maximum(widest, np.maximum.reduceat(d, w_starts), out=widest)
                     if sweep == 0:
                         start = _segment_argmax(d, w_starts, w_seg)
