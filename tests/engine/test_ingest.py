@@ -495,6 +495,19 @@ def test_threads_of_a_warm_process_reuse_freed_memory():
     assert shared < per_thread / 10, (per_thread, shared)
 
 
+def test_warm_processes_do_not_ask_numpy_for_huge_pages():
+    # numpy advises transparent huge pages for large arrays by default; faulting them in
+    # cost more kernel time than it saved on the indexing and query processes measured
+    code = (
+        "from engine.ingest import _numpy_huge_pages, keep_heap_warm\n"
+        "_numpy_huge_pages(True)\n"
+        "keep_heap_warm()\n"
+        "print(_numpy_huge_pages(True))\n"  # the setting keep_heap_warm left
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == ("False" if sys.platform.startswith("linux") else "True")
+
+
 def test_catalogue_order_does_not_depend_on_which_worker_finishes_first(tmp_path, folder):
     # rows are stored in scan order even when the first files finish last, so every
     # result that depends on row order (groupings, learned models) is reproducible
