@@ -26,10 +26,11 @@ candidate generations (default: all).
 (60-95 %), descriptors jittered (sigma 0.03) and positions moved; no pixels involved.
 
 For each method the query process (a separate process, whose peak RSS is reported,
-BLAS limited to one thread) reports the search part of a query -- ``Collection._search``
-from encoding the query's features to the ranked hits, extraction excluded -- as wall
-time and as CPU time of the process (``time.process_time``: on a loaded shared machine
-the wall time mostly measures waiting for a core), the fraction of the collection scored
+BLAS limited to one thread, set up as ``simile query``'s: ``keep_heap_warm``) reports
+the search part of a query -- ``Collection._search`` from encoding the query's
+features to the ranked hits, extraction excluded -- as wall time and as CPU time of the
+process (``time.process_time``: on a loaded shared machine the wall time mostly
+measures waiting for a core), the fraction of the collection scored
 exactly, and recall@10 against the exhaustive pyramid match of the same method
 (``wta``: the ``vocabulary`` score). ``fused`` is the default candidate generation of
 :mod:`engine.collection` (rank fusion of the hash score -- z-scored hyperplane-bit
@@ -320,6 +321,9 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown method or kind: {', '.join(sorted(bad))}")
     if args.query_only:
+        from engine.ingest import keep_heap_warm
+
+        keep_heap_warm()  # as the simile command line (``simile query``) does
         res = query_phase(args)
         print("RESULT " + json.dumps(res))
         return 0
