@@ -62,7 +62,7 @@ _GATHER_CHUNK = 8192
 _ROWWISE_BLOCK = 2048  # rows per block of _rowwise_sqdist
 # _descend: up to this many points (a query image), each point's candidate centres are
 # gathered (m, k, D) instead of grouping the points by node: fewer, larger numpy calls
-# (one UKBench image, two trees: 2.4-3.2 -> 1.2-1.5 ms a tree)
+# (one UKBench image: 2.4-3.2 -> 1.0-1.1 ms a tree)
 _GATHER_DESCENT_MAX = 1024
 _SIGMA_PAIRS = 20_000
 # k-means of a node runs on at most this many random points per child, then every
