@@ -443,9 +443,9 @@ def extract_parallel(
 
     def new_pool() -> ProcessPoolExecutor:
         nonlocal restarted
-        ctx = mp_context or worker_context()
-        if restarted and ctx.get_start_method() == "fork":
-            ctx = worker_context()  # the broken pool's threads may still hold locks
+        ctx = mp_context
+        if ctx is None or (restarted and ctx.get_start_method() == "fork"):
+            ctx = worker_context()  # after a crash the broken pool's threads may hold locks
         restarted = True
         if ctx.get_start_method() == "fork":
             return _forked_pool(n_jobs, ctx)

@@ -89,6 +89,14 @@ def _segment_starts(node: np.ndarray, n_nodes: int) -> np.ndarray:
     return np.searchsorted(node, np.arange(n_nodes + 1), side="left").astype(np.int64)
 
 
+def _runs(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layout of consecutive non-empty runs of ``sizes`` (S,) int64 points: the first
+    position of every run (S,) and the run of every position (sum(sizes),)."""
+    starts = np.zeros(sizes.size, np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return starts, np.repeat(np.arange(sizes.size), sizes)
+
+
 def _segment_argmin(
     Xs: np.ndarray,
     seg_starts: np.ndarray,
@@ -259,8 +267,8 @@ def _small_bin_diameters(
 
 
 def _pad_size(size: np.ndarray) -> np.ndarray:
-    """Padded segment sizes for :func:`_kmeans_level`: rounded up to a multiple of an
-    eighth of their power of two (at most ~14 % padding)."""
+    """Padded segment sizes for :func:`_kmeans_level` and :func:`_small_bin_diameters`:
+    rounded up to a multiple of an eighth of their power of two (at most ~14 % padding)."""
     bit_length = np.frexp(size)[1]  # exact for integers below 2**53
     step = np.int64(1) << np.maximum(0, bit_length - 3).astype(np.int64)
     return -(-size // step) * step
@@ -612,9 +620,7 @@ class VocabularyTree:
             order = np.argsort(b, kind="stable")
             has = np.flatnonzero(count)
             sizes = count[has]
-            starts = np.zeros(has.size, np.int64)
-            np.cumsum(sizes[:-1], out=starts[1:])
-            seg = np.repeat(np.arange(has.size), sizes)  # bin (of `has`) at every position
+            starts, seg = _runs(sizes)  # seg: the bin (of `has`) at every position
             dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b))[order]
             radius = np.zeros(n_l, dtype=np.float32)
             radius[has] = np.maximum.reduceat(dist_l, starts)
@@ -629,9 +635,7 @@ class VocabularyTree:
             wide = sizes > _EXACT_DIAMETER_MAX_POINTS
             if wide.any():
                 w_sizes = sizes[wide]
-                w_starts = np.zeros(w_sizes.size, np.int64)
-                np.cumsum(w_sizes[:-1], out=w_starts[1:])
-                w_seg = np.repeat(np.arange(w_sizes.size), w_sizes)
+                w_starts, w_seg = _runs(w_sizes)
                 keep = wide[seg]  # sorted positions inside the wide bins
                 Xw = X[order[keep]]  # gathered once for both sweeps
                 start = _segment_argmax(dist_l[keep], w_starts, w_seg)
