@@ -20,10 +20,11 @@ then refreshes the search data:
 
 - the models -- a vocabulary tree (hierarchical k-means, branching 10, 5 levels including
   the root) as vocabulary-guided pyramid bins, its per-bin idf weights, a uniform-bin
-  pyramid match on 10-D PCA-SIFT, densified-WTA permutations and random-hyperplane seeds --
+  pyramid match on 8-D PCA-SIFT, densified-WTA permutations and random-hyperplane seeds --
   are fitted on the first index (from a random sample of at most ``SAMPLE_DESCRIPTORS``
-  descriptors, seeded), and refitted only when the collection has grown to more than
-  ``REFIT_GROWTH`` (2x) the number of images they were fitted on, or the features changed.
+  descriptors, seeded; the trees on ``TREE_SAMPLE`` of them), and refitted only when the
+  collection has grown to more than ``REFIT_GROWTH`` (2x) the number of images they were
+  fitted on, or the features changed.
   Otherwise new images are only encoded with the existing models (idf weights stay those
   of the fit; bins never seen at fit time get the largest idf).
   On a first index the fit does not wait for the end of extraction: ``PREFIT_SPREAD``
@@ -159,6 +160,12 @@ VERIFY_MIN_INLIERS = 8
 DUPLICATE_NEIGHBOURS = 10
 REFIT_GROWTH = 2.0
 SAMPLE_DESCRIPTORS = 40_000
+# the vocabulary trees are fitted on a random subset of that sample (the uniform pyramid's
+# ranges and PCA, which cost little, on all of it): the tree fit's time grows with its
+# sample, and UKBench N-S did not move with 30,000 (seeds 0-3 of the models' sample and
+# fit: hybrid 3.624-3.642, mean 3.636, vocabulary 3.440-3.448, mean 3.444; with 40,000:
+# 3.610-3.664, mean 3.631, and 3.418-3.484, mean 3.451) at 0.7x the fit time
+TREE_SAMPLE = 30_000
 # files extracted first and spread over the folder on a first index, for the models' sample
 # (40,000 descriptors at the ~250 SIFT features of a typical photo with max_features=500)
 PREFIT_SPREAD = 160
@@ -447,13 +454,14 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
         "vocabulary",
         branching=10,
         depth=5,
-        sample_size=SAMPLE_DESCRIPTORS,
+        sample_size=TREE_SAMPLE,
         random_state=random_state,
         # 2 Lloyd iterations per level: UKBench N-S vocabulary 3.478 / hybrid 3.668
         # against 3.480 / 3.674 with 5, at 0.75x the fit time (the fit is part of the
         # indexing cost). The trees' sample moves N-S by a few hundredths: with the
         # models refitted on all UKBench images, seeds 0-3 give hybrid 3.628-3.654 and
-        # vocabulary 3.432-3.490; the index's own sample gives 3.632 / 3.464
+        # vocabulary 3.432-3.490; the index's own sample (TREE_SAMPLE of it for the
+        # trees) gives 3.642 / 3.448
         max_iter=TREE_ITERATIONS,
         n_shifts=VOCAB_TREES,
     )
@@ -547,6 +555,10 @@ class _Prefit:
         return True
 
     def _run(self) -> None:
+        # the refresh after the last image needs engine.wta (_fit_weights): imported here,
+        # while the workers extract, not after them (~40 ms without cached bytecode)
+        import engine.wta  # noqa: F401
+
         # many small products on a machine whose cores are extracting: BLAS threads
         # would only spin (process-wide; the GUI thread and the ingest loop use no BLAS)
         with single_threaded_blas():

@@ -52,7 +52,7 @@ def _parts(index: str, reps: int) -> dict[str, float]:
             "vocabulary",
             branching=10,
             depth=5,
-            sample_size=C.SAMPLE_DESCRIPTORS,
+            sample_size=C.TREE_SAMPLE,
             random_state=0,
             max_iter=iters,
             n_shifts=C.VOCAB_TREES,
