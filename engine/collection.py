@@ -18,13 +18,14 @@ Models and when they are fitted
 :meth:`Collection.update` first brings the catalogue and the stored features up to date,
 then refreshes the search data:
 
-- the models -- a vocabulary tree (hierarchical k-means, branching 10, 5 levels including
-  the root) as vocabulary-guided pyramid bins, its per-bin idf weights, a uniform-bin
-  pyramid match on 8-D PCA-SIFT, densified-WTA permutations and random-hyperplane seeds --
-  are fitted on the first index (from a random sample of at most ``SAMPLE_DESCRIPTORS``
-  descriptors, seeded; the trees on ``TREE_SAMPLE`` of them), and refitted only when the
-  collection has grown to more than ``REFIT_GROWTH`` (2x) the number of images they were
-  fitted on, or the features changed.
+- the models -- two vocabulary trees (hierarchical k-means on 32-D PCA-projected
+  descriptors, branching 10, 5 levels including the root) as vocabulary-guided pyramid
+  bins, their per-bin idf weights, a uniform-bin pyramid match on 8-D PCA-SIFT,
+  densified-WTA permutations and random-hyperplane seeds -- are fitted on the first index
+  (from a random sample of at most ``SAMPLE_DESCRIPTORS`` descriptors, seeded; the trees
+  on ``TREE_SAMPLE`` of them), and refitted only when the collection has grown to more
+  than ``REFIT_GROWTH`` (2x) the number of images they were fitted on, or the features
+  changed.
   Otherwise new images are only encoded with the existing models (idf weights stay those
   of the fit; bins never seen at fit time get the largest idf).
   On a first index the fit does not wait for the end of extraction: ``PREFIT_SPREAD``
@@ -166,6 +167,13 @@ SAMPLE_DESCRIPTORS = 40_000
 # fit: hybrid 3.624-3.642, mean 3.636, vocabulary 3.440-3.448, mean 3.444; with 40,000:
 # 3.610-3.664, mean 3.631, and 3.418-3.484, mean 3.451) at 0.7x the fit time
 TREE_SAMPLE = 30_000
+# the trees cluster PCA-projected descriptors (fitted on their sample): the fit and every
+# descent cost about their dimension, and UKBench N-S did not move with 32 of RootSIFT's
+# 128 (seeds 0-3: hybrid 3.616-3.644, mean 3.634, vocabulary 3.438-3.464, mean 3.448,
+# against 3.636 / 3.444 on all 128); one thread: the fit 0.83 -> 0.55 s, the vocabulary
+# pyramids of 500 images 0.64 -> 0.52 s. 10k views (bench_scale.py): recall@10 0.999
+# vocabulary and wta, 0.981 uniform (0.984 on 128)
+TREE_PCA_DIM = 32
 # files extracted first and spread over the folder on a first index, for the models' sample
 # (40,000 descriptors at the ~250 SIFT features of a typical photo with max_features=500)
 PREFIT_SPREAD = 160
@@ -464,6 +472,7 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
         # trees) gives 3.642 / 3.448
         max_iter=TREE_ITERATIONS,
         n_shifts=VOCAB_TREES,
+        pca_dim=TREE_PCA_DIM if m.dim > TREE_PCA_DIM else None,
     )
     uniform = PyramidMatch("uniform", sample_size=SAMPLE_DESCRIPTORS, random_state=random_state)
     # the two fits are independent and mostly numpy work that releases the GIL: on two
