@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 
 _CONTROLLER = None
+_LOCK = threading.Lock()
+_DEPTH = 0  # open single_threaded_blas contexts, in all threads
+_LIMITER = None  # threadpoolctl's limiter of the outermost one
 
 
-def single_threaded_blas() -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
     """Context limiting BLAS to one thread.
 
     The engine's hot loops (vocabulary-tree descent, per-pair matching, OASIS steps) are
@@ -15,12 +21,29 @@ def single_threaded_blas() -> contextlib.AbstractContextManager:
     above all on a loaded machine (an OASIS step on 2,048 words took 34 ms instead of
     ~1 ms with 2 cores busy). threadpoolctl's limit is process-wide while the context is
     open, so it must never be held across a generator's ``yield``.
+
+    Contexts nest, also across threads: the first one opened sets the limit and the last
+    one closed restores what was there before (threadpoolctl's own contexts, interleaved
+    by two threads, could restore one thread's saved limit after the other's and leave
+    BLAS on one thread for good). A nested context costs no threadpoolctl call.
     """
-    global _CONTROLLER
+    global _CONTROLLER, _DEPTH, _LIMITER
+    with _LOCK:
+        if _DEPTH == 0:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
+                ThreadpoolController = None
+            if ThreadpoolController is not None:
+                if _CONTROLLER is None:
+                    _CONTROLLER = ThreadpoolController()
+                _LIMITER = _CONTROLLER.limit(limits=1, user_api="blas")
+        _DEPTH += 1
     try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
-        return contextlib.nullcontext()
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH -= 1
+            if _DEPTH == 0 and _LIMITER is not None:
+                _LIMITER.restore_original_limits()
+                _LIMITER = None

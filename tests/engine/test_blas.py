@@ -1,0 +1,89 @@
+"""engine._blas: the process-wide single-thread switch for BLAS."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+from engine._blas import single_threaded_blas  # noqa: E402
+from engine.pyramid import _Projection  # noqa: E402
+
+
+def _blas_threads() -> list[int]:
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+
+class _FakeController:
+    """Stands for threadpoolctl's controller: one process-wide BLAS thread count."""
+
+    def __init__(self) -> None:
+        self.threads = 2
+
+    def limit(self, limits: int, user_api: str):
+        ctrl, saved = self, self.threads
+        self.threads = limits
+
+        class Limiter:
+            def restore_original_limits(self) -> None:
+                ctrl.threads = saved
+
+        return Limiter()
+
+
+def test_contexts_interleaved_by_two_threads_restore_the_limit(monkeypatch):
+    # A enters, B enters, A leaves (B still holds: one thread), B leaves (restored).
+    # threadpoolctl's own contexts would restore A's saved limit while B still ran and
+    # then B's (one thread) for good.
+    import engine._blas as B
+
+    fake = _FakeController()
+    monkeypatch.setattr(B, "_CONTROLLER", fake)
+    step = [threading.Event() for _ in range(3)]
+    seen = {}
+
+    def a():
+        with single_threaded_blas():
+            seen["A in"] = fake.threads
+            step[0].set()
+            step[1].wait(5)
+        step[2].set()
+
+    def b():
+        step[0].wait(5)
+        with single_threaded_blas():
+            step[1].set()
+            step[2].wait(5)
+            seen["after A left"] = fake.threads
+        seen["after both left"] = fake.threads
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"A in": 1, "after A left": 1, "after both left": 2}
+
+
+def test_nested_contexts_in_one_thread():
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_threads()
+        with single_threaded_blas():
+            with single_threaded_blas():
+                assert all(n == 1 for n in _blas_threads())
+            assert all(n == 1 for n in _blas_threads())
+        assert _blas_threads() == before
+
+
+def test_projection_transform_matches_the_centred_product():
+    rng = np.random.default_rng(0)
+    X = rng.random((3000, 128), dtype=np.float32)
+    proj = _Projection.fit(X, 32)
+    for n in (1, 300, 3000):
+        got = proj.transform(X[:n])
+        want = (X[:n].astype(np.float64) - proj.mean) @ proj.components.T.astype(np.float64)
+        assert got.dtype == np.float32 and got.shape == (n, 32)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
