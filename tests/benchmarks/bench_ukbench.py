@@ -124,40 +124,22 @@ def ingest_seconds(data: Path, index: str, jobs: int) -> float:
 
 
 _INDEX = """
-import json, os, shutil, sys, time
+import json, sys
 
 if __name__ == "__main__":
     from engine.ingest import keep_heap_warm
 
     keep_heap_warm()  # as the simile command line does
-    from engine.collection import Collection
+    from bench_ukbench import index_here
 
     data, index, jobs, reuse = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-    if not reuse:
-        shutil.rmtree(index, ignore_errors=True)
-    col = Collection.open(data, index)
-    t, c0 = time.perf_counter(), os.times()
-    gen = col.update(jobs=jobs)
-    t_final = None
-    try:
-        while True:
-            p = next(gen)
-            if p.status == "finalizing" and t_final is None and "fitting" in p.message:
-                t_final = time.perf_counter()
-    except StopIteration as stop:
-        summary = stop.value
-    total = time.perf_counter() - t
-    c1 = os.times()
-    col.close()
-    print(json.dumps({"total": total, "cpu": sum(c1[:4]) - sum(c0[:4]),
-                      "indexed": summary.indexed, "tail": t + total - (t_final or t)}))
+    print(json.dumps(index_here(data, index, jobs, reuse)))
 """
 
 
 def index_fresh(data: Path, index: str, jobs: int, reuse: bool) -> tuple[float, float, int, float]:
-    """``Collection.update()`` of ``data`` into ``index`` in a fresh interpreter running
-    this checkout, as ``simile index`` runs: wall and CPU seconds (the process and its
-    workers), images indexed, seconds after the last image."""
+    """:func:`index_here` in a fresh interpreter running this checkout, its heap kept warm,
+    as ``simile index`` runs."""
     import json
     import subprocess
     import tempfile
@@ -165,9 +147,8 @@ def index_fresh(data: Path, index: str, jobs: int, reuse: bool) -> tuple[float, 
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp, "index.py")
         script.write_text(_INDEX)
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-        )
+        path = [str(ROOT), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)))
         out = subprocess.run(
             [sys.executable, str(script), str(data), index, str(jobs), "1" if reuse else "0"],
             capture_output=True,
@@ -176,12 +157,13 @@ def index_fresh(data: Path, index: str, jobs: int, reuse: bool) -> tuple[float, 
             cwd=ROOT,
             env=env,
         )
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    return r["total"], r["cpu"], r["indexed"], r["tail"]
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _index_here(data: Path, index: str, jobs: int, reuse: bool) -> tuple[float, float, int, float]:
-    """:func:`index_fresh` in this process."""
+def index_here(data: Path, index: str, jobs: int, reuse: bool) -> tuple[float, float, int, float]:
+    """``Collection.update()`` of ``data`` into ``index`` (deleted first unless ``reuse``)
+    in this process: wall and CPU seconds (the process and its workers), images indexed,
+    seconds after the last image."""
     from engine.collection import Collection
 
     if not reuse:
@@ -199,8 +181,9 @@ def _index_here(data: Path, index: str, jobs: int, reuse: bool) -> tuple[float, 
     except StopIteration as stop:
         summary = stop.value
     total = time.perf_counter() - t
+    cpu = _cpu() - c0
     col.close()
-    return total, _cpu() - c0, summary.indexed, time.perf_counter() - (t_final or t)
+    return total, cpu, summary.indexed, t + total - (t_final or t)
 
 
 def _cpu() -> float:
@@ -266,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 ing = ingest_seconds(data, args.index + "_ingest", args.jobs)
                 print(f"  extraction + storage, no models: {ing:.2f} s ({ing / fl:.2f}x)")
         if args.in_process:
-            total, cpu, indexed, tail = _index_here(data, args.index, args.jobs, args.reuse)
+            total, cpu, indexed, tail = index_here(data, args.index, args.jobs, args.reuse)
         else:
             total, cpu, indexed, tail = index_fresh(data, args.index, args.jobs, args.reuse)
         totals.append(total)
