@@ -466,10 +466,9 @@ def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int =
         random_state=random_state,
         # 2 Lloyd iterations per level: UKBench N-S vocabulary 3.478 / hybrid 3.668
         # against 3.480 / 3.674 with 5, at 0.75x the fit time (the fit is part of the
-        # indexing cost). The trees' sample moves N-S by a few hundredths: with the
-        # models refitted on all UKBench images, seeds 0-3 give hybrid 3.628-3.654 and
-        # vocabulary 3.432-3.490; the index's own sample (TREE_SAMPLE of it for the
-        # trees) gives 3.642 / 3.448
+        # indexing cost; measured on 128-D trees). The trees' sample moves N-S by a few
+        # hundredths (seeds 0-3: see TREE_SAMPLE, TREE_PCA_DIM); the index's own sample
+        # gives hybrid 3.638 / vocabulary 3.444
         max_iter=TREE_ITERATIONS,
         n_shifts=VOCAB_TREES,
         pca_dim=TREE_PCA_DIM if m.dim > TREE_PCA_DIM else None,
