@@ -14,7 +14,15 @@ from engine.pyramid import _Projection  # noqa: E402
 
 
 def _blas_threads() -> list[int]:
-    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    """Threads of the BLAS libraries the switch controls (those loaded when it was first
+    used, numpy's among them; a library loaded later, e.g. by another test's import,
+    is not)."""
+    import engine._blas as B
+
+    with single_threaded_blas():  # the controller exists from here on
+        pass
+    paths = {lib.filepath for lib in B._CONTROLLER.lib_controllers}
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["filepath"] in paths]
 
 
 class _FakeController:
@@ -71,6 +79,7 @@ def test_contexts_interleaved_by_two_threads_restore_the_limit(monkeypatch):
 def test_nested_contexts_in_one_thread():
     with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
         before = _blas_threads()
+        assert before  # numpy's BLAS at least
         with single_threaded_blas():
             with single_threaded_blas():
                 assert all(n == 1 for n in _blas_threads())
