@@ -491,12 +491,35 @@ def _sample_ids(ids: np.ndarray, n_features: np.ndarray) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(ids, take, replace=False))
 
 
+@dataclass(frozen=True)
+class _Stack:
+    """Descriptor sets of a batch stacked: set ``k`` is ``X[start_k : start_k + sizes[k]]``
+    (what :func:`_batch_codes` concatenates anyway; read from the store in one pass)."""
+
+    X: np.ndarray  # (N, D) float32, C-contiguous and finite
+    sizes: np.ndarray  # (n,) int64
+
+    def __len__(self) -> int:
+        return int(self.sizes.size)
+
+    def sets(self) -> list[np.ndarray]:
+        """The sets as views of ``X``."""
+        return np.split(self.X, np.cumsum(self.sizes)[:-1]) if self.sizes.size else []
+
+
+def _stacked(store: IndexStore, ids: np.ndarray) -> _Stack:
+    """Stored descriptors of images ``ids``, in that order, stacked (descriptors only: no
+    keypoint is read, and no set is validated again -- the store holds finite values)."""
+    X, indptr = store.stacked_descriptors(ids)
+    return _Stack(X, np.diff(indptr))
+
+
 def _descriptor_sets(store: IndexStore, ids: np.ndarray) -> list[np.ndarray]:
     """Stored descriptors of images ``ids``, in that order."""
-    return [f.descriptors for _, f in store.iter_features(ids)]
+    return _stacked(store, ids).sets()
 
 
-def _uniform_index(models: _Models, sets: list[np.ndarray]) -> IntersectionIndex:
+def _uniform_index(models: _Models, sets: Sequence[np.ndarray] | _Stack) -> IntersectionIndex:
     """Uniform-bin pyramids of a batch as the search data holds them (with their
     :meth:`~engine.search.IntersectionIndex.columns`, merged cheaply when batches are
     concatenated)."""
@@ -600,7 +623,7 @@ class _Prefit:
                         if self._stop.is_set():
                             return
                         batch = new[s0 : s0 + ENCODE_BATCH]
-                        sets = _descriptor_sets(self.store, batch)
+                        sets = _stacked(self.store, batch)
                         jobs = (
                             lambda sets=sets: _batch_codes(self.models.vocab, sets),
                             lambda sets=sets: _uniform_index(self.models, sets),
@@ -714,7 +737,7 @@ def _key_major_order(
 
 
 def _batch_codes(
-    pm: PyramidMatch, sets: Sequence[np.ndarray], *, weights: bool = False
+    pm: PyramidMatch, sets: Sequence[np.ndarray] | _Stack, *, weights: bool = False
 ) -> SimpleNamespace:
     """Pyramids of a batch of sets as the search data needs them: the unique bin keys of
     every set with their counts (Eq. 3.6) and levels -- the keys and counts of
@@ -725,6 +748,9 @@ def _batch_codes(
     Entries come out sorted by (set, key), as :class:`~engine.search.IntersectionIndex`
     holds its rows, and with the batch's columns: one sort of all (point, level) entries
     by key and set (:func:`_key_major_order`), then a stable radix sort by set.
+
+    ``sets``: a list of (M_i, D) arrays (validated), or a :class:`_Stack` read from the
+    store (taken as it is).
 
     Returns
     -------
@@ -737,14 +763,20 @@ def _batch_codes(
     """
     from engine.pyramid import _GOLDEN, _level_salt, _mix64
 
-    arrays = pm._prepare(list(sets), "sets")
-    n = len(arrays)
-    sizes = np.array([a.shape[0] for a in arrays], np.int64)
+    if isinstance(sets, _Stack):
+        if sets.X.ndim != 2 or sets.X.shape[1] != pm.dim_:
+            raise ValueError(f"sets must have {pm.dim_} columns, got shape {sets.X.shape}")
+        X, sizes = sets.X, np.asarray(sets.sizes, np.int64)
+    else:
+        arrays = pm._prepare(list(sets), "sets")
+        sizes = np.array([a.shape[0] for a in arrays], np.int64)
+        X = np.concatenate(arrays) if arrays else None
+    n = int(sizes.size)
     m = int(sizes.sum())
     blocks: list[tuple[int, int]] = []  # (shift, level) of every run of m entries
     keys, all_bins = [], []
     if m:
-        X = pm._project(np.concatenate(arrays))
+        X = pm._project(X)
         for t, binning in enumerate(pm.binnings_):
             L = pm._levels_of(binning)
             lean = getattr(binning, "assign_bins", None)  # VocabularyTree: no distances
@@ -868,7 +900,7 @@ _ALL_PARTS = frozenset({"uniform", "wta", "rh"})
 def _encode(
     models: _Models,
     ids: np.ndarray,
-    sets: list[np.ndarray] | None,
+    sets: Sequence[np.ndarray] | _Stack | None,
     codes: SimpleNamespace | None = None,
     parts: frozenset[str] = _ALL_PARTS,
     uniform: IntersectionIndex | None = None,
@@ -1093,8 +1125,8 @@ class Collection:
             cancelled=bool(cancel is not None and cancel.is_set()),
         )
 
-    def _sets(self, ids: np.ndarray) -> list[np.ndarray]:
-        return _descriptor_sets(self.store, ids)
+    def _sets(self, ids: np.ndarray) -> _Stack:
+        return _stacked(self.store, ids)
 
     def _refresh(
         self,
@@ -1144,7 +1176,7 @@ class Collection:
                     pre_parts = list(zip(pre.batches, pre.codes, pre.uniform, strict=True))
                 else:
                     n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
-                    models = _fit_binnings(self._sets(_sample_ids(ids, n_feat)), ids.size)
+                    models = _fit_binnings(self._sets(_sample_ids(ids, n_feat)).sets(), ids.size)
                     rest = ids
                     pre_parts = []
                 batches = [

@@ -315,6 +315,14 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
     for sets in batches:
         for pm, weights in ((models.vocab, False), (models.uniform, True)):
             got = ec._batch_codes(pm, sets, weights=weights)
+            # the stacked sets read from the store give the same codes
+            X = np.concatenate(sets) if sets else np.zeros((0, pm.dim_), np.float32)
+            stack = ec._Stack(X, np.array([len(s) for s in sets], np.int64))
+            assert [len(s) for s in stack.sets()] == [len(s) for s in sets]
+            same = ec._batch_codes(pm, stack, weights=weights)
+            assert vars(same).keys() == vars(got).keys()
+            for name, value in vars(got).items():
+                np.testing.assert_array_equal(getattr(same, name), value, err_msg=name)
             assert got.n == len(sets)
             assert got.sizes.tolist() == [len(s) for s in sets]
             if sum(len(s) for s in sets) == 0:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import engine.store as store_mod
 from engine.features import Features
 from engine.store import (
     SCHEMA_VERSION,
@@ -153,6 +154,22 @@ def test_iter_and_stacked(store):
     X, indptr = store.stacked_descriptors(ids)
     assert X.dtype == np.float32 and indptr.tolist() == [0, 14, 14 + 11]
     np.testing.assert_allclose(X[:14], items[4][1].descriptors, atol=1 / 500)
+    # a few ids are selected by id, many by one scan of the catalogue: the same rows,
+    # in the order asked (repeats included); an unknown id is an error either way
+    ask = store.ids()[[5, 0, 3, 0]]
+    for limit in (store_mod._ROWS_BY_ID, 2):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(store_mod, "_ROWS_BY_ID", limit)
+            X2, indptr2 = store.stacked_descriptors(ask)
+            assert indptr2.tolist() == np.cumsum([0, 15, 10, 13, 10]).tolist()
+            np.testing.assert_allclose(
+                X2[10 + 15 : 10 + 15 + 13], items[3][1].descriptors, atol=1 / 500
+            )
+            assert [i for i, _ in store.iter_features(ask)] == ask.tolist()
+            with pytest.raises(KeyError, match="not in the index"):
+                store.stacked_descriptors([int(ask[0]), 10_000])
+            with pytest.raises(KeyError, match="not in the index"):
+                list(store.iter_features([10_000]))
 
 
 def test_failed_upsert_keeps_id_and_generation(store):
