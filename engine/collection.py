@@ -944,12 +944,17 @@ def _encode(
     return _Encoded(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
 
 
-def _embedding(ix: IntersectionIndex):
-    """Sparse vectors whose dot product approximates the intersection: sqrt of the values."""
-    from engine.pyramid import SparseEmbedding
-
+def _embedding(ix: IntersectionIndex) -> SimpleNamespace:
+    """Sparse vectors whose dot product approximates the intersection: sqrt of the values
+    (``indptr, keys, values`` as :class:`~engine.pyramid.SparseEmbedding`, with the
+    index's ``columns``, which spare the hash a sort of the keys)."""
     keys = ix.keys if ix._keys is not None else ix.row_keys(slice(None))  # keys not kept
-    return SparseEmbedding(ix.indptr, keys, np.sqrt(ix.values).astype(np.float32))
+    return SimpleNamespace(
+        indptr=ix.indptr,
+        keys=keys,
+        values=np.sqrt(ix.values).astype(np.float32),
+        columns=ix.columns(),
+    )
 
 
 def _rehash_bits(models: _Models, data: _Encoded, n_bits: int) -> None:

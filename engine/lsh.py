@@ -176,7 +176,8 @@ KeyedSparse = SparseEmbedding
 def _as_keyed(x: Any, name: str) -> tuple[sp.csr_matrix, np.ndarray]:
     """Return ``(M, unique_keys)``: rows as CSR over local columns, and the key of each column.
 
-    Accepts a SparseEmbedding-like object (``indptr``, ``keys``, ``values``), a scipy sparse
+    Accepts a SparseEmbedding-like object (``indptr``, ``keys``, ``values``, optionally
+    ``columns``: the sorted distinct keys and each entry's index in them), a scipy sparse
     matrix or a dense 2-D array (column index = key).
     """
     if all(hasattr(x, a) for a in ("indptr", "keys", "values")) and not sp.issparse(x):
@@ -187,7 +188,13 @@ def _as_keyed(x: Any, name: str) -> tuple[sp.csr_matrix, np.ndarray]:
             raise ValueError(f"{name}.indptr is not a valid CSR pointer for {keys.size} keys")
         if keys.shape != values.shape:
             raise ValueError(f"{name}.keys and {name}.values differ in shape")
-        uniq, local = np.unique(keys, return_inverse=True)
+        columns = getattr(x, "columns", None)
+        if columns is not None and np.shape(columns[1]) == keys.shape:
+            # the sorted distinct keys and every entry's position in them, known already
+            # (engine.search.IntersectionIndex.columns): no sort of the keys
+            uniq, local = np.asarray(columns[0], np.int64), columns[1]
+        else:
+            uniq, local = np.unique(keys, return_inverse=True)
         M = sp.csr_matrix((values, local.reshape(-1), indptr), shape=(indptr.size - 1, uniq.size))
         return M, uniq
     if sp.issparse(x):

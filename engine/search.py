@@ -108,9 +108,15 @@ def code_values(
         return codes.count * np.maximum(codes.w - codes.wp, 0.0) / codes.n_shifts
     if weighting != "idf":
         raise ValueError(f"weighting must be 'pm' or 'idf', got {weighting!r}")
-    pos = np.searchsorted(idf_keys, codes.key)
+    ukeys, col = getattr(codes, "ukeys", None), getattr(codes, "col", None)
+    lookup = codes.key if ukeys is None or col is None else ukeys
+    # each distinct key looked up once when the codes carry their columns (a batch's
+    # entries repeat its keys about 4 times)
+    pos = np.searchsorted(idf_keys, lookup)
     pos = np.minimum(pos, max(len(idf_keys) - 1, 0))
-    known = (idf_keys[pos] == codes.key) if len(idf_keys) else np.zeros(len(pos), bool)
+    known = (idf_keys[pos] == lookup) if len(idf_keys) else np.zeros(len(pos), bool)
+    if lookup is ukeys:
+        pos, known = pos[col], known[col]
     vals = codes.count * np.where(known, idf[pos] if len(idf_keys) else 0.0, idf_unknown)
     tot = np.bincount(codes.row, weights=vals, minlength=len(codes.sizes))
     return vals / np.where(tot > 0, tot, 1.0)[codes.row]
