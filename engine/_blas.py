@@ -31,6 +31,14 @@ def single_threaded_blas() -> Iterator[None]:
     (numpy's, which the engine's loops call); one loaded later (another package's own
     OpenBLAS) is left alone, as finding the loaded libraries again on every context
     would cost ~0.7 ms.
+
+    threadpoolctl >= 3.8 lets only one "controlling" thread change OpenBLAS's
+    process-wide pool (the first one that does, while it lives); others are silently
+    ignored. Every limit and restore here releases that control at once, so that any
+    thread can open the outermost context: otherwise, once the main thread had opened
+    one, a context opened by the indexing thread limited nothing (BLAS ran the model fit
+    on two threads beside the extraction workers, and two builds of one folder fitted
+    models that differed in the last bits).
     """
     global _CONTROLLER, _DEPTH, _LIMITER
     with _LOCK:
@@ -42,7 +50,9 @@ def single_threaded_blas() -> Iterator[None]:
             if ThreadpoolController is not None:
                 if _CONTROLLER is None:
                     _CONTROLLER = ThreadpoolController()
+                _release_control()
                 _LIMITER = _CONTROLLER.limit(limits=1, user_api="blas")
+                _release_control()
         _DEPTH += 1
     try:
         yield
@@ -50,5 +60,19 @@ def single_threaded_blas() -> Iterator[None]:
         with _LOCK:
             _DEPTH -= 1
             if _DEPTH == 0 and _LIMITER is not None:
+                _release_control()
                 _LIMITER.restore_original_limits()
+                _release_control()
                 _LIMITER = None
+
+
+def _release_control() -> None:
+    """Let any thread set OpenBLAS's limit next (threadpoolctl >= 3.8, see above; the
+    switch's own lock orders its changes)."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:  # pragma: no cover - no threadpoolctl, or an older one
+        return
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine._blas import single_threaded_blas
 from engine._gen import run_to_end
 from engine._validate import check_choice
 
@@ -643,17 +644,6 @@ def choose_landmarks(
     return np.sort(np.concatenate([forced, pick])).astype(np.int64)
 
 
-def _one_blas_thread():
-    """Context limiting BLAS to one thread (threadpoolctl, shipped with scikit-learn)."""
-    import contextlib
-
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def _nystrom_embedding(
     C: np.ndarray, landmarks: np.ndarray, n_vectors: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -945,7 +935,7 @@ def _discover_nystrom(
     yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
     q = min(m, (k_max if k == "auto" else int(k)) + 1)
     yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
-    with _one_blas_thread():  # m x m problems: thread hand-offs cost more than they save
+    with single_threaded_blas():  # m x m problems: thread hand-offs cost more than they save
         values, vectors = _nystrom_embedding(W, landmarks, q)
     yield ClusterProgress("spectrum", 1, 1)
     if k == "auto":

@@ -87,6 +87,32 @@ def test_nested_contexts_in_one_thread():
         assert _blas_threads() == before
 
 
+def test_any_thread_can_open_the_outermost_context():
+    """threadpoolctl >= 3.8 lets only the first thread that set OpenBLAS's limit change it
+    again while that thread lives: after the main thread has used the switch, a context
+    opened on another thread (the indexing thread's) must still limit BLAS, and its end
+    restore the limit, for the main thread too."""
+    before = _blas_threads()
+    assert before
+    with single_threaded_blas():  # the main thread first
+        assert all(n == 1 for n in _blas_threads())
+    assert _blas_threads() == before
+    seen = {}
+
+    def other() -> None:
+        with single_threaded_blas():
+            seen["inside"] = _blas_threads()
+        seen["after"] = _blas_threads()
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(10)
+    assert seen == {"inside": [1] * len(before), "after": before}
+    with single_threaded_blas():  # and the main thread again, the other one still alive
+        assert all(n == 1 for n in _blas_threads())
+    assert _blas_threads() == before
+
+
 def test_projection_transform_matches_the_centred_product():
     rng = np.random.default_rng(0)
     X = rng.random((3000, 128), dtype=np.float32)
