@@ -5,6 +5,7 @@ import shutil
 import threading
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -478,6 +479,8 @@ def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeyp
     names = sorted(n for n in os.listdir(demo_folder) if n.endswith(".jpg"))[:12]
     for name in names:
         shutil.copy(demo_folder / name, tmp_path / name)
+    # a featureless image (usable, no features) is encoded during extraction too
+    cv2.imwrite(str(tmp_path / "flat.png"), np.full((64, 64), 128, np.uint8))
     calls = {"fit": [], "prepared": []}
     fit, finish = C._fit_binnings, C._Prefit.finish
 
@@ -496,12 +499,15 @@ def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeyp
     for k in range(2):  # two first builds of the same folder: the same models
         with Collection.open(tmp_path, index_dir=tmp_path / f"idx{k}") as col:
             summary, events = _run(col.update(jobs=jobs))
-            assert summary.indexed == len(names)
+            assert summary.indexed == len(names) + 1
+            assert len(col.features(tmp_path / "flat.png")) == 0
             indexed = [Path(e.path).name for e in events if e.status == "indexed"]
             if jobs == 1:  # the spread files are extracted first
-                assert indexed[:4] == [names[i] for i in (0, 4, 7, 11)]
+                spread = [sorted([*names, "flat.png"])[i] for i in (0, 4, 8, 12)]
+                assert indexed[:4] == spread
             pre = calls["prepared"][-1]
             assert pre is not None and set(pre.ids) == set(col.store.ids("ok"))
+            assert np.array_equal(col._data.ids, col.store.ids("ok"))
             _assert_same_data(col._data, _encoded_from_store(col))
             assert col.query(tmp_path / names[5], top=1)[0].path.name == names[5]
             models.append(col._models.vocab.binnings_[0].centers(2))
