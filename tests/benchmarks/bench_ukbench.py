@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     keep_heap_warm()  # as the simile command line and the GUI's indexing process do
 
     data = Path(args.data)
-    files = sorted(p for p in data.iterdir() if p.suffix.lower() == ".jpg")
+    # every photo under the folder, as the index finds them (other folders than
+    # UKBench's flat one can be timed too: --methods "" then, the measures need its names)
+    files = sorted(p for p in data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     print(f"{len(files)} images in {data}")
     ratios, bracketed, floors, totals = [], [], [], []
     reps = max(args.reps, 1)
