@@ -351,15 +351,13 @@ class _Encoded:
     wta: np.ndarray  # (n, m) uint8 densified WTA codes of bow
     rh: np.ndarray  # (n, bytes) uint8 random-hyperplane bits of the vocab PM embedding
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, *, uniform: bool = True) -> dict[str, Any]:
+        """Arrays and scalars of the data (``uniform=False``: without the uniform
+        pyramids, saved apart by :func:`_pyramid_state`)."""
         st: dict[str, Any] = {"ids": self.ids}
-        for name in ("vocab", "uniform"):
-            ix: IntersectionIndex = getattr(self, name)
-            st[f"{name}.indptr"] = ix.indptr
-            st[f"{name}.values"] = ix.values
-            uk, cols = ix.columns()  # the keys are ukeys[cols]: not stored again
-            st[f"{name}.ukeys"] = uk
-            st[f"{name}.cols"] = cols
+        st.update(_pyramid_state("vocab", self.vocab))
+        if uniform:
+            st.update(_pyramid_state("uniform", self.uniform))
         st["bow.indptr"] = self.bow.indptr.astype(np.int64)
         st["bow.indices"] = self.bow.indices.astype(np.int64)
         st["bow.data"] = self.bow.data.astype(np.float32)
@@ -446,6 +444,17 @@ class _Encoded:
             np.concatenate([p.wta for p in parts]),
             np.concatenate([p.rh for p in parts]),
         )
+
+
+def _pyramid_state(name: str, ix: IntersectionIndex) -> dict[str, np.ndarray]:
+    """State arrays of pyramids ``name`` of :class:`_Encoded`."""
+    uk, cols = ix.columns()  # the keys are ukeys[cols]: not stored again
+    return {
+        f"{name}.indptr": ix.indptr,
+        f"{name}.values": ix.values,
+        f"{name}.ukeys": uk,
+        f"{name}.cols": cols,
+    }
 
 
 def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int = 0) -> _Models:
@@ -1149,6 +1158,7 @@ class Collection:
             ids = store.ids("ok")
             models = self._models
             data = self._data
+            uniform_part = None  # (uniform pyramids, their state file) written early
             if models is None and store.has_state(_MODELS):
                 try:
                     models = _Models.from_state(store.load_state(_MODELS))
@@ -1191,12 +1201,19 @@ class Collection:
                 merging = None
                 if pre_parts and not batches:
                     # (a first index: every image was encoded during extraction) their
-                    # uniform pyramids need no collection-wide weight: merged while the
-                    # idf and the rest are computed, on a core that would wait otherwise
+                    # uniform pyramids need no collection-wide weight: merged, and written
+                    # (most of the data's bytes), while the idf and the rest are computed
                     from concurrent.futures import ThreadPoolExecutor
 
+                    def merge_uniform(parts: list[IntersectionIndex]):
+                        ix = IntersectionIndex.concat(parts)
+                        part = None
+                        if save and not store.readonly:
+                            part = store.write_state_part(_DATA, _pyramid_state("uniform", ix))
+                        return ix, part
+
                     merger = ThreadPoolExecutor(1, thread_name_prefix="simile-merge")
-                    merging = merger.submit(IntersectionIndex.concat, [u for _, _, u in pre_parts])
+                    merging = merger.submit(merge_uniform, [u for _, _, u in pre_parts])
                     merger.shutdown(wait=False)
                 all_codes = _thread_map(
                     lambda b: _batch_codes(models.vocab, self._sets(b)), batches
@@ -1210,9 +1227,12 @@ class Collection:
                     range(len(batches)),
                 )
                 del all_codes, pre_parts
-                data = _Encoded.concat(
-                    parts, uniform=merging.result() if merging is not None else None
-                )
+                uniform = None
+                if merging is not None:
+                    uniform, part = merging.result()
+                    if part is not None:
+                        uniform_part = (uniform, part)
+                data = _Encoded.concat(parts, uniform=uniform)
                 changed = True
             if (
                 not refit
@@ -1253,7 +1273,10 @@ class Collection:
                 data = data.subset(order)
             if save and changed and not store.readonly:
                 store.save_state(_MODELS, models.to_state())
-                store.save_state(_DATA, data.to_state())
+                if uniform_part is not None and uniform_part[0] is data.uniform:
+                    store.save_state(_DATA, data.to_state(uniform=False), parts=[uniform_part[1]])
+                else:  # rows changed since (a part that no state names: the store's gc deletes it)
+                    store.save_state(_DATA, data.to_state())
             self._install(models, data, data.ids)
 
     def _install(self, models: _Models | None, data: _Encoded | None, ids: np.ndarray) -> None:

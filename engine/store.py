@@ -36,7 +36,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -219,6 +219,28 @@ def _atomic_write(final: Path, write: Any) -> None:
             pass
         raise
     _fsync_dir(final.parent)
+
+
+def _state_arrays(state: Mapping[str, Any], scalars: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Split a state dict: its arrays are returned, its scalars put in ``scalars``."""
+    arrays: dict[str, np.ndarray] = {}
+    for key, value in state.items():
+        if not isinstance(key, str) or key.startswith("__"):
+            raise ValueError(f"state key {key!r} must be a str not starting with '__'")
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise TypeError(f"state[{key!r}] has object dtype")
+            arrays[key] = value
+        elif isinstance(value, np.generic):
+            scalars[key] = value.item()
+        elif value is None or isinstance(value, bool | int | float | str):
+            scalars[key] = value
+        else:
+            raise TypeError(
+                f"state[{key!r}] is {type(value).__name__}; only arrays and "
+                "int/float/str/bool/None scalars can be stored"
+            )
+    return arrays
 
 
 def _check_name(name: str, what: str = "name") -> str:
@@ -1175,10 +1197,7 @@ class IndexStore:
             named = set()
             for entry in os.scandir(states):
                 if entry.name.endswith(".json"):
-                    try:
-                        named.add(json.loads(Path(entry.path).read_text("utf-8"))["__npz__"])
-                    except (OSError, ValueError, KeyError, TypeError):
-                        pass
+                    named.update(self._state_files(Path(entry.path)))
             for entry in os.scandir(states):
                 name = entry.name
                 if name.endswith(_TMP_SUFFIX) or (name.endswith(".npz") and name not in named):
@@ -1278,50 +1297,64 @@ class IndexStore:
 
     # ------------------------------------------------------------------ model states
 
-    def save_state(self, name: str, state: dict[str, Any]) -> None:
+    def save_state(self, name: str, state: dict[str, Any], *, parts: Sequence[str] = ()) -> None:
         """Atomically save a model state (``to_state()`` dict).
 
         Scalars (int, float, str, bool, None) go to ``states/<name>.json``; arrays to
         ``states/<name>.<token>.npz`` (``np.savez``, no pickle). The JSON, written last
         and renamed into place, names its npz, so readers see the old or the new pair.
+
+        ``parts``: files of more arrays of this state, written before by
+        :meth:`write_state_part` (e.g. while the rest was still being computed); the JSON
+        names them too and :meth:`load_state` merges them in.
         """
         self._require_writer()
         _check_name(name)
         scalars: dict[str, Any] = {}
-        arrays: dict[str, np.ndarray] = {}
-        for key, value in state.items():
-            if not isinstance(key, str) or key.startswith("__"):
-                raise ValueError(f"state key {key!r} must be a str not starting with '__'")
-            if isinstance(value, np.ndarray):
-                if value.dtype.hasobject:
-                    raise TypeError(f"state[{key!r}] has object dtype")
-                arrays[key] = value
-            elif isinstance(value, np.generic):
-                scalars[key] = value.item()
-            elif value is None or isinstance(value, bool | int | float | str):
-                scalars[key] = value
-            else:
-                raise TypeError(
-                    f"state[{key!r}] is {type(value).__name__}; only arrays and "
-                    "int/float/str/bool/None scalars can be stored"
-                )
+        arrays = _state_arrays(state, scalars)
+        parts = [str(p) for p in parts]
+        for part in parts:
+            ok = _NAME_RE.match(part) and part.startswith(f"{name}.") and part.endswith(".npz")
+            if not ok:
+                raise ValueError(f"{part!r} is not a part of state {name!r}")
+            if not (self.index_dir / "states" / part).is_file():
+                raise FileNotFoundError(f"state part {part} was not written")
         states = self.index_dir / "states"
         npz_name = f"{name}.{uuid.uuid4().hex[:12]}.npz"
         _atomic_write(states / npz_name, lambda fh: np.savez(fh, **arrays))
         scalars["__npz__"] = npz_name
+        if parts:
+            scalars["__parts__"] = parts
         payload = json.dumps(scalars, sort_keys=True).encode("utf-8")
         json_path = states / f"{name}.json"
-        old = self._state_npz(json_path)
+        old = self._state_files(json_path)
         _atomic_write(json_path, lambda fh: fh.write(payload))
-        if old and old != npz_name:
-            self._unlink(os.fspath(states / old))
+        for file in old - {npz_name, *parts}:
+            self._unlink(os.fspath(states / file))
+
+    def write_state_part(self, name: str, arrays: dict[str, np.ndarray]) -> str:
+        """Write (and sync) arrays of a state that :meth:`save_state` will name in
+        ``parts``; returns the file's name. Until then no state refers to it: a run that
+        stops before leaves a file that :meth:`gc` deletes."""
+        self._require_writer()
+        _check_name(name)
+        scalars: dict[str, Any] = {}
+        data = _state_arrays(arrays, scalars)
+        if scalars:
+            raise TypeError(f"state parts hold arrays only, got {sorted(scalars)}")
+        part = f"{name}.{uuid.uuid4().hex[:12]}.npz"
+        _atomic_write(self.index_dir / "states" / part, lambda fh: np.savez(fh, **data))
+        return part
 
     @staticmethod
-    def _state_npz(json_path: Path) -> str | None:
+    def _state_files(json_path: Path) -> set[str]:
+        """The npz files that state JSON ``json_path`` names (empty if unreadable)."""
         try:
-            return json.loads(json_path.read_text("utf-8"))["__npz__"]
+            st = json.loads(json_path.read_text("utf-8"))
+            files = {st["__npz__"], *st.get("__parts__", ())}
         except (OSError, ValueError, KeyError, TypeError):
-            return None
+            return set()
+        return {f for f in files if isinstance(f, str) and _NAME_RE.match(f)}
 
     def load_state(self, name: str) -> dict[str, Any]:
         """Load a state saved by :meth:`save_state`. ``KeyError`` if absent."""
@@ -1336,17 +1369,27 @@ class IndexStore:
             except ValueError as exc:
                 raise IndexCorruptError(f"state file {json_path} is damaged: {exc}") from exc
             npz = scalars.pop("__npz__", None)
+            parts = scalars.pop("__parts__", [])
             if not isinstance(npz, str) or not _NAME_RE.match(npz):
                 raise IndexCorruptError(f"state file {json_path} names no array file")
+            if not isinstance(parts, list) or not all(
+                isinstance(p, str) and _NAME_RE.match(p) for p in parts
+            ):
+                raise IndexCorruptError(f"state file {json_path} names bad array files")
+            arrays: dict[str, np.ndarray] = {}
             try:
-                with np.load(states / npz, allow_pickle=False) as data:
-                    arrays = {k: data[k] for k in data.files}
+                for file in (npz, *parts):
+                    with np.load(states / file, allow_pickle=False) as data:
+                        for k in data.files:
+                            if k in arrays or k in scalars:
+                                raise ValueError(f"array {k!r} is stored twice")
+                            arrays[k] = data[k]
             except FileNotFoundError:
                 if attempt == 0:  # replaced by a concurrent save_state: re-read the JSON
                     continue
-                raise IndexCorruptError(f"state {name!r}: array file {npz} is missing") from None
+                raise IndexCorruptError(f"state {name!r}: array file {file} is missing") from None
             except ValueError as exc:
-                raise IndexCorruptError(f"state {name!r}: {npz} is damaged: {exc}") from exc
+                raise IndexCorruptError(f"state {name!r}: {file} is damaged: {exc}") from exc
             scalars.update(arrays)
             return scalars
         raise AssertionError("unreachable")  # pragma: no cover
@@ -1359,7 +1402,7 @@ class IndexStore:
         """Delete state ``name`` (JSON first, then its npz) if present."""
         self._require_writer()
         json_path = self.index_dir / "states" / f"{_check_name(name)}.json"
-        npz = self._state_npz(json_path)
+        files = self._state_files(json_path)
         self._unlink(os.fspath(json_path))
-        if npz:
-            self._unlink(os.fspath(self.index_dir / "states" / npz))
+        for file in files:
+            self._unlink(os.fspath(self.index_dir / "states" / file))

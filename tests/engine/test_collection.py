@@ -1,5 +1,6 @@
 """Collection: incremental index, queries of every method, duplicates, matrices, recovery."""
 
+import json
 import os
 import shutil
 import threading
@@ -509,6 +510,11 @@ def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeyp
             assert pre is not None and set(pre.ids) == set(col.store.ids("ok"))
             assert np.array_equal(col._data.ids, col.store.ids("ok"))
             _assert_same_data(col._data, _encoded_from_store(col))
+            # the uniform pyramids were saved ahead, as a part of the data's state
+            saved = json.loads((col.store.index_dir / "states/search.data.json").read_text())
+            assert len(saved["__parts__"]) == 1
+            with Collection.open(tmp_path, index_dir=tmp_path / f"idx{k}", readonly=True) as r:
+                _assert_same_data(r._ensure()[1], col._data)
             assert col.query(tmp_path / names[5], top=1)[0].path.name == names[5]
             models.append(col._models.vocab.binnings_[0].centers(2))
     # fitted once per build, on the prefit thread, never again in the refresh

@@ -448,6 +448,43 @@ def test_states_no_pickle(store):
     assert not store.has_state("oasis")
 
 
+def test_state_parts_written_ahead(store):
+    """Arrays written ahead (write_state_part) join the state that names them; replacing
+    or deleting the state removes its parts, and gc removes a part no state names."""
+    states = store.index_dir / "states"
+
+    def npz_files():
+        return sorted(n for n in os.listdir(states) if n.endswith(".npz"))
+
+    part = store.write_state_part("data", {"u.values": np.arange(5.0), "u.ids": np.arange(3)})
+    assert part.startswith("data.") and part in npz_files()
+    store.save_state("data", {"ids": np.arange(3), "n_words": 7}, parts=[part])
+    got = store.load_state("data")
+    assert sorted(got) == ["ids", "n_words", "u.ids", "u.values"] and got["n_words"] == 7
+    np.testing.assert_array_equal(got["u.values"], np.arange(5.0))
+    assert len(npz_files()) == 2
+    # a part that no state names yet (a run that stopped) is garbage; named ones are not
+    orphan = store.write_state_part("data", {"x": np.zeros(2)})
+    assert store.gc() == 1
+    assert orphan not in npz_files() and part in npz_files() and len(npz_files()) == 2
+    # saved again without parts: the old files go
+    store.save_state("data", {"ids": np.arange(2)})
+    assert sorted(store.load_state("data")) == ["ids"] and len(npz_files()) == 1
+    with pytest.raises(ValueError, match="not a part of state"):
+        store.save_state("data", {}, parts=["models.0123.npz"])
+    with pytest.raises(FileNotFoundError):
+        store.save_state("data", {}, parts=["data.0123456789ab.npz"])
+    with pytest.raises(TypeError, match="arrays only"):
+        store.write_state_part("data", {"n": 3})
+    # an array stored twice is a damaged state
+    twice = store.write_state_part("data", {"ids": np.arange(2)})
+    store.save_state("data", {"ids": np.arange(2)}, parts=[twice])
+    with pytest.raises(IndexCorruptError, match="stored twice"):
+        store.load_state("data")
+    store.delete_state("data")
+    assert npz_files() == [] and not store.has_state("data")
+
+
 def test_settings_and_kv(tmp_path, store):
     store.set_setting("feature_kwargs", {"kind": "sift", "max_side": 640})
     store.set_kv("vocab.meta", "branching=10")
