@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench_ukbench import floor_seconds
 
     data = Path(args.data)
-    files = sorted(p for p in data.iterdir() if p.suffix.lower() == ".jpg")
+    # every photo under the folder, as the index finds them (as bench_ukbench.py)
+    files = sorted(p for p in data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     versions = {"this": ROOT, "other": Path(args.other).resolve()}
     ratios: dict[str, list[float]] = {v: [] for v in versions}
     faster = 0
