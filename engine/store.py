@@ -7,6 +7,7 @@ Layout of an index directory::
     features/c<id>-<token>.npy      append-only feature chunks, one per ingest batch
     arrays/<name>.npy               named arrays (``save_array``)
     states/<name>.json + .npz       model states (``save_state``): scalars in JSON, arrays in npz
+                                    (and in parts written ahead, ``write_state_part``)
 
 Crash safety rests on one ordering rule: every file is written to a temporary name in
 the same directory, flushed, fsynced and atomically renamed into place BEFORE the SQLite
