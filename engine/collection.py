@@ -954,16 +954,14 @@ def _encode(
     return _Encoded(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
 
 
-def _embedding(ix: IntersectionIndex) -> SimpleNamespace:
+def _embedding(ix: IntersectionIndex):
     """Sparse vectors whose dot product approximates the intersection: sqrt of the values
-    (``indptr, keys, values`` as :class:`~engine.pyramid.SparseEmbedding`, with the
-    index's ``columns``, which spare the hash a sort of the keys)."""
+    (with the index's columns, which spare the hash a sort of the keys)."""
+    from engine.pyramid import SparseEmbedding
+
     keys = ix.keys if ix._keys is not None else ix.row_keys(slice(None))  # keys not kept
-    return SimpleNamespace(
-        indptr=ix.indptr,
-        keys=keys,
-        values=np.sqrt(ix.values).astype(np.float32),
-        columns=ix.columns(),
+    return SparseEmbedding(
+        ix.indptr, keys, np.sqrt(ix.values).astype(np.float32), columns=ix.columns()
     )
 
 

@@ -176,9 +176,9 @@ KeyedSparse = SparseEmbedding
 def _as_keyed(x: Any, name: str) -> tuple[sp.csr_matrix, np.ndarray]:
     """Return ``(M, unique_keys)``: rows as CSR over local columns, and the key of each column.
 
-    Accepts a SparseEmbedding-like object (``indptr``, ``keys``, ``values``, optionally
-    ``columns``: the sorted distinct keys and each entry's index in them), a scipy sparse
-    matrix or a dense 2-D array (column index = key).
+    Accepts a SparseEmbedding-like object (``indptr``, ``keys``, ``values``, and its
+    ``columns`` when known), a scipy sparse matrix or a dense 2-D array (column index =
+    key).
     """
     if all(hasattr(x, a) for a in ("indptr", "keys", "values")) and not sp.issparse(x):
         indptr = np.asarray(x.indptr, dtype=np.int64)

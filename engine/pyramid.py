@@ -356,11 +356,16 @@ class SparseEmbedding:
     indptr : (n + 1,) int64
     keys : (nnz,) int64
     values : (nnz,) float32
+    columns : tuple of (K,) int64 and (nnz,) int32, optional
+        The sorted distinct keys and each entry's index in them, when already known
+        (:meth:`engine.search.IntersectionIndex.columns`): hashing then needs no sort of
+        the keys.
     """
 
     indptr: np.ndarray
     keys: np.ndarray
     values: np.ndarray
+    columns: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(self.indptr.shape[0] - 1)
