@@ -242,7 +242,7 @@ class UniformBinning:
         self._check_fitted()
         X = as_point_set(X, "X", dim=self.dim_)
         m, L = X.shape[0], self.n_levels
-        u = (X.astype(np.float64) - self.lo_ + self.shift_) / self.side_
+        u = self._scaled(X)
         cells = np.floor(u).astype(np.int64)
         bins = np.zeros((m, L), np.int64)
         dist = np.zeros((m, L), np.float32) if self.distances else None
@@ -259,6 +259,19 @@ class UniformBinning:
             centre = (self.lo_ + self.hi_) / 2
             dist[:, L - 1] = np.abs(X - centre).sum(axis=1)
         return bins, dist
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        """(M, D) float64 shifted coordinates in units of the finest side."""
+        return (X.astype(np.float64) - self.lo_ + self.shift_) / self.side_
+
+    def cells(self, X: np.ndarray) -> np.ndarray:
+        """Finest grid cells of validated points ``X`` (M, D) float32: (M, D) int64.
+
+        The cell of a point at ``level < n_levels - 1`` is ``cells(X) >> level`` (the
+        cells are nested: a level's side is twice the one below), and its bin in
+        :meth:`assign` is ``(cells(X) >> level) @ mult_`` (wrapping int64)."""
+        self._check_fitted()
+        return np.floor(self._scaled(X)).astype(np.int64)
 
     def bin_weights(self, level: int, bins: np.ndarray) -> np.ndarray:
         """Similarity weights ``1 / (D f 2**level)`` (thesis section 3.2: the inverse of the

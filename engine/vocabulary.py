@@ -792,6 +792,14 @@ class VocabularyTree:
         return int(self._centers[-1].shape[0])
 
     @property
+    def ids_follow_parents(self) -> bool:
+        """Whether every level's bin ids ascend with their parents' (as :meth:`fit`
+        numbers them): points sorted by leaf are then sorted by their bin at every level,
+        so each level's bins are runs of that order."""
+        self._check_fitted()
+        return all(bool(np.all(p[1:] >= p[:-1])) for p in self._parent[1:])
+
+    @property
     def sizes(self) -> tuple[int, ...]:
         """Number of bins per level, finest first."""
         self._check_fitted()

@@ -282,36 +282,57 @@ def test_key_major_order_is_the_exact_sort(top_bits):
         "shared top bits": top | rng.integers(0, 50, E).astype(np.uint64),
         "few keys": rng.integers(0, 40, E).astype(np.uint64) << np.uint64(20),
     }
+    # random keys but a few pairs that differ in their low bits only (the runs that
+    # are sorted again)
+    near = rng.integers(0, 2**63, E).astype(np.uint64) * np.uint64(2)
+    near[rng.integers(0, E, 5)] = near[rng.integers(0, E, 5)] ^ np.uint64(3)
+    cases["a few near collisions"] = near
     for name, sk in cases.items():
         entry_set = rng.integers(0, n_sets, E).astype(np.int64)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(ec, "_PACK_KEY_BITS", top_bits)
-            order, ks, new = ec._key_major_order(sk, entry_set, 4)
+            order, ks, new, rs = ec._key_major_order(sk, entry_set, 4)
         want = np.lexsort((entry_set, sk))
         np.testing.assert_array_equal(order, want, err_msg=name)
         np.testing.assert_array_equal(ks, sk[want], err_msg=name)
+        np.testing.assert_array_equal(rs, entry_set[want], err_msg=name)
         ref_new = np.r_[True, (ks[1:] != ks[:-1]) | (entry_set[want][1:] != entry_set[want][:-1])]
         np.testing.assert_array_equal(new, ref_new, err_msg=name)
 
 
+@pytest.mark.parametrize("grouped", [True, False], ids=["nested-groups", "entry-sort"])
 @pytest.mark.parametrize("packed", [True, False], ids=["packed-sort", "exact-sort"])
-def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
+def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkeypatch):
     """The lean encoder of the index and of queries gives exactly the keys, counts and
     levels of PyramidMatch.encode, sorted by (set, key), with the batch's columns; and
     for the uniform pyramid the same weighted histograms. Batches with empty and
-    one-point sets, a single set and an empty batch included."""
+    one-point sets, a single set, an empty batch, and a point far outside the fitted
+    range (its cells do not fit the grouped path's sort key) included; both with the
+    (set, bin) groups of the nested binnings and with the sort of all entries."""
     import engine.collection as ec
 
     if not packed:  # the exact two-key sort (used when packed keys would collide)
         monkeypatch.setattr(ec, "_PACK_KEY_BITS", 65)
+    calls = []
+    nested = ec._nested_groups
+
+    def spy(*args):
+        out = nested(*args)
+        calls.append(out is not None)
+        return out if grouped else None
+
+    monkeypatch.setattr(ec, "_nested_groups", spy)
     col, _, _ = indexed
     models, _ = col._ensure()
     d = [col.features(p).descriptors for p in col.paths()[:3]]
+    far = d[1][:5].copy()
+    far[0] *= 1e6
     batches = [
         [d[0]],
         [d[0][:1]],
         [d[0][:0]],
         [d[0], d[1][:0], d[1], d[2][:1], d[2]],
+        [d[2], far],
         [],
     ]
     for sets in batches:
@@ -346,6 +367,9 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, monkeypatch):
                 uk, cols = ix.columns()
                 np.testing.assert_array_equal(uk, np.unique(want[1]))
                 np.testing.assert_array_equal(uk[cols], want[1])
+    # both vocabulary trees and every uniform grid were grouped, except the far point's
+    # uniform grids (batch codes computed twice: from the list and from the stack)
+    assert calls.count(False) == len(models.uniform.binnings_) * 2
     # a query of an indexed image is encoded as the index encoded it
     _, data = col._ensure()
     path = col.paths()[1]
