@@ -748,8 +748,8 @@ def _key_major_order(
             return order, ks, new, rs
         if mixed.size <= 64:
             bounds = np.append(np.flatnonzero(np.append(True, top[1:] != top[:-1])), E)
-            for r in np.unique(np.searchsorted(bounds, mixed, side="right")):
-                a, b = bounds[r - 1], bounds[r]
+            for run in np.unique(np.searchsorted(bounds, mixed, side="right")):
+                a, b = bounds[run - 1], bounds[run]
                 sub = order[a:b]
                 order[a:b] = sub[np.lexsort((entry_set[sub], sk[sub]))]
                 ks[a:b] = sk[order[a:b]]
@@ -766,7 +766,7 @@ def _key_major_order(
 
 def _nested_groups(
     binning: Any, X: np.ndarray, n_levels: int, owner: np.ndarray, set_bits: int
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None:
     """The (set, bin) groups of a batch's points at every level of one nested binning,
     from one sort of the points.
 
@@ -919,7 +919,7 @@ def _batch_codes(
                 _nested_groups(b, X, pm._levels_of(b), owner, set_bits) for b in pm.binnings_
             ]
             if all(g is not None for g in grouped):
-                return _codes_from_groups(pm, grouped, owner, n, sizes, weights)
+                return _codes_from_groups(pm, grouped, n, sizes, weights)
     blocks: list[tuple[int, int]] = []  # (shift, level) of every run of m entries
     keys, all_bins = [], []
     if m:
@@ -975,7 +975,6 @@ def _batch_codes(
 def _codes_from_groups(
     pm: PyramidMatch,
     grouped: list[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]],
-    owner: np.ndarray,
     n: int,
     sizes: np.ndarray,
     weights: bool,
