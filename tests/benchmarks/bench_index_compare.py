@@ -4,7 +4,7 @@ Run::
 
     git worktree add /tmp/simile_base <rev>
     python tests/benchmarks/bench_index_compare.py --other /tmp/simile_base [--reps 6]
-        [--data ../shared/data/ukbench] [--jobs 2]
+        [--abba] [--data ../shared/data/ukbench] [--jobs 2]
 
 This machine's speed drifts by tens of percent within minutes, so the ratio of one index
 to one floor (``bench_ukbench.py``) moves by as much as a change is worth. Here every rep
@@ -15,6 +15,11 @@ it (``Collection.update()`` into a fresh index, heap kept warm). Printed per rep
 floor, each version's wall seconds, CPU seconds (its process and workers) and ratio to
 the floor; at the end each version's median ratio and in how many reps this checkout was
 faster.
+
+``--abba``: every rep indexes with both versions twice, in the order A B B A (A and B
+swapped every other rep), and takes each version's mean of its two runs: the version
+indexed first after the floor tends to be the slower one (7 of 10 reps in one run of
+the plain order), and a steady drift of the machine's speed cancels too. Twice the time.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "ukbench"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--abba", action="store_true", help="each version twice a rep: A B B A")
     args = ap.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -93,9 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         fl, fl_cpu = floor_seconds(files, args.jobs)
         line = [f"floor {fl:.2f} s ({fl_cpu:.1f} s CPU)"]
         order = list(versions) if rep % 2 == 0 else list(versions)[::-1]
-        walls = {}
+        if args.abba:
+            order += order[::-1]
+        runs: dict[str, list[tuple[float, float]]] = {v: [] for v in versions}
         for v in order:
-            wall, cpu = index_seconds(versions[v], data, args.jobs)
+            runs[v].append(index_seconds(versions[v], data, args.jobs))
+        walls = {}
+        for v in order[: len(versions)]:
+            wall = statistics.fmean(w for w, _ in runs[v])
+            cpu = statistics.fmean(c for _, c in runs[v])
             walls[v] = wall
             ratios[v].append(wall / fl)
             line.append(f"{v} {wall:.2f} s ({cpu:.1f} s CPU) = {wall / fl:.2f}x")
