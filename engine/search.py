@@ -470,6 +470,11 @@ class IntersectionIndex:
         values = np.concatenate(vals) if vals else np.zeros(0, np.float32)
         if parts and all(p._columns is not None for p in parts):
             uks = [p._columns[0] for p in parts]
+            big = int(np.argmax([u.size for u in uks]))
+            if 8 * (sum(u.size for u in uks) - uks[big].size) < uks[big].size:
+                return IntersectionIndex(
+                    np.concatenate(indptrs), None, values, columns=_merged_columns(parts, big)
+                )
             every = np.concatenate(uks)
             # the parts' keys are sorted runs, which a stable (merging) sort exploits
             order = np.argsort(every, kind="stable")
@@ -494,6 +499,43 @@ class IntersectionIndex:
             values,
             columns=None,
         )
+
+
+def _merged_columns(parts: list[IntersectionIndex], big: int) -> tuple[np.ndarray, np.ndarray]:
+    """Columns of the rows of ``parts`` one after the other, when part ``big`` holds most
+    of the keys (an incremental update: a whole collection and a few new images).
+
+    The other parts' keys are inserted into the big part's sorted keys, and the big
+    part's columns are shifted by the number of keys inserted before them: O(keys +
+    entries), where the general merge in :meth:`IntersectionIndex.concat` sorts every
+    part's keys (10,000 images: tens of millions of uniform-pyramid keys, ~3 s). Gives
+    the same columns."""
+    uks = [p._columns[0] for p in parts]
+    A = uks[big]
+    others = [u for j, u in enumerate(uks) if j != big]
+    B = np.unique(np.concatenate(others)) if others else np.zeros(0, np.int64)
+    pos = np.searchsorted(A, B)
+    known = pos < A.size
+    known[known] = A[pos[known]] == B[known]
+    ins = pos[~known]  # ascending, as B
+    merged = np.insert(A, ins, B[~known]) if ins.size else A
+    out = np.empty(sum(int(p._columns[1].size) for p in parts), np.int32)
+    at = 0
+    for j, p in enumerate(parts):
+        cols = p._columns[1]
+        if j == big:  # each key's column moves by the keys inserted before it
+            rank = None
+            if ins.size:
+                rank = np.cumsum(np.bincount(ins, minlength=A.size + 1)[: A.size], dtype=np.int32)
+                rank += np.arange(A.size, dtype=np.int32)
+        else:
+            rank = np.searchsorted(merged, uks[j]).astype(np.int32)
+        if rank is None:
+            out[at : at + cols.size] = cols
+        else:  # (mode="clip": with mode="raise" numpy buffers the output, 10x slower)
+            np.take(rank, cols, out=out[at : at + cols.size], mode="clip")
+        at += cols.size
+    return merged, out
 
 
 # --------------------------------------------------------------------------- verification

@@ -78,6 +78,40 @@ def test_concat_merges_the_parts_columns():
     np.testing.assert_allclose(sub.score(qk, qv), plain.score(qk, qv)[[19, 0, 8]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("big_at", [0, 1])
+def test_concat_of_a_large_part_and_a_few_rows(big_at, monkeypatch):
+    """An incremental update (a whole collection plus a few new rows) inserts the new
+    rows' keys into the large part's columns instead of sorting all keys again: the same
+    columns as computed from scratch, with new keys below, among and above the large
+    part's, with keys it already has, and with a part that brings no new key."""
+    rng = np.random.default_rng(7 + big_at)
+    big = IntersectionIndex(*_random_rows(rng, 300, n_keys=4000, max_len=60))
+    small = [
+        IntersectionIndex(np.array([0, 4]), np.array([-5, 10, 2500, 99_999]), np.ones(4)),
+        IntersectionIndex(*_random_rows(rng, 2, n_keys=4000, max_len=60)),
+        IntersectionIndex(np.array([0, 1]), big.keys[:1].copy(), np.ones(1, np.float32)),
+    ]
+    parts = [*small[:big_at], big, *small[big_at:]]
+    plain = IntersectionIndex.concat(parts)  # no columns: from scratch
+    for part in parts:
+        part.columns()
+    import engine.search as es
+
+    calls = []
+    fast = es._merged_columns
+    monkeypatch.setattr(es, "_merged_columns", lambda *a: calls.append(a[1]) or fast(*a))
+    merged = IntersectionIndex.concat(parts)
+    assert calls == [big_at]  # the large part's keys were not sorted again
+    uk, cols = merged.columns()
+    want_uk, want_cols = plain.columns()
+    assert np.array_equal(uk, want_uk)
+    assert cols.dtype == np.int32 and np.array_equal(cols, want_cols)
+    # nothing new: the large part's columns are taken as they are
+    again = IntersectionIndex.concat([big, small[2]])
+    assert np.array_equal(again.columns()[0], big.columns()[0])
+    assert np.array_equal(again.columns()[1][: big.columns()[1].size], big.columns()[1])
+
+
 @pytest.mark.parametrize("bins", ["uniform", "vocabulary"])
 def test_pm_histograms_reproduce_the_pyramid_match(bins):
     rng = np.random.default_rng(1)
