@@ -444,16 +444,31 @@ class IntersectionIndex:
         rows = np.asarray(rows, np.int64)
         lens = np.diff(self.indptr)[rows]
         indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        starts = np.repeat(self.indptr[rows] - indptr[:-1], lens)
-        idx = np.arange(indptr[-1]) + starts
+        breaks = np.flatnonzero(np.diff(rows) != 1)
+        if rows.size and breaks.size < 64:
+            # a few runs of consecutive rows (an update that drops some images): their
+            # entries are a few contiguous spans, copied without an index of every entry
+            first = np.r_[0, breaks + 1]
+            last = np.r_[breaks, rows.size - 1]
+            spans = list(zip(self.indptr[rows[first]], self.indptr[rows[last] + 1], strict=True))
+
+            def idx(a: np.ndarray) -> np.ndarray:
+                return np.concatenate([a[s:e] for s, e in spans])
+        else:
+            starts = np.repeat(self.indptr[rows] - indptr[:-1], lens)
+            at = np.arange(indptr[-1]) + starts
+
+            def idx(a: np.ndarray) -> np.ndarray:
+                return a[at]
+
         if self._keys is None:  # keep the compact form: same unique keys, gathered columns
             uk, cols = self._columns
             return IntersectionIndex(
-                indptr, None, self.values[idx], max_heavy=self.max_heavy, columns=(uk, cols[idx])
+                indptr, None, idx(self.values), max_heavy=self.max_heavy, columns=(uk, idx(cols))
             )
-        columns = None if self._columns is None else (self._columns[0], self._columns[1][idx])
+        columns = None if self._columns is None else (self._columns[0], idx(self._columns[1]))
         return IntersectionIndex(
-            indptr, self.keys[idx], self.values[idx], max_heavy=self.max_heavy, columns=columns
+            indptr, idx(self.keys), idx(self.values), max_heavy=self.max_heavy, columns=columns
         )
 
     @staticmethod

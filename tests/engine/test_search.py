@@ -78,6 +78,34 @@ def test_concat_merges_the_parts_columns():
     np.testing.assert_allclose(sub.score(qk, qv), plain.score(qk, qv)[[19, 0, 8]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["keys", "columns"])
+def test_subset_takes_the_rows_in_order(compact):
+    """A subset holds exactly the rows asked for, in that order: all but a few rows (a
+    few runs of consecutive rows, copied as spans), a shuffled selection (gathered entry
+    by entry), a single row, repeated rows and none."""
+    rng = np.random.default_rng(11)
+    ix = IntersectionIndex(*_random_rows(rng, 150, n_keys=500))
+    if compact:
+        ix = IntersectionIndex.concat([ix])
+        ix.columns()
+        ix = IntersectionIndex(ix.indptr, None, ix.values, columns=ix.columns())
+    selections = [
+        np.delete(np.arange(150), [0, 17, 18, 90]),
+        rng.permutation(150)[:100],
+        np.array([42]),
+        np.array([5, 5, 6, 7, 7]),
+        np.zeros(0, np.int64),
+    ]
+    for rows in selections:
+        sub = ix.subset(rows)
+        assert sub.indptr.tolist() == np.r_[0, np.cumsum(np.diff(ix.indptr)[rows])].tolist()
+        for i, r in enumerate(rows):
+            a, b = ix.indptr[r], ix.indptr[r + 1]
+            c, d = sub.indptr[i], sub.indptr[i + 1]
+            np.testing.assert_array_equal(sub.values[c:d], ix.values[a:b])
+            np.testing.assert_array_equal(sub.row_keys(slice(c, d)), ix.row_keys(slice(a, b)))
+
+
 @pytest.mark.parametrize("big_at", [0, 1])
 def test_concat_of_a_large_part_and_a_few_rows(big_at, monkeypatch):
     """An incremental update (a whole collection plus a few new rows) inserts the new
