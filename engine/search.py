@@ -523,8 +523,9 @@ def _merged_columns(parts: list[IntersectionIndex], big: int) -> tuple[np.ndarra
     The other parts' keys are inserted into the big part's sorted keys, and the big
     part's columns are shifted by the number of keys inserted before them: O(keys +
     entries), where the general merge in :meth:`IntersectionIndex.concat` sorts every
-    part's keys (10,000 images: tens of millions of uniform-pyramid keys, ~3 s). Gives
-    the same columns."""
+    part's keys (10,000 views, one new image: 15 million uniform-pyramid keys, 2.1 s
+    against 1.0 s here, 0.09 s when the new image brings no new key). Gives the same
+    columns (the big part's keys array itself when nothing is inserted)."""
     uks = [p._columns[0] for p in parts]
     A = uks[big]
     others = [u for j, u in enumerate(uks) if j != big]
