@@ -313,6 +313,7 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
 
     if not packed:  # the exact two-key sort (used when packed keys would collide)
         monkeypatch.setattr(ec, "_PACK_KEY_BITS", 65)
+    monkeypatch.setattr(ec, "_GROUPED_MIN_POINTS", 1)  # these batches are small
     calls = []
     nested = ec._nested_groups
 
@@ -370,6 +371,11 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
     # both vocabulary trees and every uniform grid were grouped, except the far point's
     # uniform grids (batch codes computed twice: from the list and from the stack)
     assert calls.count(False) == len(models.uniform.binnings_) * 2
+    # a query-sized batch sorts all pairs (grouping costs more there)
+    monkeypatch.setattr(ec, "_GROUPED_MIN_POINTS", 4096)
+    n_calls = len(calls)
+    ec._batch_codes(models.uniform, [d[0]], weights=True)
+    assert len(calls) == n_calls
     # a query of an indexed image is encoded as the index encoded it
     _, data = col._ensure()
     path = col.paths()[1]
