@@ -940,43 +940,21 @@ def _batch_codes(
             keys.append(_mix64(ua * _GOLDEN + salt[:, None]).ravel())
             blocks += [(t, lev) for lev in range(L)]
             all_bins.append(bins)
+    # every (point, level) pair an entry of its own: entry (block b, point p) at b * m + p
     E = len(blocks) * m
-    out = SimpleNamespace(sizes=sizes, n=n)
-    if E == 0:
-        out.row, out.key = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        out.count, out.level = np.zeros(0, np.int32), np.zeros(0, np.int8)
-        out.ukeys, out.col = np.zeros(0, np.int64), np.zeros(0, np.int32)
-        if weights:
-            out.w, out.wp, out.n_shifts = np.zeros(0), np.zeros(0), len(pm.binnings_)
-        return out
-    key = np.concatenate(keys)  # uint64, entry (block b, point p) at b * m + p
-    sk = key ^ np.uint64(1 << 63)  # the signed order of the keys, as unsigned integers
-    entry_set = np.tile(owner, len(blocks))
-    order, ks, new, _ = _key_major_order(sk, entry_set, set_bits)
-    starts = np.flatnonzero(new)
-    count = np.diff(np.append(starts, E))
-    first = order[starts]  # one entry of every (key, set) group, in key-major order
-    new_key = np.empty(starts.size, bool)
-    new_key[0] = True
-    np.not_equal(ks[starts[1:]], ks[starts[:-1]], out=new_key[1:])
-    col = np.cumsum(new_key) - 1
-    out.ukeys = key[first[new_key]].view(np.int64)  # ascending: the sort was key-major
-    blk, p = np.divmod(first, m)
-    row = entry_set[first]
-    # set-major order, keys ascending within a set: a stable (radix) sort by set
-    rdtype = np.uint8 if n <= 1 << 8 else np.uint16 if n <= 1 << 16 else np.int64
-    by_row = np.argsort(row.astype(rdtype), kind="stable")
-    first, blk, p = first[by_row], blk[by_row], p[by_row]
-    block_level = np.array([lev for _, lev in blocks], np.int8)
-    out.row = row[by_row]
-    out.key = key[first].view(np.int64)
-    out.count = count[by_row].astype(np.int32)
-    out.level = block_level[blk]
-    out.col = col[by_row].astype(np.int32)
-    if weights:
-        out.w, out.wp = _entry_weights(pm, blocks, all_bins, blk, p)
-        out.n_shifts = len(pm.binnings_)
-    return out
+    return _codes_from_entries(
+        pm,
+        blocks,
+        (np.concatenate(keys) if keys else np.zeros(0, np.uint64)) ^ np.uint64(1 << 63),
+        np.tile(owner, len(blocks)),
+        np.ones(E, np.int64),
+        np.repeat(np.arange(len(blocks)), m),
+        n,
+        sizes,
+        weights,
+        point=np.tile(np.arange(m), len(blocks)),
+        all_bins=all_bins,
+    )
 
 
 def _codes_from_groups(
@@ -990,28 +968,61 @@ def _codes_from_groups(
     (:func:`_nested_groups`): the same keys, counts and layout, with the sort over the
     groups instead of over every (point, level) entry (UKBench batches: 0.58 as many
     uniform entries, 0.37 as many vocabulary ones)."""
-    from engine.pyramid import _GOLDEN, _level_salt, _mix64
+    from engine.pyramid import _level_key
 
-    flip = np.uint64(1 << 63)  # keys in the order-preserving unsigned form and back
     U = sum(g[0].size for levels in grouped for g in levels)
-    block_level = np.array([lev for levels in grouped for lev in range(len(levels))], np.int8)
+    blocks = [(t, lev) for t, levels in enumerate(grouped) for lev in range(len(levels))]
     sk = np.empty(U, np.uint64)
     entry_set = np.empty(U, np.int64)
     cnt = np.empty(U, np.int64)
-    blk_all = np.empty(U, np.uint8 if block_level.size <= 256 else np.int64)
+    blk_all = np.empty(U, np.uint8 if len(blocks) <= 256 else np.int64)
     at = b = 0
     for t, levels in enumerate(grouped):
         for lev, (rep, count, bins, sets) in enumerate(levels):
             part = slice(at, at + rep.size)
-            sk[part] = _mix64(bins.view(np.uint64) * _GOLDEN + _level_salt(t, lev)) ^ flip
+            sk[part] = _level_key(t, lev, bins).view(np.uint64) ^ np.uint64(1 << 63)
             entry_set[part] = sets
             cnt[part] = count
             blk_all[part] = b
             at, b = at + rep.size, b + 1
+    # weights: uniform binnings only (_batch_codes), constant per level: no point needed
+    return _codes_from_entries(pm, blocks, sk, entry_set, cnt, blk_all, n, sizes, weights)
+
+
+def _codes_from_entries(
+    pm: PyramidMatch,
+    blocks: list[tuple[int, int]],
+    sk: np.ndarray,
+    entry_set: np.ndarray,
+    cnt: np.ndarray,
+    blk_all: np.ndarray,
+    n: int,
+    sizes: np.ndarray,
+    weights: bool,
+    *,
+    point: np.ndarray | None = None,
+    all_bins: list[np.ndarray] | None = None,
+) -> SimpleNamespace:
+    """The layout of :func:`_batch_codes` from its entries: (U,) ``sk`` keys in the
+    order-preserving unsigned form, ``entry_set`` sets, ``cnt`` point counts, ``blk_all``
+    indices into ``blocks`` ((binning, level) pairs), laid out block after block, with
+    ``point`` (a point of every entry) and ``all_bins`` (every binning's (m, L) bins) for
+    the weights of other than uniform binnings. Entries of one set with one key (every
+    level's points when each is an entry, or a hash collision of two bins) become one,
+    their counts summed, its block the first's."""
+    flip = np.uint64(1 << 63)  # the order-preserving unsigned form of the keys and back
+    out = SimpleNamespace(sizes=sizes, n=n)
+    if sk.size == 0:
+        out.row, out.key = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        out.count, out.level = np.zeros(0, np.int32), np.zeros(0, np.int8)
+        out.ukeys, out.col = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        if weights:
+            out.w, out.wp, out.n_shifts = np.zeros(0), np.zeros(0), len(pm.binnings_)
+        return out
     order, ks, new, rs = _key_major_order(sk, entry_set, max(1, int(n - 1).bit_length()))
     if new.all():
         src, merged = order, None
-    else:  # two bins of one set with one key (a hash collision): one entry, as a sort
+    else:
         starts = np.flatnonzero(new)
         src, merged = order[starts], np.add.reduceat(cnt[order], starts)
         ks, rs = ks[starts], rs[starts]
@@ -1019,21 +1030,20 @@ def _codes_from_groups(
     new_key[0] = True
     np.not_equal(ks[1:], ks[:-1], out=new_key[1:])
     col = np.cumsum(new_key) - 1
-    out = SimpleNamespace(sizes=sizes, n=n)
-    out.ukeys = (ks[new_key] ^ flip).view(np.int64)
+    out.ukeys = (ks[new_key] ^ flip).view(np.int64)  # ascending: the sort was key-major
     # set-major order, keys ascending within a set: a stable (radix) sort by set
     rdtype = np.uint8 if n <= 1 << 8 else np.uint16 if n <= 1 << 16 else np.int64
     by_row = np.argsort(rs.astype(rdtype), kind="stable")
     out.row = np.repeat(np.arange(n, dtype=np.int64), np.bincount(rs, minlength=n))
     out.key = (ks[by_row] ^ flip).view(np.int64)
-    idx = src[by_row]  # the entry (group) of every output position
+    idx = src[by_row]  # the (first) entry of every output position
     out.count = (cnt[idx] if merged is None else merged[by_row]).astype(np.int32)
     blk = blk_all[idx]
-    out.level = block_level[blk]
+    out.level = np.array([lev for _, lev in blocks], np.int8)[blk]
     out.col = col[by_row].astype(np.int32)
-    if weights:  # uniform binnings only (_batch_codes): constant per level
-        blocks = [(t, lev) for t, levels in enumerate(grouped) for lev in range(len(levels))]
-        out.w, out.wp = _entry_weights(pm, blocks, [], blk, None)
+    if weights:
+        p = None if point is None else point[idx]
+        out.w, out.wp = _entry_weights(pm, blocks, all_bins or [], blk, p)
         out.n_shifts = len(pm.binnings_)
     return out
 
