@@ -170,6 +170,17 @@ class IntersectionIndex:
         At most this many dense columns.
     columns : ((K,) int64 sorted unique keys, (nnz,) int32 column of every entry), optional
         Precomputed :meth:`columns` (persisted with the index).
+
+    Notes
+    -----
+    With ``columns`` (the vocabulary pyramids: tens of thousands of distinct bins) a
+    query is looked up once in the sorted unique keys and matched to the rows' entries
+    by column, and :meth:`concat` merges the parts' columns. Without them (the uniform
+    pyramids: millions of distinct bins, most in one image) candidate rows are matched
+    to the query by their keys directly (:meth:`_score_rows_by_key`), so concatenating
+    batches -- a first index, or adding images to a large one -- is a copy of their
+    arrays instead of a merge of every key (3,050 Caltech-101 images: 1.2-1.9 s of the
+    index's final step; 10,000 images: 1.0 s of adding one).
     """
 
     def __init__(
@@ -191,8 +202,8 @@ class IntersectionIndex:
         self._columns = columns  # (unique keys (K,), column of every entry (nnz,) int32)
         self._csr = None
         self._scratch: np.ndarray | None = None  # (K,) float32 zeros between queries
-        # (_FILTER_SLOTS,) int32 tags (-1 between queries) and float32 values
-        self._filter: tuple[np.ndarray, np.ndarray] | None = None
+        # _filter_sums' tables by id dtype: (_FILTER_SLOTS,) tags and float32 values
+        self._filters: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
         self._directory: tuple[np.uint64, np.ndarray, int] | None = None  # see _lookup
         self._scratch_lock = threading.Lock()
 
@@ -259,6 +270,8 @@ class IntersectionIndex:
         self, q_keys: np.ndarray, q_values: np.ndarray, rows: np.ndarray
     ) -> np.ndarray:
         """Row-major scoring of a few rows: work proportional to their entries."""
+        if self._columns is None:
+            return self._score_rows_by_key(q_keys, q_values, rows)
         uk, cols = self.columns()
         pos, hit = self._lookup(q_keys)
         if getattr(self, "_csr", None) is None:
@@ -291,46 +304,77 @@ class IntersectionIndex:
             nz = lens > 0
             out[nz] = np.add.reduceat(contrib, sub.indptr[:-1][nz], dtype=np.float64)
             return out
-        # Many distinct bins (uniform pyramids: millions): gathering from a dense (K,)
-        # query vector would cost a cache miss per entry. Instead the query sits in a
-        # direct-mapped table of _FILTER_SLOTS slots on the column's low bits (L2-
-        # resident): the slot's tag says which column it holds, so an entry matches iff
-        # the tag of its slot is its column -- exact, two gathers per entry. Slots where
-        # query columns collide are tagged -2 and their entries looked up by bisection.
+        # Many distinct bins (an index written with the uniform pyramids' columns):
+        # gathering from a dense (K,) query vector would cost a cache miss per entry
+        return self._filter_sums(idx, sub.data, sub.indptr, qcols.astype(idx.dtype), qvals)
+
+    def _score_rows_by_key(
+        self, q_keys: np.ndarray, q_values: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`_score_rows` of an index without columns (the uniform pyramids): the
+        rows' entries are gathered and matched to the query by their keys -- no lookup of
+        the query's keys in a collection-wide table, and no such table to build when
+        batches are concatenated."""
+        starts = self.indptr[rows]
+        lens = self.indptr[rows + 1] - starts
+        sub_indptr = np.zeros(rows.shape[0] + 1, np.int64)
+        np.cumsum(lens, out=sub_indptr[1:])
+        if sub_indptr[-1] == 0 or q_keys.size == 0:
+            return np.zeros(rows.shape[0])
+        at = np.repeat(starts - sub_indptr[:-1], lens)
+        at += np.arange(sub_indptr[-1])
+        keys = np.take(self._keys, at)
+        values = np.take(self.values, at)
+        return self._filter_sums(keys, values, sub_indptr, q_keys, q_values)
+
+    def _filter_sums(
+        self,
+        ent: np.ndarray,
+        ent_values: np.ndarray,
+        indptr: np.ndarray,
+        q: np.ndarray,
+        q_values: np.ndarray,
+    ) -> np.ndarray:
+        """Per row of ``indptr``: ``sum min(ent_values, q_values)`` over the entries whose
+        id (``ent``: column or key, hashed ids whose low bits are uniform) is one of the
+        query's ``q`` (sorted, unique, of ``ent``'s dtype).
+
+        The query sits in a direct-mapped table of ``_FILTER_SLOTS`` slots on the ids' low
+        bits (L2-resident, kept between calls): an entry matches iff its slot's tag is its
+        id -- exact, two gathers per entry. An empty slot ``s`` is tagged ``s ^ 1`` and a
+        slot where query ids collide ``s ^ 2`` (ids in slot ``s`` never equal either);
+        the entries of colliding slots are looked up by bisection."""
         mask = _FILTER_SLOTS - 1
-        slot = qcols & mask
+        slot = (q & mask).astype(np.intp)
         ss = np.sort(slot)
         clash = np.unique(ss[1:][ss[1:] == ss[:-1]])
+        es = ent & mask
         with self._scratch_lock:
-            if self._filter is None:
-                self._filter = (
-                    np.full(_FILTER_SLOTS, -1, np.int32),
-                    np.zeros(_FILTER_SLOTS, np.float32),
-                )
-            tag, val = self._filter
-            tag[slot] = qcols
-            val[slot] = qvals
-            tag[clash] = -2
-            es = idx & mask
+            tables = self._filters.get(ent.dtype)
+            if tables is None:
+                tag = (np.arange(_FILTER_SLOTS) ^ 1).astype(ent.dtype)
+                tables = self._filters[ent.dtype] = (tag, np.zeros(_FILTER_SLOTS, np.float32))
+            tag, val = tables
+            tag[slot] = q
+            val[slot] = q_values
+            tag[clash] = clash ^ 2
             t = np.take(tag, es)
             qx = np.take(val, es)
-            tag[slot] = -1
-        contrib = np.minimum(sub.data, qx)
-        contrib[t != idx] = 0.0
-        lens = np.diff(sub.indptr)
-        out = np.zeros(rows.shape[0])
-        nz = lens > 0
-        out[nz] = np.add.reduceat(contrib, sub.indptr[:-1][nz], dtype=np.float64)
+            tag[slot] = slot ^ 1
+        contrib = np.minimum(ent_values, qx)
+        contrib[t != ent] = 0.0
+        n_rows = indptr.shape[0] - 1
+        out = np.zeros(n_rows)
+        nz = np.diff(indptr) > 0
+        out[nz] = np.add.reduceat(contrib, indptr[:-1][nz], dtype=np.float64)
         if clash.size:
-            amb = np.flatnonzero(t == -2)
-            j = np.minimum(np.searchsorted(qcols, idx[amb]), qcols.size - 1)
-            ok = qcols[j] == idx[amb]
-            ent = amb[ok]
-            row_of = np.searchsorted(sub.indptr, ent, side="right") - 1
+            amb = np.flatnonzero(t == (es ^ 2))
+            j = np.minimum(np.searchsorted(q, ent[amb]), q.size - 1)
+            ok = q[j] == ent[amb]
+            hit = amb[ok]
+            row_of = np.searchsorted(indptr, hit, side="right") - 1
             out += np.bincount(
-                row_of,
-                weights=np.minimum(sub.data[ent], qvals[j[ok]]),
-                minlength=rows.shape[0],
+                row_of, weights=np.minimum(ent_values[hit], q_values[j[ok]]), minlength=n_rows
             )
         return out
 
@@ -507,7 +551,8 @@ class IntersectionIndex:
             return IntersectionIndex(
                 np.concatenate(indptrs), None, values, columns=(s[new], np.concatenate(cols))
             )
-        keys = [p.keys for p in parts]
+        # (a part's columns give its keys without keeping them on it)
+        keys = [p.row_keys(slice(None)) for p in parts]
         return IntersectionIndex(
             np.concatenate(indptrs),
             np.concatenate(keys) if keys else np.zeros(0, np.int64),

@@ -244,16 +244,18 @@ def test_public_pyramid_and_bow_vector(indexed):
 
 
 def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
-    """A reader loads the saved search data without the (nnz,) keys, in arrays it owns,
-    and answers every method -- exhaustive and hashed -- exactly as the writer does."""
+    """A reader loads the saved search data in arrays it owns -- the vocabulary pyramids
+    by column, without the (nnz,) keys; the uniform ones by key, without columns -- and
+    answers every method -- exhaustive and hashed -- exactly as the writer does."""
     import engine.collection as ec
 
     col, _, _ = indexed
     other = Collection.open(col.folder, col.index_dir, readonly=True)
     try:
         _, data = other._ensure()
-        for ix in (data.vocab, data.uniform):
-            assert ix._keys is None and ix.values.flags.owndata
+        assert data.vocab._keys is None and data.vocab.values.flags.owndata
+        assert data.uniform._columns is None and data.uniform.keys.flags.owndata
+        assert data.uniform.values.flags.owndata
         for limit in (ec.EXHAUSTIVE_LIMIT, 0):  # 0: every method takes hashed candidates
             monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", limit)
             for method in ("vocabulary", "uniform", "wta"):
@@ -263,6 +265,7 @@ def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
                     assert [h.path for h in a] == [h.path for h in b]
                     np.testing.assert_allclose([h.score for h in a], [h.score for h in b])
         assert other.kernel_matrix("uniform").shape == (len(col), len(col))
+        assert data.uniform._columns is None  # no query needed collection-wide columns
     finally:
         other.close()
 
@@ -495,8 +498,11 @@ def _assert_same_data(a, b):
         x, y = getattr(a, part), getattr(b, part)
         assert np.array_equal(x.indptr, y.indptr)
         np.testing.assert_allclose(x.values, y.values, rtol=1e-6)
-        uk, cols = x.columns()  # merged batch by batch: still the sorted unique keys
-        assert np.array_equal(uk[cols], y.keys) and np.all(np.diff(uk) > 0)
+        if part == "vocab":
+            uk, cols = x.columns()  # merged batch by batch: still the sorted unique keys
+            assert np.array_equal(uk[cols], y.keys) and np.all(np.diff(uk) > 0)
+        else:  # by key, no columns
+            assert x._columns is None and np.array_equal(x.keys, y.keys)
     assert abs(a.bow - b.bow).max() < 1e-6
     assert np.array_equal(a.wta, b.wta) and np.array_equal(a.rh, b.rh)
 
@@ -592,3 +598,44 @@ def test_a_failing_prefit_leaves_the_work_to_the_refresh(tmp_path, demo_folder, 
         assert summary.indexed == 3 and col.store.has_state(C._MODELS)
         _assert_same_data(col._data, _encoded_from_store(col))
         assert col.query(tmp_path / "brick.jpg", top=1)[0].path.name == "brick.jpg"
+
+
+def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, demo_folder):
+    """Indexes written before the uniform pyramids were kept by key hold them as columns
+    (``uniform.ukeys`` / ``uniform.cols``): such an index opens and answers as before, and
+    the next update that adds an image writes them by key."""
+    import engine.collection as ec
+
+    for name in ["astronaut.jpg", "astronaut_light.jpg", "brick.jpg", "brick_crop.jpg"]:
+        shutil.copy(demo_folder / name, tmp_path / name)
+    with Collection.open(tmp_path) as col:
+        _run(col.update(jobs=1))
+        want = {p: col.query(p, method="uniform", top=4) for p in col.paths()}
+        _, data = col._ensure()
+        st = data.to_state()
+        assert "uniform.keys" in st and "uniform.cols" not in st
+        uk, cols = data.uniform.columns()  # the layout of older indexes
+        del st["uniform.keys"]
+        st["uniform.ukeys"], st["uniform.cols"] = uk, cols
+        col.store.save_state(ec._DATA, st)
+    with Collection.open(tmp_path, readonly=True) as ro:
+        _, data = ro._ensure()
+        assert data.uniform._columns is not None and data.uniform._keys is None
+        for p, hits in want.items():
+            got = ro.query(p, method="uniform", top=4)
+            assert [h.path for h in got] == [h.path for h in hits]
+            np.testing.assert_allclose([h.score for h in got], [h.score for h in hits])
+    shutil.copy(demo_folder / "coffee.jpg", tmp_path / "coffee.jpg")
+    with Collection.open(tmp_path) as col:
+        summary, _ = _run(col.update(jobs=1))
+        assert (summary.indexed, summary.unchanged) == (1, 4)
+    with Collection.open(tmp_path, readonly=True) as ro:
+        _, data = ro._ensure()
+        assert data.uniform._columns is None and len(data.uniform) == 5
+        assert ro.query(tmp_path / "coffee.jpg", method="uniform", top=1)[0].path.name == (
+            "coffee.jpg"
+        )
+        for p, hits in want.items():  # the old rows' pyramids are unchanged
+            got = [h for h in ro.query(p, method="uniform", top=5) if h.path.name != "coffee.jpg"]
+            assert [h.path for h in got] == [h.path for h in hits]
+            np.testing.assert_allclose([h.score for h in got], [h.score for h in hits])

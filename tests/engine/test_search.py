@@ -381,3 +381,57 @@ def test_unique_values_is_np_unique():
     ):
         got = unique_values(x)
         assert np.array_equal(got, np.unique(x)) and got.dtype == x.dtype
+
+
+@pytest.mark.parametrize("dense_max", [None, 0])
+def test_rows_scored_by_key_equal_the_exact_sum(monkeypatch, dense_max):
+    """Candidate rows of an index without columns (the uniform pyramids) are matched to
+    the query by key through the filter table: exact where query keys share a slot
+    (thousands of random 64-bit keys, negative ones too), for keys the query lacks and
+    for empty rows, the table clean for the next query -- and equal to the columns path
+    (``dense_max=0``: its filter table too, not the dense query vector)."""
+    import engine.search as es
+
+    if dense_max is not None:
+        monkeypatch.setattr(es, "_DENSE_QUERY_MAX", dense_max)
+    rng = np.random.default_rng(5)
+    pool = np.unique(rng.integers(-(2**63), 2**63 - 1, 100_000, dtype=np.int64))
+    n = 40
+    sets = [np.sort(rng.choice(pool, rng.integers(1, 3000), replace=False)) for _ in range(n)]
+    sets[7] = sets[7][:0]
+    indptr = np.concatenate([[0], np.cumsum([k.size for k in sets])])
+    keys = np.concatenate(sets)
+    vals = rng.random(keys.size).astype(np.float32)
+    by_key = IntersectionIndex(indptr, keys, vals)
+    by_col = IntersectionIndex(
+        indptr, None, vals, columns=IntersectionIndex(indptr, keys, vals).columns()
+    )
+    rows = np.array([3, 7, 0, 39, 3, 20])
+    for r in (3, 20):  # half of a row's keys, random keys of the pool, keys of no row
+        q = np.unique(
+            np.concatenate(
+                [
+                    sets[r][::2],
+                    rng.choice(pool, 8000, replace=False),
+                    rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64),
+                ]
+            )
+        )
+        assert np.unique(q & (es._FILTER_SLOTS - 1)).size < q.size  # shared slots
+        qv = rng.random(q.size).astype(np.float32)
+        qd = dict(zip(q.tolist(), qv.tolist(), strict=True))
+        want = [
+            sum(
+                min(v, qd.get(k, 0.0))
+                for k, v in zip(
+                    sets[i].tolist(), vals[indptr[i] : indptr[i + 1]].tolist(), strict=True
+                )
+            )
+            for i in rows
+        ]
+        got = by_key.score(q, qv, rows)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert got[1] == 0.0 and got[0] > 0 and got[0] == got[4]
+        np.testing.assert_allclose(by_col.score(q, qv, rows), got, rtol=1e-6)
+    assert by_key._columns is None  # scored without any collection-wide table
+    assert by_key.score(q[:0], qv[:0], rows).sum() == 0
