@@ -370,14 +370,16 @@ class _Encoded:
     def from_state(cls, st: dict[str, Any], *, consume: bool = False) -> _Encoded:
         """Rebuild from :meth:`to_state`.
 
-        With the persisted columns the ``(nnz,) int64`` keys are not kept in memory
-        (queries score candidate rows through the columns alone, see
-        :class:`engine.search.IntersectionIndex`). Arrays that do not own their memory
-        (``np.load`` of an npz returns views of the read buffer) are copied into numpy's
-        own allocations: the random gathers of exact scoring are about twice as fast
-        there (measured: 19 -> 9 ms per query at 10,000 images). With ``consume`` the
-        arrays are popped from ``st`` one by one, so each buffer is freed as soon as it
-        is copied and the peak memory of loading stays near the size of the index.
+        The vocabulary pyramids are saved with their columns and loaded without their
+        ``(nnz,) int64`` keys (queries score candidate rows through the columns alone, see
+        :class:`engine.search.IntersectionIndex`); the uniform pyramids are saved and loaded
+        by key (:func:`_uniform_index`; indexes written before that hold their columns,
+        which load as the vocabulary pyramids' do). Arrays that do not own their memory
+        (``np.load`` of an npz returns views of the read buffer) are copied into numpy's own
+        allocations: the random gathers of exact scoring are about twice as fast there
+        (measured: 19 -> 9 ms per query at 10,000 images). With ``consume`` the arrays are
+        popped from ``st`` one by one, so each buffer is freed as soon as it is copied and
+        the peak memory of loading stays near the size of the index.
         """
         get = st.pop if consume else st.get
 

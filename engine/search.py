@@ -233,11 +233,11 @@ class IntersectionIndex:
     def _lookup(self, q_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Column of each query key: ``pos`` (k,) int64 (clipped) and ``hit`` (k,) bool.
 
-        Millions of columns (uniform pyramids: 119 MB of sorted keys) make a binary
-        search a chain of ~24 cache misses per key (3 ms for a 5,000-key query). The
-        keys are hashes, spread uniformly over int64, so a directory over their top
-        ``b`` bits (about 8 keys per bucket) narrows each search to one bucket, searched
-        by a few vectorised bisection steps.
+        Millions of columns (the uniform pyramids of indexes that saved their columns:
+        119 MB of sorted keys at 10,000 images) make a binary search a chain of ~24 cache misses
+        per key (3 ms for a 5,000-key query). The keys are hashes, spread uniformly over
+        int64, so a directory over their top ``b`` bits (about 8 keys per bucket) narrows
+        each search to one bucket, searched by a few vectorised bisection steps.
         """
         uk = self.columns()[0]
         K = uk.shape[0]
