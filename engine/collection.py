@@ -103,6 +103,7 @@ import hashlib
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,8 @@ CANDIDATE_KIND = "fused"  # or "hashes" (WTA + hyperplanes only), "wta" / "rh" (
 VERIFY_TOP = 30
 VERIFY_MIN_INLIERS = 8
 DUPLICATE_NEIGHBOURS = 10
+_DUPLICATE_BLOCK = 256  # pairs checked side by side by Collection.duplicates
+_DUPLICATE_CACHE = 1024  # images' features it keeps (~250 MB at 500 128-D features)
 REFIT_GROWTH = 2.0
 SAMPLE_DESCRIPTORS = 40_000
 # the vocabulary trees are fitted on a random subset of that sample (the uniform pyramid's
@@ -1729,13 +1732,20 @@ class Collection:
         if len(feats) < 4:
             return scores
         ids = self._data.ids[rows[:VERIFY_TOP]]
+        stored = [f for _i, f in self.store.iter_features(ids)]  # read here, not on threads
+
+        def inliers(f: Features) -> int:
+            return verify_pair(
+                feats.descriptors, feats.xy, f.descriptors, f.xy, image_size=f.image_size
+            ).n_inliers
+
+        # each check is one BLAS product and one OpenCV fit, both without the GIL: the
+        # checks run side by side, each on one BLAS thread
         with single_threaded_blas():
-            for j, (_i, f) in enumerate(self.store.iter_features(ids)):
-                v = verify_pair(
-                    feats.descriptors, feats.xy, f.descriptors, f.xy, image_size=f.image_size
-                )
-                if v.n_inliers >= VERIFY_MIN_INLIERS:
-                    scores[j] += 1.0 + v.n_inliers / (v.n_inliers + 40.0)
+            counts = _thread_map(inliers, stored)
+        for j, n_in in enumerate(counts):
+            if n_in >= VERIFY_MIN_INLIERS:
+                scores[j] += 1.0 + n_in / (n_in + 40.0)
         return scores
 
     # ------------------------------------------------------------------ pairs
@@ -1852,26 +1862,41 @@ class Collection:
             allr = np.arange(n) if rows is None else rows
             best = allr[np.argsort(-s, kind="stable")[:k_nb]]
             pairs.update((min(i, int(j)), max(i, int(j))) for j in best if j != i)
-        cache: dict[int, Features] = {}
+        todo = [pair for pair in sorted(pairs) if pair not in link]
+        # features are read on this thread, a block of pairs at a time, through a bounded
+        # cache (the pairs are sorted by their first image; 10,000 images' features would
+        # be 2.5 GB), and each block's checks run side by side (BLAS product and OpenCV
+        # fit without the GIL, one BLAS thread each)
+        cache: OrderedDict[int, Features] = OrderedDict()
 
         def feats(r: int) -> Features:
-            if r not in cache:
-                cache[r] = self.store.get_features(int(data.ids[r]))
-            return cache[r]
+            f = cache.get(r)
+            if f is None:
+                f = cache[r] = self.store.get_features(int(data.ids[r]))
+                if len(cache) > _DUPLICATE_CACHE:
+                    cache.popitem(last=False)
+            else:
+                cache.move_to_end(r)
+            return f
+
+        def check(job: tuple[int, int, Features, Features]) -> tuple[int, int, float] | None:
+            i, j, fa, fb = job
+            v = verify_pair(fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size)
+            score = v.n_inliers / min(len(fa), len(fb))
+            if v.n_inliers >= VERIFY_MIN_INLIERS and score >= threshold:
+                return i, j, min(1.0, score)
+            return None
 
         with single_threaded_blas():
-            for i, j in sorted(pairs):
-                if (i, j) in link:
-                    continue
-                fa, fb = feats(i), feats(j)
-                if min(len(fa), len(fb)) < 4:
-                    continue
-                v = verify_pair(
-                    fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size
-                )
-                score = v.n_inliers / min(len(fa), len(fb))
-                if v.n_inliers >= VERIFY_MIN_INLIERS and score >= threshold:
-                    link[(i, j)] = min(1.0, score)
+            for s0 in range(0, len(todo), _DUPLICATE_BLOCK):
+                jobs = []
+                for i, j in todo[s0 : s0 + _DUPLICATE_BLOCK]:
+                    fa, fb = feats(i), feats(j)
+                    if min(len(fa), len(fb)) >= 4:
+                        jobs.append((i, j, fa, fb))
+                for hit in _thread_map(check, jobs):
+                    if hit is not None:
+                        link[hit[:2]] = hit[2]
         parent = np.arange(n)
 
         def find(x: int) -> int:

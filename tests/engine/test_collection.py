@@ -154,13 +154,26 @@ def test_save_load_array(indexed):
     np.testing.assert_array_equal(col.load_array("test.clusters"), np.arange(5))
 
 
-def test_duplicates(tmp_path, demo_folder):
+def test_duplicates(tmp_path, demo_folder, monkeypatch):
+    import engine.collection as ec
+
     for name in ("camera.jpg", "camera_jpeg.jpg", "coins.jpg", "rocket.jpg", "grass.jpg"):
         shutil.copy(demo_folder / name, tmp_path / name)
     shutil.copy(demo_folder / "coins.jpg", tmp_path / "coins_copy.jpg")
     with Collection.open(tmp_path) as col:
         _run(col.update(jobs=1))
         groups = col.duplicates()
+        # blocks of pairs checked on threads, through a feature cache smaller than a
+        # block: the same groups and scores as one block with every image cached
+        monkeypatch.setattr(ec, "_DUPLICATE_BLOCK", 3)
+        monkeypatch.setattr(ec, "_DUPLICATE_CACHE", 2)
+        small = col.duplicates()
+        monkeypatch.setattr(ec, "_DUPLICATE_BLOCK", 10_000)
+        monkeypatch.setattr(ec, "_DUPLICATE_CACHE", 10_000)
+        monkeypatch.setattr(ec, "_thread_map", lambda fn, items: [fn(x) for x in items])
+        one = col.duplicates()
+    assert [(g.paths, g.scores) for g in small] == [(g.paths, g.scores) for g in one]
+    assert [(g.paths, g.scores) for g in groups] == [(g.paths, g.scores) for g in one]
     assert all(isinstance(g, DuplicateGroup) for g in groups)
     found = sorted(sorted(p.name for p in g.paths) for g in groups)
     assert ["coins.jpg", "coins_copy.jpg"] in found
