@@ -1857,7 +1857,10 @@ class Collection:
             k, v = data.vocab.row(i)
             rows = None
             if n > EXHAUSTIVE_LIMIT:
-                rows = self._candidates("wta", data.subset(np.array([i])), data, MIN_CANDIDATES)
+                # (the banded WTA index reads only the query's codes: no subset of the
+                # whole search data per image)
+                q = SimpleNamespace(wta=data.wta[i : i + 1])
+                rows = self._candidates("wta", q, data, MIN_CANDIDATES)
             s = data.vocab.score(k, v, rows)
             allr = np.arange(n) if rows is None else rows
             best = allr[np.argsort(-s, kind="stable")[:k_nb]]
