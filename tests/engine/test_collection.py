@@ -172,7 +172,11 @@ def test_duplicates(tmp_path, demo_folder, monkeypatch):
         monkeypatch.setattr(ec, "_DUPLICATE_CACHE", 10_000)
         monkeypatch.setattr(ec, "_thread_map", lambda fn, items: [fn(x) for x in items])
         one = col.duplicates()
+        monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", 0)  # neighbours from the WTA bands,
+        monkeypatch.setattr(ec, "MIN_CANDIDATES", 2)  # few enough that the bands decide
+        hashed = col.duplicates()
     assert [(g.paths, g.scores) for g in small] == [(g.paths, g.scores) for g in one]
+    assert [(g.paths, g.scores) for g in hashed] == [(g.paths, g.scores) for g in one]
     assert [(g.paths, g.scores) for g in groups] == [(g.paths, g.scores) for g in one]
     assert all(isinstance(g, DuplicateGroup) for g in groups)
     found = sorted(sorted(p.name for p in g.paths) for g in groups)
