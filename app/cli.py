@@ -46,6 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help", "--version")):
         # No sub-command: the GUI (``simile``, ``simile FOLDER``, ``simile FOLDER --screenshot``).
         return gui_main(argv)
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 never stops
+        try:  # a listing: its undecodable bytes print as U+FFFD / '?'
+            stream.reconfigure(errors="replace")
+        except (AttributeError, ValueError):  # a replaced stream (tests, pipes in IDEs)
+            pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if as_program:  # a one-shot process: freed arrays are reused, not page-faulted again

@@ -99,6 +99,7 @@ including the cached hyperplane coordinates of every vocabulary bin (86 MB).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -1354,12 +1355,8 @@ class Collection:
         prepared = prefit.finish() if prefit is not None else None
         self._refresh(save=True, cancel=cancel, prepared=prepared)
         seconds = summary.seconds + (time.perf_counter() - t0)
-        return IndexSummary(
-            indexed=summary.indexed,
-            unchanged=summary.unchanged,
-            removed=summary.removed,
-            failed=summary.failed,
-            total=summary.total,
+        return dataclasses.replace(
+            summary,
             seconds=seconds,
             cancelled=bool(cancel is not None and cancel.is_set()),
         )

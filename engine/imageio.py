@@ -44,18 +44,24 @@ from PIL import Image, UnidentifiedImageError
 
 __all__ = [
     "IMAGE_SUFFIXES",
+    "MAX_FILE_BYTES",
     "ImageLoadError",
     "ImageSource",
     "image_size",
     "is_image_file",
     "load_gray",
     "load_image",
+    "sniff_format",
 ]
 
 #: File-name suffixes (lower case, with the dot) of the formats :func:`load_image` reads.
 IMAGE_SUFFIXES: frozenset[str] = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".dib", ".tif", ".tiff", ".webp"}
 )
+
+#: Largest image file the indexer reads (1 GiB): above any image under the default pixel
+#: limit (100 MP of 16-bit RGBA is 800 MB uncompressed), so a bigger file is junk or a bomb.
+MAX_FILE_BYTES = 1 << 30
 
 #: What the loader accepts: a path, the encoded bytes of a file, or a binary file object.
 ImageSource = str | os.PathLike | bytes | bytearray | memoryview | IO[bytes]
@@ -439,6 +445,22 @@ def _magic_kind(head: bytes) -> str | None:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "WebP"
     return None
+
+
+def sniff_format(head: bytes) -> str | None:
+    """Format a file's first 32 bytes name (``"JPEG"``, ``"PNG"``, ``"GIF"``, ``"BMP"``,
+    ``"TIFF"``, ``"WebP"``), or ``None`` when they start like no supported image.
+
+    Parameters
+    ----------
+    head : bytes
+        The first bytes of the file (32 are enough).
+
+    Returns
+    -------
+    str or None
+    """
+    return _magic_kind(bytes(head[:32]))
 
 
 def is_image_file(path: str | os.PathLike) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat as stat_mod
 import threading
 import time
 from collections import deque
@@ -103,7 +104,8 @@ class IngestSummary:
     re-extracted; ``failed``: EVERY file currently failing, ``(path, reason)``;
     ``total = indexed + unchanged + len(failed)``; ``indexed + unchanged`` images are usable.
     ``scan_errors``: folders (or entries) that could not be read, ``(path, reason)``; their
-    known images are kept, not dropped.
+    known images are kept, not dropped. ``skipped``: entries passed over on purpose,
+    ``(path, reason)`` (dangling or looping links, FIFOs, sockets, devices).
     """
 
     indexed: int
@@ -114,6 +116,7 @@ class IngestSummary:
     seconds: float = 0.0
     cancelled: bool = False
     scan_errors: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` summary line of ``simile index``."""
@@ -122,6 +125,7 @@ class IngestSummary:
             "unchanged": self.unchanged,
             "removed": self.removed,
             "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "skipped": [{"path": p, "reason": r} for p, r in [*self.scan_errors, *self.skipped]],
             "total": self.total,
             "seconds": round(self.seconds, 3),
         }
@@ -312,19 +316,42 @@ def _extract_one(
     (:func:`engine.features.extract_features` accepts encoded bytes). ``pack``: features
     in the store's 8-bit codec where it applies (:class:`engine.store.PackedFeatures`).
     """
-    try:
-        st = os.stat(path)
+    from engine.imageio import MAX_FILE_BYTES, sniff_format
+
+    try:  # O_NONBLOCK: a FIFO put in the file's place never blocks the open
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         return ExtractResult(path, None, f"cannot read file: {exc.strerror or exc}")
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        reason = f"cannot read file: {exc.strerror or exc}"
-        return ExtractResult(path, None, reason, st.st_size, st.st_mtime_ns)
-    except MemoryError:
-        reason = "out of memory while reading the file"
-        return ExtractResult(path, None, reason, st.st_size, st.st_mtime_ns)
+    with open(fd, "rb", closefd=True) as fh:
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            return ExtractResult(path, None, f"cannot read file: {exc.strerror or exc}")
+        size, mtime = st.st_size, st.st_mtime_ns
+        if not stat_mod.S_ISREG(st.st_mode):
+            return ExtractResult(path, None, "not a regular file", size, mtime)
+        if size > MAX_FILE_BYTES:
+            reason = (
+                f"file too large for an image ({size / 2**30:.1f} GiB; the limit is "
+                f"{MAX_FILE_BYTES / 2**30:.0f} GiB)"
+            )
+            return ExtractResult(path, None, reason, size, mtime)
+        try:
+            head = fh.read(32)
+            if extractor is None and sniff_format(head) is None:  # not read whole
+                reason = (
+                    "not a supported image: the file does not start like JPEG, PNG, GIF, "
+                    "BMP, TIFF or WebP"
+                    if head
+                    else "empty file (0 bytes)"
+                )
+                return ExtractResult(path, None, reason, size, mtime)
+            data = head + fh.read()
+        except OSError as exc:
+            reason = f"cannot read file: {exc.strerror or exc}"
+            return ExtractResult(path, None, reason, size, mtime)
+        except MemoryError:
+            return ExtractResult(path, None, "out of memory while reading the file", size, mtime)
     chash = hashlib.blake2b(data, digest_size=16).hexdigest()  # == scan.content_hash(path)
     if known_hash is not None and chash == known_hash:
         return ExtractResult(path, None, None, st.st_size, st.st_mtime_ns, chash, True)
@@ -591,7 +618,7 @@ def ingest(
     known = store.known_stats()
     scan = scan_folder(folder, known, exclude=[store.index_dir, *exclude])
 
-    for path, reason in scan.errors:
+    for path, reason in [*scan.errors, *scan.skipped]:
         yield IngestProgress(0, 0, path, "scanning", f"skipped {path}: {reason}")
     n_removed = store.remove(scan.removed) if scan.removed else 0
     if scan.removed:
@@ -714,4 +741,5 @@ def ingest(
         seconds=time.perf_counter() - t0,
         cancelled=cancelled,
         scan_errors=list(scan.errors),
+        skipped=list(scan.skipped),
     )

@@ -7,13 +7,21 @@ with the same size and mtime, so a re-scan of an unchanged folder reads no file 
 and compares ``(size, mtime_ns)`` with what the index knows.
 
 Symlinks: file links are followed; directory links are followed too, with cycles broken
-by remembering every visited directory's ``(st_dev, st_ino)``. Every path is reported as an
-absolute, symlink-resolved string, so a file reachable through several links is
-listed once. Unreadable directories are reported in :attr:`ScanResult.errors`, never fatal.
+by remembering every visited directory's ``(st_dev, st_ino)``. Every path is reported as the
+person sees it, an absolute path inside the folder: a symlinked photo is the link, never
+its target (so nothing acting on a path can reach outside the folder). A file reachable
+through several names is listed once, under a real (non-link) name when it has one.
+Unreadable directories are reported in :attr:`ScanResult.errors`, never fatal; every other
+entry that is passed over (a dangling or looping link, a FIFO, socket or device, a link to a
+folder already scanned) is listed in :attr:`ScanResult.skipped` with its reason.
+
+Any name the operating system hands us is kept exactly: names that are not valid UTF-8
+arrive as ``str`` with lone surrogates (``os.fsdecode``) and stay so.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat as stat_mod
@@ -51,6 +59,9 @@ class ScanResult:
         paths under a folder listed in ``errors`` are NOT reported as removed.
     errors : list of (str, str)
         ``(path, reason)`` of directories or files that could not be read.
+    skipped : list of (str, str)
+        ``(path, reason)`` of entries passed over on purpose: dangling or looping links,
+        special files (FIFOs, sockets, devices), links to a folder already scanned.
     n_skipped : int
         Regular files that are not images.
     """
@@ -60,6 +71,7 @@ class ScanResult:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
     n_skipped: int = 0
 
     @property
@@ -78,6 +90,16 @@ def _default_is_image(path: str) -> bool:
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
+
+
+def _special_kind(mode: int) -> str:
+    if stat_mod.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat_mod.S_ISSOCK(mode):
+        return "a socket"
+    if stat_mod.S_ISCHR(mode) or stat_mod.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
 
 
 def scan_folder(
@@ -140,8 +162,8 @@ def scan_folder(
 
     result = ScanResult()
     seen_dirs = {(st_root.st_dev, st_root.st_ino)}
-    seen_files: set[str] = set()
-    not_images: set[str] = set()
+    # real path -> (path as seen, is a link): one entry per file, a real name preferred
+    files: dict[str, tuple[str, bool, int, int]] = {}
     stack = [root]
     while stack:
         dirpath = stack.pop()
@@ -164,38 +186,57 @@ def scan_folder(
                     continue
                 try:
                     is_link = entry.is_symlink()
+                except OSError as exc:
+                    result.errors.append((entry.path, f"cannot stat: {_reason(exc)}"))
+                    continue
+                try:
                     st = entry.stat()  # follows symlinks
                 except OSError as exc:
-                    # a dangling symlink or a file that vanished mid-scan
-                    if entry.is_symlink():
-                        continue
-                    result.errors.append((entry.path, f"cannot stat: {_reason(exc)}"))
+                    if is_link:
+                        loop = getattr(exc, "errno", None) == errno.ELOOP
+                        why = "link loop" if loop else "dangling link (its target is missing)"
+                        result.skipped.append((entry.path, why))
+                    else:  # vanished mid-scan, or not stat-able
+                        result.errors.append((entry.path, f"cannot stat: {_reason(exc)}"))
                     continue
                 if stat_mod.S_ISDIR(st.st_mode):
                     key = (st.st_dev, st.st_ino)
-                    if key in seen_dirs or key in excluded:
-                        continue  # symlink cycle / already visited / index dir
+                    if key in excluded:
+                        continue  # the index folder
+                    if key in seen_dirs:
+                        if is_link:
+                            result.skipped.append(
+                                (entry.path, "link to a folder already scanned (loop)")
+                            )
+                        continue
                     seen_dirs.add(key)
-                    stack.append(os.path.realpath(entry.path) if is_link else entry.path)
+                    stack.append(entry.path)
                     continue
                 if not stat_mod.S_ISREG(st.st_mode):
-                    continue  # fifo, socket, device
-                path = os.path.realpath(entry.path) if is_link else entry.path
-                if path in seen_files:
+                    kind = _special_kind(st.st_mode)
+                    result.skipped.append((entry.path, f"not a regular file: {kind}"))
                     continue
-                seen_files.add(path)
-                size, mtime_ns = st.st_size, st.st_mtime_ns
-                prev = known.get(path)
-                if prev is not None and prev[0] == size and prev[1] == mtime_ns:
-                    result.unchanged.append(path)
-                    continue
-                if not is_image(path):
-                    result.n_skipped += 1
-                    if prev is not None:
-                        not_images.add(path)
-                    continue
-                bucket = result.new if prev is None else result.changed
-                bucket.append(FileStat(path, size, mtime_ns))
+                real = os.path.realpath(entry.path) if is_link else entry.path
+                prev_seen = files.get(real)
+                if prev_seen is not None and (is_link or not prev_seen[1]):
+                    continue  # already listed under a real name, or under another link
+                files[real] = (entry.path, is_link, st.st_size, st.st_mtime_ns)
+
+    seen_files: set[str] = set()
+    not_images: set[str] = set()
+    for path, _is_link, size, mtime_ns in files.values():
+        seen_files.add(path)
+        prev = known.get(path)
+        if prev is not None and prev[0] == size and prev[1] == mtime_ns:
+            result.unchanged.append(path)
+            continue
+        if not is_image(path):
+            result.n_skipped += 1
+            if prev is not None:
+                not_images.add(path)
+            continue
+        bucket = result.new if prev is None else result.changed
+        bucket.append(FileStat(path, size, mtime_ns))
     # A known file under a folder we could not read is not "removed": keep it until the
     # folder is readable again (a permission glitch must not wipe part of the index).
     blind = tuple(d.rstrip(os.sep) + os.sep for d, _ in result.errors)
@@ -208,6 +249,7 @@ def scan_folder(
         lst.sort()
     result.unchanged.sort()
     result.removed.sort()
+    result.skipped.sort()
     return result
 
 

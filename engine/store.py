@@ -2,6 +2,8 @@
 
 Layout of an index directory::
 
+    SIMILE-INDEX                    marker: {"format": "simile-index", ...}, written first;
+                                    a folder without it is never used (or cleaned) as an index
     catalog.sqlite (+ -wal, -shm)   catalogue: images, chunks, settings, kv (WAL mode)
     lock                            writer lock (flock / msvcrt), holds the writer's pid
     features/c<id>-<token>.npy      append-only feature chunks, one per ingest batch
@@ -15,6 +17,16 @@ transaction that references it commits. A crash at any moment therefore leaves e
 unreferenced file (an orphan, deleted on the next writer open by :meth:`IndexStore.gc`)
 or a committed catalogue whose every reference points at a complete file. Nothing is
 ever loaded with pickle (``allow_pickle=False`` everywhere).
+
+Only a folder that carries the marker file (or an index written before the marker
+existed, recognised by its catalogue's ``application_id``) is opened for writing: a
+non-empty folder without either is refused, so ``--index ~/album`` can never make the
+clean-up (:meth:`IndexStore.gc`) delete a person's files. The clean-up itself removes
+only files whose names match the store's own patterns.
+
+Paths are stored losslessly whatever bytes the file system hands us: a path that is not
+valid UTF-8 (Python gives it lone surrogates, ``os.fsdecode``) is stored as a BLOB of its
+raw bytes and turned back into the same ``str`` when read.
 
 Descriptors are stored per chunk with the smallest faithful codec: ``u8`` (``round(255 x)``)
 when every value lies in ``[0, 1]`` — true of (Root)SIFT, whose raw OpenCV values are
@@ -49,6 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "INDEX_DIRNAME",
+    "MARKER_NAME",
     "SCHEMA_VERSION",
     "ImageRecord",
     "IndexCorruptError",
@@ -60,17 +73,26 @@ __all__ = [
     "PackedFeatures",
     "ReadOnlyIndexError",
     "StoreError",
+    "display_path",
 ]
 
 SCHEMA_VERSION = 1
 INDEX_DIRNAME = ".simile"
 CATALOG_NAME = "catalog.sqlite"
 LOCK_NAME = "lock"
+#: Marker file of an index folder, written before anything else when it is created.
+MARKER_NAME = "SIMILE-INDEX"
+MARKER_FORMAT = "simile-index"
 #: ``PRAGMA application_id`` of a simile catalogue ("SIML").
 APPLICATION_ID = 0x53494D4C
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _TMP_SUFFIX = ".tmp"
+# the names the store itself writes (the clean-up touches nothing else)
+_TOKEN = r"[0-9a-f]{12}"
+_TMP_RE = re.compile(rf"^\.[A-Za-z0-9_][A-Za-z0-9_.-]*\.{_TOKEN}\.tmp$")
+_CHUNK_RE = re.compile(rf"^c\d{{13}}-{_TOKEN}\.npy$")
+_STATE_NPZ_RE = re.compile(rf"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.{_TOKEN}\.npz$")
 _MAX_OPEN_CHUNKS = 64
 # feature reads of at most this many ids select them by id, more scan the catalogue once
 # (SQLite allows 999 parameters in old builds)
@@ -242,6 +264,64 @@ def _state_arrays(state: Mapping[str, Any], scalars: dict[str, Any]) -> dict[str
                 "int/float/str/bool/None scalars can be stored"
             )
     return arrays
+
+
+def _db_path(path: str) -> str | bytes:
+    """The catalogue form of a path: the ``str`` when it is valid UTF-8, else its raw
+    bytes (``os.fsencode``), stored as a BLOB, so no file name can stop a folder."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
+def _py_path(value: str | bytes) -> str:
+    """Inverse of :func:`_db_path`: the same ``str`` the file system gave us."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def display_path(path: str | os.PathLike) -> str:
+    """``path`` for showing to a person: undecodable bytes of a file name become
+    U+FFFD (the name stays exact everywhere else).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    str
+        Valid UTF-8 text.
+    """
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _read_marker(index_dir: Path) -> dict | None:
+    """The marker of ``index_dir`` (a dict), ``None`` when there is no marker file."""
+    marker = index_dir / MARKER_NAME
+    try:
+        data = json.loads(marker.read_text("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise IndexCorruptError(
+            f"index marker {marker} is damaged ({exc}); rebuild with `simile index --repair`"
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != MARKER_FORMAT:
+        raise IndexFormatError(f"{marker} is not a simile index marker")
+    return data
+
+
+def _write_marker(index_dir: Path) -> None:
+    payload = json.dumps(
+        {"format": MARKER_FORMAT, "schema": SCHEMA_VERSION, "created": time.time()},
+        sort_keys=True,
+    ).encode("utf-8")
+    _atomic_write(index_dir / MARKER_NAME, lambda fh: fh.write(payload))
 
 
 def _check_name(name: str, what: str = "name") -> str:
@@ -499,7 +579,7 @@ class IndexStore:
                 raise
             return cls(index_dir, conn, True, None)
 
-        index_dir.mkdir(parents=True, exist_ok=True)
+        cls._claim(index_dir, catalog)
         lock = _WriterLock(index_dir / LOCK_NAME)
         lock.acquire()
         try:
@@ -520,6 +600,44 @@ class IndexStore:
         store = cls(index_dir, conn, False, lock)
         store.gc()
         return store
+
+    @classmethod
+    def _claim(cls, index_dir: Path, catalog: Path) -> None:
+        """Make sure ``index_dir`` is a simile index folder before writing anything there.
+
+        A new or empty folder gets the marker; a folder with the marker, or an index
+        written before markers existed (a catalogue with simile's ``application_id``),
+        is accepted (the latter gets its marker now). Any other non-empty folder is
+        refused: it holds someone else's files, which the clean-up must never see.
+        """
+        index_dir.mkdir(parents=True, exist_ok=True)
+        if _read_marker(index_dir) is not None:
+            return
+        try:
+            with os.scandir(index_dir) as it:
+                names = {e.name for e in it}
+        except OSError as exc:
+            raise StoreError(f"cannot read the index folder {index_dir}: {exc}") from exc
+        own = {CATALOG_NAME, f"{CATALOG_NAME}-wal", f"{CATALOG_NAME}-shm", LOCK_NAME,
+               "features", "arrays", "states"}  # fmt: skip
+        if names and CATALOG_NAME in names and catalog.is_file():
+            conn = cls._connect(catalog, readonly=True)
+            try:
+                cls._check_schema(conn, catalog)  # raises unless it is a simile catalogue
+            except IndexNotFoundError:  # an older creation stopped before its first commit
+                if not names <= own:
+                    raise IndexFormatError(
+                        f"{index_dir} is not a simile index and is not empty; refusing to "
+                        "use it (choose a new or empty folder for the index)"
+                    ) from None
+            finally:
+                conn.close()
+        elif names - {LOCK_NAME}:
+            raise IndexFormatError(
+                f"{index_dir} is not a simile index and is not empty; refusing to use it "
+                "(choose a new or empty folder for the index)"
+            )
+        _write_marker(index_dir)
 
     @staticmethod
     def _connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -651,16 +769,19 @@ class IndexStore:
         return int(self._q("SELECT value FROM kv WHERE key = 'generation'")[0][0])
 
     @staticmethod
-    def _resolved(path: str | os.PathLike) -> str | None:
-        """``realpath(path)`` when it differs from ``path`` (lookups fall back to it, since
-        the catalogue holds resolved paths), else ``None``."""
+    def _resolved(path: str | os.PathLike) -> str | bytes | None:
+        """``realpath(path)`` (catalogue form) when it differs from ``path``: lookups fall
+        back to it, since indexes written before links were kept as links hold resolved
+        paths. ``None`` when it does not differ."""
         raw = os.fspath(path)
         real = os.path.realpath(raw)
-        return real if real != raw else None
+        return _db_path(real) if real != raw else None
 
     @staticmethod
-    def _norm_path(path: str | os.PathLike) -> str:
-        return os.fspath(path) if isinstance(path, str) else os.fspath(Path(path))
+    def _norm_path(path: str | os.PathLike) -> str | bytes:
+        """The catalogue form of ``path`` (see :func:`_db_path`)."""
+        text = path if isinstance(path, str) else os.fspath(Path(os.fsdecode(path)))
+        return _db_path(text)
 
     # ------------------------------------------------------------------ catalogue reads
 
@@ -672,7 +793,7 @@ class IndexStore:
             rows = self._q(
                 f"SELECT {_IMAGE_COLS} FROM images WHERE status = ? ORDER BY id", (status,)
             )
-        return [ImageRecord(*r) for r in rows]
+        return [ImageRecord(r[0], _py_path(r[1]), *r[2:]) for r in rows]
 
     def ids(self, status: str | None = "ok") -> np.ndarray:
         """Image ids ``(n,) int64`` with ``status``, ascending (the stable row order)."""
@@ -688,7 +809,7 @@ class IndexStore:
             rows = self._q("SELECT path FROM images ORDER BY id")
         else:
             rows = self._q("SELECT path FROM images WHERE status = ? ORDER BY id", (status,))
-        return [r[0] for r in rows]
+        return [_py_path(r[0]) for r in rows]
 
     def record(self, key: int | str | os.PathLike) -> ImageRecord | None:
         """The row of image id ``key`` (int) or path ``key``; ``None`` when unknown.
@@ -706,7 +827,10 @@ class IndexStore:
                 rows = self._q(
                     f"SELECT {_IMAGE_COLS} FROM images WHERE path = ?", (self._resolved(key),)
                 )
-        return ImageRecord(*rows[0]) if rows else None
+        if not rows:
+            return None
+        r = rows[0]
+        return ImageRecord(r[0], _py_path(r[1]), *r[2:])
 
     def id_of(self, path: str | os.PathLike) -> int | None:
         """Image id of ``path`` or ``None``."""
@@ -724,20 +848,21 @@ class IndexStore:
     def failures(self) -> list[tuple[str, str]]:
         """``(path, reason)`` of every failed file, ascending id."""
         rows = self._q("SELECT path, error FROM images WHERE status = 'failed' ORDER BY id")
-        return [(p, e or "unknown error") for p, e in rows]
+        return [(_py_path(p), e or "unknown error") for p, e in rows]
 
     def known_stats(self) -> dict[str, tuple[int, int]]:
         """``path -> (size, mtime_ns)`` for every row, ok and failed (input of scan)."""
-        return {p: (s, m) for p, s, m in self._q("SELECT path, size, mtime_ns FROM images")}
+        rows = self._q("SELECT path, size, mtime_ns FROM images")
+        return {_py_path(p): (s, m) for p, s, m in rows}
 
     def known_hashes(self) -> dict[str, str]:
         """``path -> content hash`` for every row that has one."""
         rows = self._q("SELECT path, content_hash FROM images WHERE content_hash IS NOT NULL")
-        return dict(rows)
+        return {_py_path(p): h for p, h in rows}
 
     def feature_keys(self) -> dict[str, str | None]:
         """``path -> fkey`` (feature-settings key given to :meth:`write_batch`), every row."""
-        return dict(self._q("SELECT path, fkey FROM images"))
+        return {_py_path(p): k for p, k in self._q("SELECT path, fkey FROM images")}
 
     def duplicate_files(self) -> list[list[str]]:
         """Groups (≥ 2) of usable images with byte-identical content, by content hash."""
@@ -748,7 +873,7 @@ class IndexStore:
         )
         groups: dict[str, list[str]] = {}
         for h, p in rows:
-            groups.setdefault(h, []).append(p)
+            groups.setdefault(h, []).append(_py_path(p))
         return list(groups.values())
 
     # ------------------------------------------------------------------ features
@@ -784,6 +909,7 @@ class IndexStore:
         from engine.features import Features
 
         path, status, n, chunk_id, offset, width, height, kind, dim, file, n_rows, scale = row
+        path = display_path(_py_path(path))
         if status != "ok":
             raise StoreError(f"{path} has no features: indexing it failed")
         if n == 0 or chunk_id is None:
@@ -1169,6 +1295,9 @@ class IndexStore:
         """Delete orphans: temp files, chunk files the catalogue does not reference,
         chunk rows with no live image, and state npz files no JSON names.
 
+        Only files whose names match the store's own patterns (chunk files, state array
+        files, temporary files) are ever deleted, and only inside a marked index folder.
+
         Runs automatically when a writer opens the store. Returns files removed.
         """
         self._require_writer()
@@ -1186,13 +1315,17 @@ class IndexStore:
                 except BaseException:
                     self._rollback()
                     raise
+            if _read_marker(self.index_dir) is None:  # never clean an unmarked folder
+                return removed
             referenced = {r[0] for r in self._q("SELECT file FROM chunks")}
             feat_dir = self.index_dir / "features"
             for entry in os.scandir(feat_dir):
-                if entry.name not in referenced:
+                name = entry.name
+                ours = _CHUNK_RE.match(name) or _TMP_RE.match(name)
+                if ours and name not in referenced and entry.is_file(follow_symlinks=False):
                     removed += self._unlink(entry.path)
             for entry in os.scandir(self.index_dir / "arrays"):
-                if entry.name.endswith(_TMP_SUFFIX):
+                if _TMP_RE.match(entry.name) and entry.is_file(follow_symlinks=False):
                     removed += self._unlink(entry.path)
             states = self.index_dir / "states"
             named = set()
@@ -1201,7 +1334,8 @@ class IndexStore:
                     named.update(self._state_files(Path(entry.path)))
             for entry in os.scandir(states):
                 name = entry.name
-                if name.endswith(_TMP_SUFFIX) or (name.endswith(".npz") and name not in named):
+                orphan = _STATE_NPZ_RE.match(name) and name not in named
+                if (orphan or _TMP_RE.match(name)) and entry.is_file(follow_symlinks=False):
                     removed += self._unlink(entry.path)
         return removed
 

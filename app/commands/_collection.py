@@ -13,6 +13,8 @@ def open_collection(folder: str, index: str | None, *, create: bool, readonly: b
     from engine.collection import Collection, default_index_dir
     from engine.store import IndexLockedError, IndexNotFoundError, StoreError
 
+    if not folder or not folder.strip():
+        raise CommandError("the folder argument is empty; name a folder (e.g. '.')")
     path = Path(os.path.abspath(folder))
     if not path.is_dir():
         raise CommandError(f"{folder}: no such folder")

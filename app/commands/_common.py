@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Generator
@@ -25,9 +26,16 @@ def print_error(message: str) -> None:
     print(f"simile: error: {message}", file=sys.stderr)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as one compact JSON line (the last stdout line of a --json run)."""
-    sys.stdout.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    # undecodable bytes of a file name (lone surrogates, os.fsdecode) as \udcXX escapes:
+    # valid JSON that decodes back to the exact name (os.fsencode gives the bytes back)
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

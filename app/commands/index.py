@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  failed: {f['path']}: {f['reason']}")
         if n_failed > 20:
             print(f"  ... and {n_failed - 20} more")
+        skipped = out["skipped"]
+        for f in skipped[:20]:
+            print(f"  skipped: {f['path']}: {f['reason']}")
+        if len(skipped) > 20:
+            print(f"  ... and {len(skipped) - 20} more skipped")
     if interrupted or summary.cancelled:
         print("simile: interrupted; the index holds what was finished", file=sys.stderr)
         return 130

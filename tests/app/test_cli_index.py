@@ -1,6 +1,7 @@
 """The index / query / duplicates / eval sub-commands end to end (headless, no Qt)."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -52,7 +53,15 @@ def test_index_json_summary(indexed, folder):
     assert code == 0
     lines = _json_lines(out)
     last = lines[-1]
-    assert set(last) == {"indexed", "unchanged", "removed", "failed", "total", "seconds"}
+    assert set(last) == {
+        "indexed",
+        "unchanged",
+        "removed",
+        "failed",
+        "skipped",
+        "total",
+        "seconds",
+    }
     assert last["indexed"] == len(NAMES) + 1 and last["unchanged"] == 0
     assert sorted(f["path"].rsplit("/", 1)[-1] for f in last["failed"]) == ["bad.jpg", "empty.png"]
     assert all(f["reason"] for f in last["failed"])
@@ -143,3 +152,57 @@ def test_eval_folders(indexed, folder, capsys):
     assert res["map"] == pytest.approx(1.0) and res["normalized_rank"] == pytest.approx(0.0)
     assert main(["eval", str(folder), "--protocol", "ukbench", "--json"]) == 2
     assert "number" in capsys.readouterr().err
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_index_into_a_photo_folder_is_refused_and_deletes_nothing(tmp_path, demo_folder, capsys):
+    album = tmp_path / "album"
+    (album / "features").mkdir(parents=True)
+    shutil.copy(demo_folder / "brick.jpg", album / "brick.jpg")
+    shutil.copy(demo_folder / "astronaut.jpg", album / "features" / "astronaut.jpg")
+    code, _out, err = _run(["index", str(album), "--index", str(album)], capsys)
+    assert code == 2
+    assert "not a simile index and is not empty" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in album.rglob("*")) == ["astronaut.jpg", "brick.jpg", "features"]
+
+
+def test_empty_folder_argument_is_refused(capsys):
+    code, _out, err = _run(["index", ""], capsys)
+    assert code == 2 and "folder argument is empty" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_odd_entries_never_stop_a_folder(tmp_path, demo_folder, capsys):
+    """A non-UTF-8 name is indexed, listed and queryable; a FIFO, a dangling link and a
+    junk .jpg are reported with reasons, none stops the batch or hangs."""
+    root = tmp_path / "odd"
+    root.mkdir()
+    raw = os.fsencode(root) + b"/Urlaub_M\xfcnchen.jpg"
+    odd = os.fsdecode(raw)
+    shutil.copy(demo_folder / "brick.jpg", odd)
+    shutil.copy(demo_folder / "astronaut.jpg", root / "astronaut.jpg")
+    os.mkfifo(root / "pipe.jpg")
+    os.symlink(tmp_path / "missing.jpg", root / "dangling.jpg")
+    (root / "junk.jpg").write_bytes(b"not an image at all" * 100)
+    code, out, _err = _run(["index", str(root), "--json", "--jobs", "1"], capsys)
+    assert code == 0
+    last = _json_lines(out)[-1]
+    assert last["indexed"] == 2
+    assert [f["path"].rsplit("/", 1)[-1] for f in last["failed"]] == ["junk.jpg"]
+    assert "does not start like" in last["failed"][0]["reason"]
+    skipped = {f["path"].rsplit("/", 1)[-1]: f["reason"] for f in last["skipped"]}
+    assert skipped == {
+        "dangling.jpg": "dangling link (its target is missing)",
+        "pipe.jpg": "not a regular file: a FIFO (named pipe)",
+    }
+    code, out, _err = _run(["query", str(root), odd, "--top", "2", "--json"], capsys)
+    assert code == 0
+    hits = json.loads(out.strip().splitlines()[-1])["results"][0]["hits"]
+    assert os.fsencode(hits[0]["path"]) == raw  # exact bytes back through JSON
+    code, out, _err = _run(["query", str(root), odd, "--top", "1"], capsys)
+    assert code == 0 and "Urlaub_M" in out

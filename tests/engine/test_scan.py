@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,11 +97,18 @@ def test_symlink_cycle_and_file_links(tmp_path):
     os.symlink(root, root / "sub" / "loop")  # dir cycle back to the root
     os.symlink(a, root / "link_to_a.png")  # file link to a file already in the folder
     outside = _img(tmp_path / "elsewhere" / "o.png", 4)
-    os.symlink(outside, root / "o_link.png")  # file link to outside: followed
+    os.symlink(outside, root / "o_link.png")  # file link to outside: followed, kept as the link
     os.symlink(tmp_path / "missing.png", root / "dangling.png")
+    os.symlink(root / "self_loop.png", root / "self_loop.png")
     res = scan_folder(root)
-    assert sorted(f.path for f in res.new) == sorted([_real(a), _real(outside)])
+    link = os.path.join(_real(root), "o_link.png")
+    # the photo outside is listed as the link the person sees, never as its target
+    assert sorted(f.path for f in res.new) == sorted([_real(a), link])
     assert res.errors == []
+    reasons = dict(res.skipped)
+    assert "dangling" in reasons[os.path.join(_real(root), "dangling.png")]
+    assert "loop" in reasons[os.path.join(_real(root), "self_loop.png")]
+    assert "already scanned" in reasons[os.path.join(_real(root), "sub", "loop")]
 
 
 @posix_only
@@ -108,12 +116,43 @@ def test_dir_symlink_followed_once(tmp_path):
     root = tmp_path / "root"
     _img(root / "x.png")
     other = tmp_path / "other"
-    b = _img(other / "b.png", 1)
+    _img(other / "b.png", 1)
     os.symlink(other, root / "l1")
     os.symlink(other, root / "l2")
     res = scan_folder(root)
     assert sorted(os.path.basename(f.path) for f in res.new) == ["b.png", "x.png"]
-    assert _real(b) in {f.path for f in res.new}
+    # inside the folder, under one of the links, never the outside target
+    (b_path,) = [f.path for f in res.new if f.path.endswith("b.png")]
+    assert os.path.dirname(b_path) in {os.path.join(_real(root), n) for n in ("l1", "l2")}
+    assert len(res.skipped) == 1 and "already scanned" in res.skipped[0][1]
+
+
+@posix_only
+def test_special_files_are_listed_not_opened(tmp_path, monkeypatch):
+    _img(tmp_path / "ok.png")
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    opened = []
+    real_open = open
+
+    def spy(path, *a, **k):
+        opened.append(os.fspath(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", spy)
+    res = scan_folder(tmp_path)
+    assert [os.path.basename(f.path) for f in res.new] == ["ok.png"]
+    assert res.skipped == [(os.path.join(_real(tmp_path), "pipe.jpg"),
+                            "not a regular file: a FIFO (named pipe)")]  # fmt: skip
+    assert os.path.join(_real(tmp_path), "pipe.jpg") not in opened
+
+
+@posix_only
+def test_non_utf8_file_name_is_kept_exactly(tmp_path):
+    raw = os.fsencode(tmp_path) + b"/Urlaub_M\xfcnchen.png"
+    _img(Path(os.fsdecode(raw)))
+    res = scan_folder(tmp_path)
+    assert [os.fsencode(f.path) for f in res.new] == [raw]
 
 
 def test_unreadable_subfolder_is_reported_not_fatal(tmp_path, monkeypatch):

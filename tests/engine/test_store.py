@@ -17,6 +17,7 @@ import pytest
 import engine.store as store_mod
 from engine.features import Features
 from engine.store import (
+    MARKER_NAME,
     SCHEMA_VERSION,
     IndexCorruptError,
     IndexFormatError,
@@ -27,6 +28,7 @@ from engine.store import (
     PackedFeatures,
     ReadOnlyIndexError,
     StoreError,
+    display_path,
 )
 
 
@@ -224,17 +226,64 @@ def test_gc_removes_orphans_on_writer_open(tmp_path):
         s.write_batch(ok=[("/p/a", 1, 1, None, _feats(5))])
         s.save_state("m", {"w": np.ones(3)})
     feat = idx / "features"
+    (feat / "c0000000000999-0123456789ab.npy").write_bytes(b"x")  # an orphan chunk
+    (feat / ".c0000000000001-0123456789ab.npy.abcdef012345.tmp").write_bytes(b"x")
+    (idx / "states" / "m.deadbeef0123.npz").write_bytes(b"x")
+    # files that are not the store's own: never deleted, whatever folder they sit in
+    (feat / "holiday.jpg").write_bytes(b"photo")
     (feat / "c999-orphan.npy").write_bytes(b"x")
-    (feat / ".c1.npy.abc.tmp").write_bytes(b"x")
-    (idx / "states" / "m.deadbeef.npz").write_bytes(b"x")
+    (idx / "states" / "notes.npz").write_bytes(b"x")
     with IndexStore.open(idx, readonly=True) as r:  # readers never clean up
-        assert len(list(feat.iterdir())) == 3
+        assert len(list(feat.iterdir())) == 5
         assert len(r.get_features("/p/a")) == 5
     with IndexStore.open(idx) as s:
-        assert len(list(feat.iterdir())) == 1
+        assert sorted(p.name for p in feat.iterdir() if p.name.startswith("c1")) == [
+            s._q("SELECT file FROM chunks")[0][0]
+        ]
+        assert sorted(p.name for p in feat.iterdir() if not p.name.startswith("c1")) == [
+            "c999-orphan.npy", "holiday.jpg"
+        ]  # fmt: skip
         assert len(s.get_features("/p/a")) == 5
         assert s.load_state("m")["w"].tolist() == [1, 1, 1]
-        assert len(os.listdir(idx / "states")) == 2  # m.json + the npz it names
+        # m.json + the npz it names, and the foreign file
+        assert len(os.listdir(idx / "states")) == 3
+        assert (idx / "states" / "notes.npz").exists()
+
+
+def test_a_folder_that_is_not_an_index_is_refused_and_untouched(tmp_path):
+    album = tmp_path / "album"
+    (album / "features").mkdir(parents=True)
+    (album / "features" / "beach.jpg").write_bytes(b"photo")
+    (album / "states").mkdir()
+    (album / "states" / "x.0123456789ab.npz").write_bytes(b"mine")
+    (album / "cat.jpg").write_bytes(b"photo")
+    before = sorted(str(p.relative_to(album)) for p in album.rglob("*"))
+    with pytest.raises(IndexFormatError, match="not a simile index and is not empty"):
+        IndexStore.open(album)
+    assert sorted(str(p.relative_to(album)) for p in album.rglob("*")) == before
+
+
+def test_index_written_before_markers_is_adopted(tmp_path):
+    idx = tmp_path / "idx"
+    with IndexStore.open(idx) as s:
+        s.write_batch(ok=[("/p/a", 1, 1, None, _feats(5))])
+    (idx / MARKER_NAME).unlink()  # as written by a simile without markers
+    with IndexStore.open(idx) as s:
+        assert s.paths() == ["/p/a"]
+    assert (idx / MARKER_NAME).is_file()
+
+
+def test_non_utf8_paths_are_stored_losslessly(tmp_path):
+    name = os.fsdecode(b"/p/Urlaub_M\xfcnchen.jpg")
+    with IndexStore.open(tmp_path / "idx") as s:
+        s.write_batch(ok=[(name, 1, 1, "h", _feats(5)), ("/p/b.jpg", 1, 1, "h", _feats(5, 1))])
+        assert s.paths() == [name, "/p/b.jpg"]
+        assert s.record(name).path == name and s.id_of(name) == 1
+        assert len(s.get_features(name)) == 5
+        assert name in s.known_stats() and s.known_hashes()[name] == "h"
+        assert s.duplicate_files() == [[name, "/p/b.jpg"]]
+        assert s.remove([name]) == 1 and s.paths() == ["/p/b.jpg"]
+    assert display_path(name) == "/p/Urlaub_M\ufffdnchen.jpg"
 
 
 def test_failed_commit_leaves_no_trace(store, monkeypatch):
