@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if as_program:  # a one-shot process: freed arrays are reused, not page-faulted again
-        from engine.ingest import keep_heap_warm
+        from engine.index.ingest import keep_heap_warm
 
         keep_heap_warm()
     module = importlib.import_module(f"app.commands.{args.command}")

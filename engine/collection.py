@@ -114,19 +114,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
-from engine.features import Features, extract_features
-from engine.ingest import IngestProgress, IngestSummary, ingest
-from engine.search import (
+from engine.features.keypoints import Features, extract_features
+from engine.index.ingest import IngestProgress, IngestSummary, ingest
+from engine.index.search import (
     IntersectionIndex,
     code_values,
     fit_key_idf,
     single_threaded_blas,
     verify_pair,
 )
-from engine.store import INDEX_DIRNAME, IndexStore
+from engine.index.store import INDEX_DIRNAME, IndexStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.pyramid import PyramidMatch
+    from engine.kernels.pyramid import PyramidMatch
 
 __all__ = [
     "METHODS",
@@ -320,9 +320,9 @@ class _Models:
 
     @classmethod
     def from_state(cls, st: dict[str, Any]) -> _Models:
-        from engine.lsh import RandomHyperplaneHash
-        from engine.pyramid import PyramidMatch
-        from engine.wta import DensifiedWTAHash
+        from engine.hashing.lsh import RandomHyperplaneHash
+        from engine.hashing.wta import DensifiedWTAHash
+        from engine.kernels.pyramid import PyramidMatch
 
         def sub(prefix: str) -> dict[str, Any]:
             return {k[len(prefix) :]: v for k, v in st.items() if k.startswith(prefix)}
@@ -465,8 +465,8 @@ def _pyramid_state(name: str, ix: IntersectionIndex) -> dict[str, np.ndarray]:
 
 def _fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int = 0) -> _Models:
     """Fit the vocabulary tree and the uniform pyramid on a sample of the images' sets."""
-    from engine.lsh import RandomHyperplaneHash
-    from engine.pyramid import PyramidMatch
+    from engine.hashing.lsh import RandomHyperplaneHash
+    from engine.kernels.pyramid import PyramidMatch
 
     m = _Models()
     nonempty = [s for s in sets if len(s)]
@@ -606,7 +606,7 @@ class _Prefit:
     def _run(self) -> None:
         # the refresh after the last image needs engine.wta (_fit_weights): imported here,
         # while the workers extract, not after them (~40 ms without cached bytecode)
-        import engine.wta  # noqa: F401
+        import engine.hashing.wta  # noqa: F401
 
         # many small products on a machine whose cores are extracting: BLAS threads
         # would only spin (process-wide; the GUI thread and the ingest loop use no BLAS)
@@ -811,8 +811,8 @@ def _nested_groups(
         kind, or the batch's cells need more bits than a 64-bit sort key holds (the caller
         then sorts entries).
     """
-    from engine.pyramid import UniformBinning
-    from engine.vocabulary import VocabularyTree
+    from engine.kernels.pyramid import UniformBinning
+    from engine.kernels.vocabulary import VocabularyTree
 
     m = X.shape[0]
     if isinstance(binning, UniformBinning):
@@ -911,14 +911,14 @@ def _batch_codes(
         float64, the global weights of each bin and of its parent (0 above the top
         level), and ``n_shifts`` (what ``histograms_from_codes(..., "pm")`` reads).
     """
-    from engine.pyramid import _GOLDEN, _level_salt, _mix64
+    from engine.kernels.pyramid import GOLDEN, level_salt, mix64
 
     if isinstance(sets, _Stack):
         if sets.X.ndim != 2 or sets.X.shape[1] != pm.dim_:
             raise ValueError(f"sets must have {pm.dim_} columns, got shape {sets.X.shape}")
         X, sizes = sets.X, np.asarray(sets.sizes, np.int64)
     else:
-        arrays = pm._prepare(list(sets), "sets")
+        arrays = pm.prepare(list(sets), "sets")
         sizes = np.array([a.shape[0] for a in arrays], np.int64)
         X = np.concatenate(arrays) if arrays else None
     n = int(sizes.size)
@@ -926,13 +926,13 @@ def _batch_codes(
     set_bits = max(1, int(n - 1).bit_length())
     owner = np.repeat(np.arange(n, dtype=np.int64), sizes)  # set of every point
     if m:
-        X = pm._project(X)
-        from engine.pyramid import UniformBinning
+        X = pm.project(X)
+        from engine.kernels.pyramid import UniformBinning
 
         grouped_ok = not weights or all(isinstance(b, UniformBinning) for b in pm.binnings_)
         if m >= _GROUPED_MIN_POINTS and grouped_ok:
             grouped = [
-                _nested_groups(b, X, pm._levels_of(b), owner, set_bits) for b in pm.binnings_
+                _nested_groups(b, X, pm.levels_of(b), owner, set_bits) for b in pm.binnings_
             ]
             if all(g is not None for g in grouped):
                 return _codes_from_groups(pm, grouped, n, sizes, weights)
@@ -940,13 +940,13 @@ def _batch_codes(
     keys, all_bins = [], []
     if m:
         for t, binning in enumerate(pm.binnings_):
-            L = pm._levels_of(binning)
+            L = pm.levels_of(binning)
             lean = getattr(binning, "assign_bins", None)  # VocabularyTree: no distances
             bins = lean(X) if lean is not None else binning.assign(X)[0]
-            # engine.pyramid._level_key of every level at once (same keys, one call)
-            salt = np.array([_level_salt(t, lev) for lev in range(L)], np.uint64)
+            # engine.pyramid.level_key of every level at once (same keys, one call)
+            salt = np.array([level_salt(t, lev) for lev in range(L)], np.uint64)
             ua = np.ascontiguousarray(bins[:, :L].T, np.int64).view(np.uint64)  # (L, m)
-            keys.append(_mix64(ua * _GOLDEN + salt[:, None]).ravel())
+            keys.append(mix64(ua * GOLDEN + salt[:, None]).ravel())
             blocks += [(t, lev) for lev in range(L)]
             all_bins.append(bins)
     # every (point, level) pair an entry of its own: entry (block b, point p) at b * m + p
@@ -977,7 +977,7 @@ def _codes_from_groups(
     (:func:`_nested_groups`): the same keys, counts and layout, with the sort over the
     groups instead of over every (point, level) entry (UKBench batches: 0.58 as many
     uniform entries, 0.37 as many vocabulary ones)."""
-    from engine.pyramid import _level_key
+    from engine.kernels.pyramid import level_key
 
     U = sum(g[0].size for levels in grouped for g in levels)
     blocks = [(t, lev) for t, levels in enumerate(grouped) for lev in range(len(levels))]
@@ -989,7 +989,7 @@ def _codes_from_groups(
     for t, levels in enumerate(grouped):
         for lev, (rep, count, bins, sets) in enumerate(levels):
             part = slice(at, at + rep.size)
-            sk[part] = _level_key(t, lev, bins).view(np.uint64) ^ np.uint64(1 << 63)
+            sk[part] = level_key(t, lev, bins).view(np.uint64) ^ np.uint64(1 << 63)
             entry_set[part] = sets
             cnt[part] = count
             blk_all[part] = b
@@ -1067,14 +1067,14 @@ def _entry_weights(
     """Global weights of the bins of entries (block ``blk``, point ``p``) and of their
     parents (0 above the top level), for :func:`_batch_codes` (uniform binnings: by
     block alone, ``p`` is not read)."""
-    from engine.pyramid import UniformBinning
+    from engine.kernels.pyramid import UniformBinning
 
     if all(isinstance(b, UniformBinning) for b in pm.binnings_):
         # weights constant per level (Lemma 1): a lookup by block
         lut = np.zeros(len(blocks) + 1)
         for b, (t, lev) in enumerate(blocks):
             lut[b] = pm.binnings_[t].bin_weights(lev, np.zeros(1, np.int64))[0]
-        top = np.array([lev + 1 == pm._levels_of(pm.binnings_[t]) for t, lev in blocks] + [True])
+        top = np.array([lev + 1 == pm.levels_of(pm.binnings_[t]) for t, lev in blocks] + [True])
         lut_p = np.where(top[:-1], 0.0, lut[1:])  # the parent is the next block
         return lut[blk], lut_p[blk]
     w = np.zeros(blk.size)
@@ -1085,7 +1085,7 @@ def _entry_weights(
             continue
         binning, bins = pm.binnings_[t], all_bins[t]
         w[at] = binning.bin_weights(lev, bins[p[at], lev])
-        if lev + 1 < pm._levels_of(binning):
+        if lev + 1 < pm.levels_of(binning):
             wp[at] = binning.bin_weights(lev + 1, bins[p[at], lev + 1])
     return w, wp
 
@@ -1117,7 +1117,7 @@ def _intersection_index(
 def _fit_weights(m: _Models, all_codes: list[SimpleNamespace], random_state: int = 0) -> None:
     """idf of every vocabulary bin and of the leaves (bag of words) over the whole
     collection, and the densified WTA permutations for that many words."""
-    from engine.wta import DensifiedWTAHash
+    from engine.hashing.wta import DensifiedWTAHash
 
     n = sum(c.n for c in all_codes)
     keys = np.concatenate([c.key for c in all_codes])
@@ -1184,7 +1184,7 @@ def _encode(
 def _embedding(ix: IntersectionIndex):
     """Sparse vectors whose dot product approximates the intersection: sqrt of the values
     (with the index's columns, which spare the hash a sort of the keys)."""
-    from engine.pyramid import SparseEmbedding
+    from engine.kernels.pyramid import SparseEmbedding
 
     keys = ix.keys if ix._keys is not None else ix.row_keys(slice(None))  # keys not kept
     return SparseEmbedding(
@@ -1196,7 +1196,7 @@ def _rehash_bits(models: _Models, data: _Encoded, n_bits: int) -> None:
     """Switch to ``n_bits`` hyperplanes: new model and bits of every stored row (from the
     stored pyramids alone; the bits of hyperplane ``b`` depend only on ``(seed, b, key)``,
     so the first bits are unchanged)."""
-    from engine.lsh import RandomHyperplaneHash
+    from engine.hashing.lsh import RandomHyperplaneHash
 
     models.rh = RandomHyperplaneHash(n_bits, random_state=models.rh.random_state)
     models.rh.cache(models.idf_keys)
@@ -1404,7 +1404,7 @@ class Collection:
                 if pre is not None and not np.isin(pre.ids, ids).all():
                     pre = None  # cannot happen within one run; refit from scratch then
                 if pre is not None:
-                    from engine.lsh import RandomHyperplaneHash
+                    from engine.hashing.lsh import RandomHyperplaneHash
 
                     models = pre.models
                     models.rh = RandomHyperplaneHash(rh_bits(ids.size), random_state=0)
@@ -1590,10 +1590,10 @@ class Collection:
         if int(top) != top or top < 1:
             raise ValueError(f"top must be a positive integer, got {top!r}")
         if method == "learned" and method not in _REGISTRY:
-            import engine.feedback  # noqa: F401  (registers the "learned" method)
+            import engine.workflows.feedback  # noqa: F401  (registers the "learned" method)
         if method in _REGISTRY:
             if method == "learned":
-                from engine.feedback import load_model
+                from engine.workflows.feedback import load_model
 
                 load_model(self)  # LookupError saying how to learn, before any extraction
             return _REGISTRY[method](self, image, int(top))  # the query as given
@@ -1616,7 +1616,7 @@ class Collection:
     def _candidates(self, kind: str, q: _Encoded, data: _Encoded, n_want: int) -> np.ndarray:
         """Rows proposed by the hashes: ``kind`` "fused" (the query default, see
         :func:`_fused_candidates`) or the banded hash index of "wta" or "rh"."""
-        from engine.lsh import band_keys, choose_params
+        from engine.hashing.lsh import band_keys, choose_params
 
         n = len(data.ids)
         if kind in ("fused", "hashes"):
@@ -1652,7 +1652,7 @@ class Collection:
             ids = ids[:n_want]
         elif ids.size < n_want:
             # too few colliding: fill with the best by code agreement (bulk, cheap)
-            from engine.wta import code_agreement
+            from engine.hashing.wta import code_agreement
 
             agree = (
                 code_agreement(qcodes, codes)[0]
@@ -1764,7 +1764,7 @@ class Collection:
         fa, _ = self._query_features(a)
         fb, _ = self._query_features(b)
         res = models.vocab.match(fa.descriptors, fb.descriptors, fa.xy, fb.xy)
-        from engine.geometry import verify
+        from engine.index.geometry import verify
 
         size = max(fb.image_size) if fb.image_size else 0
         thr = max(3.0, 0.015 * size) if size else 6.0
@@ -1978,7 +1978,7 @@ def _fused_candidates(
     (n_want,) int64
         Candidate rows, best first (ties: lower row first).
     """
-    from engine.wta import code_agreement
+    from engine.hashing.wta import code_agreement
 
     n = len(data.ids)
     n_want = min(int(n_want), n)

@@ -11,7 +11,7 @@ from app.commands._common import CommandError
 def open_collection(folder: str, index: str | None, *, create: bool, readonly: bool = False):
     """Open ``folder``'s collection or raise :class:`CommandError` naming the problem."""
     from engine.collection import Collection, default_index_dir
-    from engine.store import IndexLockedError, IndexNotFoundError, StoreError
+    from engine.index.store import IndexLockedError, IndexNotFoundError, StoreError
 
     if not folder or not folder.strip():
         raise CommandError("the folder argument is empty; name a folder (e.g. '.')")

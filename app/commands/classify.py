@@ -41,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def load_classifier(col):
     """The stored :class:`~engine.classify.CategoryClassifier`, the clustered paths and the
     kernel method; :class:`CommandError` when ``simile cluster`` has not been run."""
-    from engine.classify import CategoryClassifier
+    from engine.cluster.classify import CategoryClassifier
 
     try:
         state = {k: col.load_array(PREFIX + "svm." + k) for k in SVM_KEYS}
@@ -57,7 +57,7 @@ def load_classifier(col):
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.imageio import ImageLoadError
+    from engine.io.imageio import ImageLoadError
 
     col = open_collection(args.folder, args.index, create=False, readonly=True)
     try:
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _dense_rows(col, images, train_paths) -> np.ndarray:
     """Kernel rows (q, t) on the dense categorisation channel of ``simile cluster``."""
-    from engine.cluster import category_kernel_rows
+    from engine.cluster.discovery import category_kernel_rows
 
     try:
         return category_kernel_rows(col, images, train_paths)

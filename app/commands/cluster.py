@@ -233,7 +233,7 @@ def drive_stages(gen):
 
 def _group_dense(col, k, must, cannot, args):
     """The shared pipeline (:func:`engine.cluster.categorize_iter`)."""
-    from engine.cluster import categorize_iter
+    from engine.cluster.discovery import categorize_iter
 
     gen = categorize_iter(
         col, k=k, must=must, cannot=cannot, power=args.power, k_max=args.k_max,
@@ -249,7 +249,7 @@ def _group_dense(col, k, must, cannot, args):
 
 def _group_index(col, paths, k, must, cannot, args):
     """Grouping on the retrieval index's sparse features (``--features index``)."""
-    from engine.cluster import discover_categories_iter
+    from engine.cluster.discovery import discover_categories_iter
 
     n = len(paths)
     K = col.kernel_matrix(args.method)
@@ -283,7 +283,7 @@ def _group_index(col, paths, k, must, cannot, args):
     clf = None
     train = np.flatnonzero(protos)
     if np.unique(labels[train]).size >= 2:
-        from engine.classify import CategoryClassifier
+        from engine.cluster.classify import CategoryClassifier
 
         clf = CategoryClassifier(power=args.power).fit(
             K[np.ix_(train, train)], labels[train], ids=train
@@ -294,7 +294,7 @@ def _group_index(col, paths, k, must, cannot, args):
 def _matcher(col, paths, method):
     """The stored features of ``paths`` and a :class:`engine.cluster.BinnedMatcher` on the
     collection's fitted ``method`` pyramid (every feature binned once)."""
-    from engine.cluster import BinnedMatcher
+    from engine.cluster.discovery import BinnedMatcher
 
     feats = [col.features(p) for p in paths]
     return feats, BinnedMatcher(col.pyramid(method), [f.descriptors for f in feats])
@@ -304,7 +304,7 @@ def _spatial_kernel(feats, matcher, grid: int) -> np.ndarray:
     """Pyramid match of visual words (the pyramid level above the finest) within
     ``grid x grid`` and coarser image cells, on top of the feature-space levels
     (:func:`engine.cluster.spatial_pyramid_kernel`)."""
-    from engine.cluster import spatial_pyramid_kernel
+    from engine.cluster.discovery import spatial_pyramid_kernel
 
     xy = []
     for f in feats:
@@ -323,7 +323,7 @@ def _refine(feats, matcher, labels, args):
     at most ``--partners`` members of its group. Masked affinities are normalised by the
     mask masses (``normalize="mask"``) so feature-rich images do not dominate the flow.
     """
-    from engine.cluster import refine_with_masks_iter
+    from engine.cluster.discovery import refine_with_masks_iter
 
     progress = Progress("refining", json_lines=False)
     gen = refine_with_masks_iter(
@@ -338,7 +338,7 @@ def _save(col, paths, labels, protos, outliers, args, refinement, flow, clf) -> 
     ``cluster.mask_offsets`` (n+1,) int64, rows = ``cluster.paths``, features named by
     ``cluster.features``; see :func:`engine.cluster.masks_from_arrays`) and the classifier
     trained on the prototypes (``cluster.svm.*``)."""
-    from engine.cluster import masks_to_arrays
+    from engine.cluster.discovery import masks_to_arrays
 
     try:
         if refinement is not None:

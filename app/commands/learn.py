@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.commands._collection import open_collection
-    from engine.feedback import add_marks, learn, read_feedback_file
+    from engine.workflows.feedback import add_marks, learn, read_feedback_file
 
     coll = open_collection(args.folder, args.index, create=False)
     with coll:

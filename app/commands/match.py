@@ -41,8 +41,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _features(path: str, max_features: int):
-    from engine.features import extract_features
-    from engine.imageio import ImageLoadError
+    from engine.features.keypoints import extract_features
+    from engine.io.imageio import ImageLoadError
 
     try:
         return extract_features(path, "sift", max_features=max_features)
@@ -54,7 +54,7 @@ def _features(path: str, max_features: int):
 
 def make_matcher(method: str, n_points: int):
     """A PyramidMatch suited to fitting on just the two images' features."""
-    from engine.pyramid import PyramidMatch
+    from engine.kernels.pyramid import PyramidMatch
 
     if method == "vocabulary":
         # few points: a shallower tree so leaves still hold several features

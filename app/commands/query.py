@@ -33,8 +33,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.features import extract_features
-    from engine.imageio import ImageLoadError
+    from engine.features.keypoints import extract_features
+    from engine.io.imageio import ImageLoadError
 
     check_method(args.method)
     if args.top < 1:

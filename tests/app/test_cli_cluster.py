@@ -61,7 +61,7 @@ def test_cluster_json_partitions_every_image(folder, capsys):
     # the refinement ran and its feature masks are stored, one per image, aligned with
     # the stored features (thesis 9.3), for the GUI to show
     assert res["refined"] is True and res["n_matches"] > 0
-    from engine.cluster import category_features_of, masks_from_arrays
+    from engine.cluster.discovery import category_features_of, masks_from_arrays
     from engine.collection import Collection
 
     col = Collection.open(photos, index, create=False, readonly=True)

@@ -16,8 +16,8 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 def _extract(args):
     path, kwargs = args
-    from engine.features import extract_features
-    from engine.imageio import ImageLoadError
+    from engine.features.keypoints import extract_features
+    from engine.io.imageio import ImageLoadError
 
     try:
         f = extract_features(path, **kwargs)

@@ -78,7 +78,7 @@ def caltech101() -> tuple[list[Path], np.ndarray, list[str]]:
 def _phow_one(args: tuple[str, int, tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
     import cv2
 
-    from engine.spatial import dense_sift
+    from engine.kernels.spatial import dense_sift
 
     path, step, sizes = args
     gray = cv2.imread(path, cv2.IMREAD_GRAYSCALE)
@@ -111,7 +111,7 @@ def phow_features(
 def _grid_one(path: str) -> tuple[np.ndarray, np.ndarray]:
     import cv2
 
-    from engine.spatial import grid_sift
+    from engine.kernels.spatial import grid_sift
 
     return grid_sift(cv2.imread(path, cv2.IMREAD_GRAYSCALE))
 
@@ -170,7 +170,7 @@ def channel_kernels(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(train x train, test x train) spatial pyramid match kernels of one feature channel,
     cached in /tmp/simile_bench_cache (the vocabulary is fitted on training images only)."""
-    from engine.spatial import SpatialPyramidMatch
+    from engine.kernels.spatial import SpatialPyramidMatch
 
     key = (
         f"c101_kernel_{name}_w{args.branching}x{args.depth}_g{args.grid_levels}"
@@ -214,7 +214,7 @@ def channel_kernels(
 
 def evaluate(label, Ktr, Kte, y, train, test, args, seed) -> float:
     """Grid of (C, p) on the test set for the record; returns the CV-chosen one's score."""
-    from engine.classify import CategoryClassifier, select_parameters
+    from engine.cluster.classify import CategoryClassifier, select_parameters
 
     powers = [None if q == 1.0 else q for q in args.powers]
     sel = select_parameters(

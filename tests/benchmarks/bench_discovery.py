@@ -288,7 +288,7 @@ def vg_match(bins_a: np.ndarray, bins_b: np.ndarray) -> _Match:
 def _scores(y, labels):
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-    from engine.cluster import clustering_accuracy
+    from engine.cluster.discovery import clustering_accuracy
 
     return (
         clustering_accuracy(y, labels),
@@ -300,8 +300,8 @@ def _scores(y, labels):
 def discovery_pipeline(K, bins, k, *, power=None, refine=True, relabel=True, seed=0, **kw):
     """ncut -> masks/prototypes -> SVM on prototypes relabels the rest. Returns dict of
     label vectors per stage."""
-    from engine.classify import CategoryClassifier
-    from engine.cluster import discover_categories, refine_with_masks
+    from engine.cluster.classify import CategoryClassifier
+    from engine.cluster.discovery import discover_categories, refine_with_masks
 
     res = discover_categories(K, k=k, power=power, random_state=seed, **kw)
     out = {"ncut": res.labels, "_res": res}
@@ -328,7 +328,7 @@ def run_caltech4(args):
             vg = VGPyramid(args.branching, args.levels, spatial=spatial).fit(descs)
             bins = [vg.assign(d, xy) for d, xy in zip(descs, xys, strict=True)]
             K = vg.kernel(bins)
-            from engine.cluster import diagonal_dominance
+            from engine.cluster.discovery import diagonal_dominance
 
             print(
                 f"[{kind} {mf}, VG-PM b={args.branching} L={args.levels} spatial={spatial}] "
@@ -345,7 +345,7 @@ def run_caltech4(args):
                     a, nmi, ari = _scores(y, out["relabel"])
                     line += f", refined+SVM acc {a:.3f} NMI {nmi:.3f} ARI {ari:.3f}"
                 print(line + f"  [{time.time() - t0:.1f}s]", flush=True)
-            from engine.cluster import discover_categories
+            from engine.cluster.discovery import discover_categories
 
             for power in args.powers:
                 r = discover_categories(K, k="auto", power=power)
@@ -373,7 +373,7 @@ def run_eth80(args):
                     a, nmi, ari = _scores(y, out["relabel"])
                     line += f"; refined+SVM: acc {a:.3f} NMI {nmi:.3f} ARI {ari:.3f}"
                 print(line, flush=True)
-            from engine.cluster import discover_categories
+            from engine.cluster.discovery import discover_categories
 
             r = discover_categories(K, k="auto", power=args.powers[-1])
             print(f"  k=auto: k={r.k}, acc {_scores(y, r.labels)[0]:.3f}; {r.k_reason}")
@@ -381,7 +381,11 @@ def run_eth80(args):
 
 def run_nystrom(args):
     """10,000 images: Nystrom columns from a low-rank set model vs the 60 s budget."""
-    from engine.cluster import choose_landmarks, clustering_accuracy, discover_categories
+    from engine.cluster.discovery import (
+        choose_landmarks,
+        clustering_accuracy,
+        discover_categories,
+    )
 
     rng = np.random.default_rng(0)
     n, k, m = 10000, 10, args.landmarks
@@ -425,7 +429,7 @@ def run_cli(args) -> None:
     import json
 
     from app.cli import main as cli
-    from engine.cluster import clustering_accuracy
+    from engine.cluster.discovery import clustering_accuracy
 
     if not args.folder:
         raise SystemExit("cli: give --folder (a copy of the class folders, never the repo)")
@@ -476,7 +480,7 @@ def run_product(args) -> None:
     the class of a photo is its folder name and accuracy / NMI / ARI are printed too."""
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-    from engine.cluster import categorize_iter, clustering_accuracy
+    from engine.cluster.discovery import categorize_iter, clustering_accuracy
     from engine.collection import Collection
 
     if not args.folder or not args.index:

@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cache import SHARED_DATA, cached_sets
 
-from engine.vocabulary import VocabularyTree, bag_of_words, fit_idf
-from engine.wta import DensifiedWTAHash, WTAHash, code_agreement, sparsity
+from engine.hashing.wta import DensifiedWTAHash, WTAHash, code_agreement, sparsity
+from engine.kernels.vocabulary import VocabularyTree, bag_of_words, fit_idf
 
 VOCABS = {"1k": (10, 4), "5k": (17, 4), "10k": (10, 5)}
 

@@ -37,7 +37,7 @@ _INDEX = """
 import os, shutil, sys, time
 
 if __name__ == "__main__":
-    from engine.ingest import keep_heap_warm
+    from engine.index.ingest import keep_heap_warm
 
     keep_heap_warm()
     from engine.collection import Collection

@@ -34,9 +34,9 @@ def _parts(index: str, reps: int) -> dict[str, float]:
     import numpy as np
 
     import engine.collection as C
-    from engine.pyramid import PyramidMatch
-    from engine.search import IntersectionIndex, histograms_from_codes, single_threaded_blas
-    from engine.store import IndexStore
+    from engine.index.search import IntersectionIndex, histograms_from_codes, single_threaded_blas
+    from engine.index.store import IndexStore
+    from engine.kernels.pyramid import PyramidMatch
 
     store = IndexStore.open(index, create=False, readonly=True)
     ids = store.ids("ok")
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         if args.child == "warm":
-            from engine.ingest import keep_heap_warm
+            from engine.index.ingest import keep_heap_warm
 
             keep_heap_warm()
         for name, sec in _parts(args.index, args.reps).items():

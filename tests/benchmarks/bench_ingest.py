@@ -32,10 +32,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from engine.features import extract_features
-from engine.ingest import _init_worker, ingest
-from engine.scan import scan_folder
-from engine.store import IndexStore
+from engine.features.keypoints import extract_features
+from engine.index.ingest import _init_worker, ingest
+from engine.index.store import IndexStore
+from engine.io.scan import scan_folder
 
 DEFAULT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ukbench"
 

@@ -60,7 +60,8 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cache import SHARED_DATA, cached_sets, caltech_paths
 
-from engine.learn import (
+from engine.kernels.vocabulary import VocabularyTree, word_counts
+from engine.learn.models import (
     OASIS,
     SSC,
     BoostedSSC,
@@ -71,7 +72,6 @@ from engine.learn import (
     precision_at_k,
     train_test_split_by_class,
 )
-from engine.vocabulary import VocabularyTree, word_counts
 
 _JITTER = np.random.default_rng(12345)
 

@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cache import SHARED_DATA, caltech_paths
 from bench_learn import mean_ap, p10, subset
 
-from engine.learn import train_test_split_by_class
+from engine.learn.models import train_test_split_by_class
 
 
 def build_folder(
@@ -109,7 +109,7 @@ def index(collection) -> tuple[object, float]:
 def check_labels(collection, test_links: list[str]) -> None:
     """Learning must see no test label: ``labels_from_subfolders`` gives exactly the test
     images (in the folder root) the label -1."""
-    from engine.feedback import labels_from_subfolders
+    from engine.workflows.feedback import labels_from_subfolders
 
     lab = labels_from_subfolders(collection)
     root = {os.path.realpath(p) for p, c in zip(collection.paths(), lab, strict=True) if c < 0}
@@ -123,7 +123,7 @@ def check_labels(collection, test_links: list[str]) -> None:
 def learn_timed(collection) -> tuple[object, dict[str, float]]:
     """Drive ``engine.feedback.learn`` (as ``run_learn`` does) and time its stages from
     the progress messages."""
-    from engine.feedback import learn
+    from engine.workflows.feedback import learn
 
     stages: dict[str, float] = {}
     stage, t_stage = "dense features", time.perf_counter()
@@ -175,7 +175,7 @@ def query_matrix(collection, test_links: list[str], method: str) -> tuple[np.nda
 
 def stored_test_bags(collection, test_links: list[str]):
     """The stored model and the dense tf-idf bags it holds for the test images."""
-    from engine.feedback import load_model
+    from engine.workflows.feedback import load_model
 
     model = load_model(collection)
     return model, model.image_bags[1][_rows_of(collection, model, test_links)]
@@ -198,7 +198,7 @@ def more_steps(collection, model, train_links, ytr, Xte, yte) -> None:
     product's; prints test precision@10 / mAP, the step of the best validation score and
     the time."""
     from engine import feedback
-    from engine.learn import OASIS
+    from engine.learn.models import OASIS
 
     X = model.image_bags[1]
     Xtr = X[_rows_of(collection, model, train_links)]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.optimal import optimal_partial_match
-from engine.pyramid import PyramidMatch
+from engine.kernels.optimal import optimal_partial_match
+from engine.kernels.pyramid import PyramidMatch
 
 ROOT = Path(__file__).resolve().parents[2]
 UKBENCH = ROOT.parent / "shared" / "data" / "ukbench"
@@ -31,7 +31,7 @@ CACHE = Path("/tmp/simile_bench_cache")
 
 def ukbench_sets(rootsift: bool) -> list[np.ndarray]:
     """SIFT descriptors (<= 500 per image, strongest first) of the 500 UKBench images."""
-    from engine.features import extract_features
+    from engine.features.keypoints import extract_features
 
     CACHE.mkdir(parents=True, exist_ok=True)
     cache = CACHE / f"ukbench_sift500_root{int(rootsift)}.npz"
@@ -137,7 +137,7 @@ def bench_b(repeat: int) -> None:
     print(f"  {len(sets)} sets of 300 points, {source}")
     pm = PyramidMatch().fit(sets)
     a, b = sets[0], sets[1]
-    pa, pb = pm._project(a), pm._project(b)
+    pa, pb = pm.project(a), pm.project(b)
     t_opt128, _ = best_time(lambda: optimal_partial_match(a, b), repeat)
     t_opt10, _ = best_time(lambda: optimal_partial_match(pa, pb), repeat)
     t_pair, _ = best_time(lambda: pm.kernel([a], [b]), repeat)

@@ -135,7 +135,7 @@ def build_views(args) -> None:
 
 
 def _view(f, rng, keep_lo=0.6, keep_hi=0.95, sigma=0.03):
-    from engine.features import Features
+    from engine.features.keypoints import Features
 
     m = len(f)
     keep = np.sort(rng.choice(m, max(1, int(m * rng.uniform(keep_lo, keep_hi))), replace=False))
@@ -163,7 +163,7 @@ def _base_features(ukb_index: str):
 
 def build(args) -> None:
     from engine.collection import Collection
-    from engine.store import IndexStore
+    from engine.index.store import IndexStore
 
     base = _base_features(args.ukbench_index)
     work = Path(args.workdir)
@@ -201,7 +201,7 @@ def _write_synthetic_queries(args, base, rng) -> None:
 
 
 def _load_queries(args):
-    from engine.features import Features, extract_features
+    from engine.features.keypoints import Features, extract_features
 
     if args.source == "views":
         qdir = Path(str(args.views_dir) + "_queries")
@@ -217,7 +217,7 @@ def _load_queries(args):
 def query_phase(args) -> dict:
     import engine.collection as ec
     from engine.collection import Collection
-    from engine.search import single_threaded_blas
+    from engine.index.search import single_threaded_blas
 
     qs = _load_queries(args)  # feature extraction: not part of the measured search
     if args.source == "views":
@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown method or kind: {', '.join(sorted(bad))}")
     if args.query_only:
-        from engine.ingest import keep_heap_warm
+        from engine.index.ingest import keep_heap_warm
 
         keep_heap_warm()  # as the simile command line (``simile query``) does
         res = query_phase(args)

@@ -100,10 +100,10 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from scipy.stats import ConstantInputWarning, spearmanr
 
-from engine.features import PCA
-from engine.imageio import load_gray
-from engine.pyramid import PyramidMatch
-from engine.vocabulary import VocabularyTree
+from engine.features.keypoints import PCA
+from engine.io.imageio import load_gray
+from engine.kernels.pyramid import PyramidMatch
+from engine.kernels.vocabulary import VocabularyTree
 
 ROOT = Path(__file__).resolve().parents[2]
 ETH = ROOT.parent / "shared" / "data" / "eth80"

@@ -50,14 +50,14 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 def extract(kw, path):
-    from engine.features import extract_features
+    from engine.features.keypoints import extract_features
 
     return len(extract_features(path, **kw))
 
 if __name__ == "__main__":  # (spawned workers import this file: nothing heavy above)
-    import engine.features  # forked workers inherit it
+    import engine.features.keypoints  # forked workers inherit it
     from engine.collection import FEATURE_KWARGS
-    from engine.ingest import _init_worker
+    from engine.index.ingest import _init_worker
 
     files = open(sys.argv[1]).read().split("\\n")
     jobs = int(sys.argv[2])
@@ -109,8 +109,8 @@ def ingest_seconds(data: Path, index: str, jobs: int) -> float:
     """Extraction and storage alone (``engine.ingest.ingest`` into a fresh store): the
     index without its models."""
     from engine.collection import FEATURE_KWARGS
-    from engine.ingest import ingest
-    from engine.store import IndexStore
+    from engine.index.ingest import ingest
+    from engine.index.store import IndexStore
 
     shutil.rmtree(index, ignore_errors=True)
     store = IndexStore.open(index)
@@ -127,7 +127,7 @@ _INDEX = """
 import json, sys
 
 if __name__ == "__main__":
-    from engine.ingest import keep_heap_warm
+    from engine.index.ingest import keep_heap_warm
 
     keep_heap_warm()  # as the simile command line does
     from bench_ukbench import index_here
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine import metrics
     from engine.collection import Collection
-    from engine.ingest import keep_heap_warm
+    from engine.index.ingest import keep_heap_warm
 
     keep_heap_warm()  # as the simile command line and the GUI's indexing process do
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.vocabulary import VocabularyTree
+from engine.kernels.vocabulary import VocabularyTree
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
@@ -38,7 +38,7 @@ def real_sift(n: int) -> np.ndarray | None:
     folder = DATA / "ukbench"
     if not folder.is_dir():
         return None
-    from engine.features import extract_features
+    from engine.features.keypoints import extract_features
 
     out, total = [], 0
     for p in sorted(folder.rglob("*")):

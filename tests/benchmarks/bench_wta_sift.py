@@ -35,7 +35,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from engine.wta import WTAHash, code_agreement
+from engine.hashing.wta import WTAHash, code_agreement
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ukbench"
 

@@ -9,15 +9,15 @@ import pytest
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
-from engine._blas import single_threaded_blas  # noqa: E402
-from engine.pyramid import _Projection  # noqa: E402
+from engine.core.blas import single_threaded_blas  # noqa: E402
+from engine.kernels.pyramid import _Projection  # noqa: E402
 
 
 def _blas_threads() -> list[int]:
     """Threads of the BLAS libraries the switch controls (those loaded when it was first
     used, numpy's among them; a library loaded later, e.g. by another test's import,
     is not)."""
-    import engine._blas as B
+    import engine.core.blas as B
 
     with single_threaded_blas():  # the controller exists from here on
         pass
@@ -46,7 +46,7 @@ def test_contexts_interleaved_by_two_threads_restore_the_limit(monkeypatch):
     # A enters, B enters, A leaves (B still holds: one thread), B leaves (restored).
     # threadpoolctl's own contexts would restore A's saved limit while B still ran and
     # then B's (one thread) for good.
-    import engine._blas as B
+    import engine.core.blas as B
 
     fake = _FakeController()
     monkeypatch.setattr(B, "_CONTROLLER", fake)

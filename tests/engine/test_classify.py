@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.classify import CategoryClassifier, select_parameters
+from engine.cluster.classify import CategoryClassifier, select_parameters
 
 
 def _blobs(n_per=12, k=4, dim=6, spread=0.6, seed=0):

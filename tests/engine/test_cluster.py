@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.classify import CategoryClassifier
-from engine.cluster import (
+from engine.cluster.classify import CategoryClassifier
+from engine.cluster.discovery import (
     BinnedMatcher,
     Clustering,
     Refinement,
@@ -397,7 +397,7 @@ def test_user_edits_move_merge_split():
 
 
 def test_masks_from_pyramid_match_prefer_shared_object_features():
-    from engine.pyramid import PyramidMatch
+    from engine.kernels.pyramid import PyramidMatch
 
     rng = np.random.default_rng(0)
     objects = [rng.normal(size=(20, 8)) for _ in range(2)]
@@ -431,7 +431,7 @@ def _object_sets(seed=0):
 
 @pytest.mark.parametrize("bins", ["uniform", "vocabulary"])
 def test_binned_matcher_equals_pyramid_match_correspondences(bins):
-    from engine.pyramid import PyramidMatch
+    from engine.kernels.pyramid import PyramidMatch
 
     sets = _object_sets(1)
     sets[3] = sets[3][:25]  # unequal sizes
@@ -454,7 +454,7 @@ def test_binned_matcher_equals_pyramid_match_correspondences(bins):
 
 
 def test_binned_matcher_masks_prefer_object_features_and_handle_empty_sets():
-    from engine.pyramid import PyramidMatch
+    from engine.kernels.pyramid import PyramidMatch
 
     sets = _object_sets(2)
     pm = PyramidMatch().fit(sets)
@@ -554,7 +554,7 @@ def test_spatial_pyramid_kernel_validation(kwargs, match):
 
 # --------------------------------------------------------------- dense categorisation channel
 def test_category_features_dense_rootsift_with_white_frame_trimmed():
-    from engine.cluster import category_features
+    from engine.cluster.discovery import category_features
 
     rng = np.random.default_rng(0)
     img = np.full((240, 320), 255, np.uint8)  # white frame around a textured object
@@ -602,8 +602,8 @@ def _random_bins(rng, n, L=3, b=4):
 
 @pytest.mark.parametrize("dense_bins", [0, 256])  # sparse unary codes / dense histograms
 def test_binned_kernel_matches_explicit_intersections(dense_bins, monkeypatch):
-    import engine.cluster as ec
-    from engine.cluster import binned_pyramid_kernel
+    import engine.cluster.discovery as ec
+    from engine.cluster.discovery import binned_pyramid_kernel
 
     monkeypatch.setattr(ec, "DENSE_LEVEL_BINS", dense_bins)
     rng = np.random.default_rng(1)
@@ -616,7 +616,7 @@ def test_binned_kernel_matches_explicit_intersections(dense_bins, monkeypatch):
 
 
 def test_bin_correspondences_form_intersections_level_by_level():
-    from engine.cluster import bin_correspondences
+    from engine.cluster.discovery import bin_correspondences
 
     rng = np.random.default_rng(2)
     a, b = _random_bins(rng, 2)
@@ -635,7 +635,7 @@ def test_bin_correspondences_form_intersections_level_by_level():
 
 
 def test_knn_graph_auto_k_on_groups_of_unequal_density():
-    from engine.cluster import knn_graph
+    from engine.cluster.discovery import knn_graph
 
     rng = np.random.default_rng(3)
     truth = np.repeat([0, 1, 2, 3], [30, 30, 30, 30])
@@ -685,7 +685,7 @@ def _photo_folder(folder, n_groups=2, per_group=4, seed=0):
 
 @pytest.fixture()
 def small_collection(tmp_path, monkeypatch):
-    import engine.cluster as ec
+    import engine.cluster.discovery as ec
     from engine.collection import Collection
 
     monkeypatch.setattr(ec, "DENSE_CHUNK", 3)  # several chunks from a handful of photos
@@ -711,7 +711,7 @@ def _drain(gen):
 
 
 def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_collection):
-    from engine.cluster import (
+    from engine.cluster.discovery import (
         CategoryChannel,
         categorize_iter,
         category_features_of,
@@ -752,7 +752,7 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
 
 
 def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
-    from engine.cluster import CategoryChannel, categorize_iter
+    from engine.cluster.discovery import CategoryChannel, categorize_iter
 
     col = small_collection
     gen = categorize_iter(col, k=2, jobs=1)
@@ -772,7 +772,7 @@ def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
 
 
 def test_bins_matcher_batch_equals_pairwise_correspondences():
-    from engine.cluster import BinsMatcher, bin_correspondences
+    from engine.cluster.discovery import BinsMatcher, bin_correspondences
 
     rng = np.random.default_rng(4)
     bins = _random_bins(rng, 9)

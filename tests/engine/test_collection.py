@@ -17,8 +17,8 @@ from engine.collection import (
     Hit,
     default_index_dir,
 )
-from engine.imageio import load_image
-from engine.search import histograms_from_codes
+from engine.index.search import histograms_from_codes
+from engine.io.imageio import load_image
 
 GROUPS = ("astronaut", "brick", "coffee")
 
@@ -244,7 +244,7 @@ def test_open_errors(tmp_path):
 
 
 def test_public_pyramid_and_bow_vector(indexed):
-    from engine.pyramid import PyramidMatch
+    from engine.kernels.pyramid import PyramidMatch
 
     coll = indexed[0]
     X = coll.bow_matrix()

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.correspondences import correspondences
-from engine.pyramid import PyramidMatch
+from engine.kernels.correspondences import correspondences
+from engine.kernels.pyramid import PyramidMatch
 
 
 def _pm_pairs(a, b, **kw):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.features import KINDS, PCA, Features, extract_features
-from engine.imageio import ImageLoadError
+from engine.features.keypoints import KINDS, PCA, Features, extract_features
+from engine.io.imageio import ImageLoadError
 
 
 def scene(h: int = 240, w: int = 320, seed: int = 0) -> np.ndarray:

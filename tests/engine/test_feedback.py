@@ -8,9 +8,11 @@ import threading
 import numpy as np
 import pytest
 
-from engine.cluster import CategoryChannel, _collection_rows
+from engine.cluster.discovery import CategoryChannel, _collection_rows
 from engine.collection import Collection
-from engine.feedback import (
+from engine.index.store import ReadOnlyIndexError
+from engine.kernels.vocabulary import bag_of_words
+from engine.workflows.feedback import (
     LEARN_FEATURES,
     MODEL_STATE,
     MODEL_TOKEN,
@@ -25,8 +27,6 @@ from engine.feedback import (
     read_feedback_file,
     run_learn,
 )
-from engine.store import ReadOnlyIndexError
-from engine.vocabulary import bag_of_words
 
 GROUPS = ("chelsea", "coffee", "astronaut")
 
@@ -163,8 +163,8 @@ def test_model_of_an_older_version_says_learn_again(tmp_path, demo_folder):
 
 
 def test_learned_query_outside_the_collection(collection, demo_folder):
-    from engine.features import extract_features
-    from engine.imageio import load_image
+    from engine.features.keypoints import extract_features
+    from engine.io.imageio import load_image
 
     run_learn(collection, method="oasis", source="subfolders", jobs=1)
     outside = demo_folder / "coffee_perspective.jpg"  # not in the collection
@@ -177,7 +177,7 @@ def test_learned_query_outside_the_collection(collection, demo_folder):
 
 
 def test_collection_bags_come_from_the_model_and_are_cached(collection, monkeypatch):
-    import engine.feedback as fb
+    import engine.workflows.feedback as fb
 
     run_learn(collection, method="oasis", source="subfolders", jobs=1)
     q = collection.paths()[0]
@@ -266,7 +266,7 @@ def test_marks_are_stored_replaced_and_learned_from(collection):
 
 
 def test_learn_refuses_too_little_supervision(collection):
-    from engine.feedback import clear_marks
+    from engine.workflows.feedback import clear_marks
 
     clear_marks(collection)
     with pytest.raises(ValueError, match="no usable marks"):
@@ -324,8 +324,8 @@ def test_cli_learn_end_to_end(tmp_path, demo_folder, capsys):
 
 
 def test_full_resolution_dense_features_and_symlinked_folder(tmp_path, demo_folder):
-    from engine.cluster import category_features
-    from engine.feedback import _labels_of
+    from engine.cluster.discovery import category_features
+    from engine.workflows.feedback import _labels_of
 
     img = demo_folder / "chelsea.jpg"
     fast, full = category_features(img), category_features(img, **LEARN_FEATURES)

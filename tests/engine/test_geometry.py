@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from engine.geometry import verify
+from engine.index.geometry import verify
 
 
 def _warp(h, xy):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from engine.imageio import (
+from engine.io.imageio import (
     IMAGE_SUFFIXES,
     ImageLoadError,
     image_size,

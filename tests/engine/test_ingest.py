@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.features import extract_features
-from engine.ingest import (
+from engine.features.keypoints import extract_features
+from engine.index.ingest import (
     CRASH_REASON,
     IngestSummary,
     extract_parallel,
     ingest,
 )
-from engine.store import IndexStore, ReadOnlyIndexError
+from engine.index.store import IndexStore, ReadOnlyIndexError
 
 FEAT_KW = {"max_features": 60}
 CRASH_MARKER = b"SIMILE-CRASH-ME"
@@ -292,7 +292,7 @@ if "qt" in sys.argv[1:]:
 if "thread" in sys.argv[1:]:
     stop = threading.Event()
     threading.Thread(target=stop.wait, daemon=True).start()
-from engine.ingest import worker_context
+from engine.index.ingest import worker_context
 print(worker_context().get_start_method())
 """
 
@@ -309,8 +309,8 @@ def test_workers_are_forked_only_from_a_single_threaded_process_without_qt(situa
 _AFTER_OPENCV = """
 import sys
 import cv2
-from engine.features import extract_features
-from engine.ingest import extract_parallel, worker_context
+from engine.features.keypoints import extract_features
+from engine.index.ingest import extract_parallel, worker_context
 paths = sys.argv[1:]
 extract_features(paths[0])  # OpenCV's thread pool now runs in this process
 threads = cv2.getNumThreads()
@@ -356,8 +356,8 @@ def test_readonly_store_refused(tmp_path, folder):
 _KILL_SCRIPT = textwrap.dedent(
     """
     import sys
-    from engine.ingest import ingest
-    from engine.store import IndexStore, ReadOnlyIndexError
+    from engine.index.ingest import ingest
+    from engine.index.store import IndexStore, ReadOnlyIndexError
     store = IndexStore.open(sys.argv[2])
     for ev in ingest(store, sys.argv[1], jobs=1, batch_size=3,
                      feature_kwargs={"max_features": 60}):
@@ -413,8 +413,8 @@ import ctypes, resource, sys
 # in 512 pages at once, making the cold count depend on the machine's memory state
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import numpy as np
-from engine.features import extract_features
-from engine.ingest import keep_heap_warm
+from engine.features.keypoints import extract_features
+from engine.index.ingest import keep_heap_warm
 if sys.argv[1] == "warm":
     assert keep_heap_warm()
 else:  # glibc's initial thresholds, held: its dynamic raising of them after the first
@@ -454,7 +454,7 @@ _THREAD_FAULTS = """
 import ctypes, resource, sys, threading
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: count 4 KiB pages
 import numpy as np
-from engine.ingest import keep_heap_warm
+from engine.index.ingest import keep_heap_warm
 if sys.argv[1] == "warm":
     assert keep_heap_warm()
 else:  # keep_heap_warm's thresholds, but glibc's arena per thread
@@ -499,7 +499,7 @@ def test_warm_processes_do_not_ask_numpy_for_huge_pages():
     # numpy advises transparent huge pages for large arrays by default; faulting them in
     # cost more kernel time than it saved on the indexing and query processes measured
     code = (
-        "from engine.ingest import _numpy_huge_pages, keep_heap_warm\n"
+        "from engine.index.ingest import _numpy_huge_pages, keep_heap_warm\n"
         "_numpy_huge_pages(True)\n"
         "keep_heap_warm()\n"
         "print(_numpy_huge_pages(True))\n"  # the setting keep_heap_warm left

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from engine.learn import (
+from engine.learn.models import (
     OASIS,
     SSC,
     BoostedSSC,
@@ -212,7 +212,7 @@ def test_oasis_from_feedback_triplets():
 def test_oasis_generalises_to_unseen_images():
     # The benchmark protocol in miniature: train on half of every class, rank the
     # other (unseen) half against itself.
-    from engine.learn import train_test_split_by_class
+    from engine.learn.models import train_test_split_by_class
 
     X, y = _sparse_topics(n_per=60, seed=5)
     train, test = train_test_split_by_class(y, 0.5, random_state=0)
@@ -332,7 +332,7 @@ def test_oasis_hard_negatives_fit_from_labels():
 def test_mean_average_precision_matches_sklearn():
     from sklearn.metrics import average_precision_score
 
-    from engine.learn import mean_average_precision
+    from engine.learn.models import mean_average_precision
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 4, 30)
@@ -376,7 +376,7 @@ def test_ssc_subsamples_thresholds_across_dimensions():
 
 
 def test_oasis_validation_split_is_held_out_and_stratified():
-    from engine.learn import _class_members, _validation_split
+    from engine.learn.models import _class_members, _validation_split
 
     y = np.repeat(np.arange(4), [20, 10, 3, 1])
     train, val = _validation_split(_class_members(y), 0.2, np.random.default_rng(0))
@@ -414,7 +414,7 @@ def test_oasis_kernel_and_primal_solvers_agree_end_to_end(variant):
 
 
 def test_oasis_kernel_model_is_stored_as_its_factors(monkeypatch):
-    import engine.learn as learn
+    import engine.learn.models as learn
 
     X, y = _sparse_topics(n_per=10, seed=8)
     model = OASIS(n_steps=2_000, eval_every=500, solver="kernel", max_words=300).fit(X, y)

@@ -12,7 +12,7 @@ from scipy import stats
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from engine.lsh import (
+from engine.hashing.lsh import (
     BandedIndex,
     KeyedSparse,
     L1SetEmbedding,
@@ -27,7 +27,7 @@ from engine.lsh import (
     s_curve,
     splitmix64,
 )
-from engine.wta import hamming_distance
+from engine.hashing.wta import hamming_distance
 
 
 def _keyed_from_csr(M: sp.csr_matrix, key_map: np.ndarray) -> KeyedSparse:
@@ -136,7 +136,7 @@ def test_hyperplane_cache_gives_the_same_projections():
 
 
 def test_pyramid_match_hashing_follows_normalised_kernel():
-    pyramid = pytest.importorskip("engine.pyramid")
+    pyramid = pytest.importorskip("engine.kernels.pyramid")
     if not hasattr(pyramid.PyramidMatch, "embed"):
         pytest.skip("PyramidMatch.embed not available")
     rng = np.random.default_rng(3)
@@ -250,7 +250,7 @@ def test_choose_params_hits_target_and_is_optimal():
 
 
 def test_index_retrieves_neighbours_of_wta_codes():
-    from engine.wta import WTAHash
+    from engine.hashing.wta import WTAHash
 
     rng = np.random.default_rng(4)
     X = rng.random((3000, 64), dtype=np.float32)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from engine.optimal import optimal_partial_match
+from engine.kernels.optimal import optimal_partial_match
 
 
 def brute_force(a, b):

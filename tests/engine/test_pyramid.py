@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.optimal import optimal_partial_match
-from engine.pyramid import Binning, PyramidMatch, SparseEmbedding, UniformBinning
+from engine.kernels.optimal import optimal_partial_match
+from engine.kernels.pyramid import Binning, PyramidMatch, SparseEmbedding, UniformBinning
 
 FAST = settings(max_examples=25, deadline=None)
 
@@ -32,8 +32,8 @@ def naive_pm(pm: PyramidMatch, x: np.ndarray, y: np.ndarray, mode: str = "sim") 
     minimum (cost) over pyramids. Weights from the binning, constant per level."""
     vals = []
     for b in pm.binnings_:
-        L = pm._levels_of(b)
-        px, py = pm._project(x), pm._project(y)
+        L = pm.levels_of(b)
+        px, py = pm.project(x), pm.project(y)
         bx, by = b.assign(px)[0], b.assign(py)[0]
         total, prev = 0.0, 0
         for lev in range(L):
@@ -275,7 +275,7 @@ def test_input_specific_cost_eq_4_3b(sets):
 
 
 def test_vocabulary_bins_plug_in():
-    pytest.importorskip("engine.vocabulary")
+    pytest.importorskip("engine.kernels.vocabulary")
     rng = np.random.default_rng(2)
     centres = rng.normal(size=(6, 16)) * 3
     sets = [
@@ -321,8 +321,8 @@ def test_validation_errors(sets):
 def _naive_eq_4_2(pm, x, y, stat):
     """Eq. 4.2 literally: new matches per bin times ``stat(dX) + stat(dY)`` of the bin."""
     b = pm.binnings_[0]
-    bx, dx = b.assign(pm._project(x))
-    by, dy = b.assign(pm._project(y))
+    bx, dx = b.assign(pm.project(x))
+    by, dy = b.assign(pm.project(y))
     total = 0.0
     prev_min: dict[int, int] = {}
     for lev in range(pm.n_levels):
@@ -340,7 +340,7 @@ def _naive_eq_4_2(pm, x, y, stat):
 def test_input_distance_mean_option():
     """input_distance='mean': Eq. 4.2 with dbar_ij(X) + dbar_ij(Y) (documented non-thesis
     estimate); never above the thesis' max-distance cost (same new-match counts)."""
-    pytest.importorskip("engine.vocabulary")
+    pytest.importorskip("engine.kernels.vocabulary")
     rng = np.random.default_rng(5)
     centres = rng.normal(size=(5, 12)) * 3
     sets = [

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.scan import FileStat, content_hash, scan_folder
+from engine.io.scan import FileStat, content_hash, scan_folder
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX permissions / symlinks")
 
@@ -166,7 +166,7 @@ def test_unreadable_subfolder_is_reported_not_fatal(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_scandir(path)
 
-    monkeypatch.setattr("engine.scan.os.scandir", scandir)
+    monkeypatch.setattr("engine.io.scan.os.scandir", scandir)
     known = {_real(locked / "secret.png"): (1, 1), _real(tmp_path / "gone.png"): (1, 1)}
     res = scan_folder(tmp_path, known)
     # files of an unreadable folder are kept, not dropped from the index

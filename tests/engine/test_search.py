@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from engine.pyramid import PyramidMatch
-from engine.search import (
+from engine.index.search import (
     IntersectionIndex,
     descriptor_matches,
     fit_key_idf,
     histograms_from_codes,
     verify_pair,
 )
+from engine.kernels.pyramid import PyramidMatch
 
 
 def _random_rows(rng, n, n_keys=300, max_len=40):
@@ -123,7 +123,7 @@ def test_concat_of_a_large_part_and_a_few_rows(big_at, monkeypatch):
     plain = IntersectionIndex.concat(parts)  # no columns: from scratch
     for part in parts:
         part.columns()
-    import engine.search as es
+    import engine.index.search as es
 
     calls = []
     fast = es._merged_columns
@@ -204,7 +204,7 @@ def test_verify_pair_finds_a_warped_copy():
 def test_row_scoring_paths_match_bruteforce(monkeypatch, dense_max):
     """Few-row scoring is exact on both paths: the reusable dense buffer (vocabulary
     pyramids) and the filter + sorted lookup used when bins are too many (uniform)."""
-    import engine.search as search
+    import engine.index.search as search
 
     monkeypatch.setattr(search, "_DENSE_QUERY_MAX", dense_max)
     rng = np.random.default_rng(3)
@@ -223,7 +223,7 @@ def test_row_scoring_paths_match_bruteforce(monkeypatch, dense_max):
 
 def _hash_score(q, wta, rh):
     from engine.collection import WTA_FUSION_WEIGHT, _bit_agreement
-    from engine.wta import code_agreement
+    from engine.hashing.wta import code_agreement
 
     def z(x):
         x = np.asarray(x, np.float64)
@@ -298,7 +298,7 @@ def test_lookup_directory_matches_binary_search():
     """Above _DIRECTORY_MIN_KEYS columns the key -> column lookup goes through the
     bucket directory: same columns as a binary search, hits and misses, and exact
     scores through it."""
-    import engine.search as es
+    import engine.index.search as es
 
     rng = np.random.default_rng(3)
     K = es._DIRECTORY_MIN_KEYS + 5000
@@ -370,7 +370,7 @@ def test_bit_agreement_matches_unpacked_bits(n_bytes):
 
 
 def test_unique_values_is_np_unique():
-    from engine._arrays import unique_values
+    from engine.core.arrays import unique_values
 
     rng = np.random.default_rng(4)
     for x in (
@@ -390,7 +390,7 @@ def test_rows_scored_by_key_equal_the_exact_sum(monkeypatch, dense_max):
     (thousands of random 64-bit keys, negative ones too), for keys the query lacks and
     for empty rows, the table clean for the next query -- and equal to the columns path
     (``dense_max=0``: its filter table too, not the dense query vector)."""
-    import engine.search as es
+    import engine.index.search as es
 
     if dense_max is not None:
         monkeypatch.setattr(es, "_DENSE_QUERY_MAX", dense_max)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.pyramid import PyramidMatch
-from engine.spatial import (
+from engine.kernels.pyramid import PyramidMatch
+from engine.kernels.spatial import (
     DIM,
     SpatialPyramidBinning,
     SpatialPyramidMatch,

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import engine.store as store_mod
-from engine.features import Features
-from engine.store import (
+import engine.index.store as store_mod
+from engine.features.keypoints import Features
+from engine.index.store import (
     MARKER_NAME,
     SCHEMA_VERSION,
     IndexCorruptError,
@@ -326,7 +326,7 @@ def test_writer_lock_across_processes(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys, time
-        from engine.store import IndexStore
+        from engine.index.store import IndexStore
         s = IndexStore.open({str(idx)!r})
         print("locked", flush=True)
         sys.stdin.readline()
@@ -348,7 +348,7 @@ def test_writer_lock_across_processes(tmp_path):
 
 _FORKED = """
 import os, signal, sys, time
-from engine.store import IndexStore, IndexLockedError
+from engine.index.store import IndexStore, IndexLockedError
 s = IndexStore.open(sys.argv[1])
 pid = os.fork()
 if pid == 0:  # a forked child (e.g. an extraction worker) closing what it inherited

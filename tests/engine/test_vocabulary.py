@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 
 from engine import vocabulary
-from engine.vocabulary import VocabularyTree, bag_of_words, fit_idf, word_counts
+from engine.kernels.vocabulary import VocabularyTree, bag_of_words, fit_idf, word_counts
 
 
 def _blobs(n: int, dim: int, n_centers: int, seed: int) -> np.ndarray:
@@ -208,7 +208,7 @@ def test_state_round_trip(tmp_path, data, tree):
 @pytest.mark.parametrize("k", [3, 10, 11])
 def test_kmeans_level_is_lloyd_inside_every_segment(k):
     # segments of many sizes (padding groups mix sizes around k), duplicates included
-    from engine.vocabulary import _kmeans_level
+    from engine.kernels.vocabulary import _kmeans_level
 
     rng = np.random.default_rng(k)
     sizes = np.array([1, 2, k - 1, k, k + 1, 12, 13, 40, 41, 200, 7, 300])
@@ -337,7 +337,7 @@ def test_vocabulary_guided_match_is_mercer(tree):
 
 
 def test_pyramid_match_with_vocabulary(data):
-    pyramid = pytest.importorskip("engine.pyramid")
+    pyramid = pytest.importorskip("engine.kernels.pyramid")
     if not hasattr(pyramid, "PyramidMatch"):
         pytest.skip("engine.pyramid.PyramidMatch not available yet")
     rng = np.random.default_rng(6)

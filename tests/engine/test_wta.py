@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from engine.wta import (
+from engine.hashing.wta import (
     DensifiedWTAHash,
     WTAHash,
     code_agreement,

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
-from engine._validate import as_point_set, check_positive
+from engine.core.validate import as_point_set, check_positive
 
 if TYPE_CHECKING:
-    from engine.pyramid import PyramidCodes
+    from engine.kernels.pyramid import PyramidCodes
 
 __all__ = [
     "DenseSift",
@@ -498,7 +498,7 @@ class SpatialPyramidMatch:
         self.pm_: Any = None
 
     def _new_pm(self) -> Any:
-        from engine.pyramid import PyramidMatch
+        from engine.kernels.pyramid import PyramidMatch
 
         return PyramidMatch(
             self.binning, weights="global", normalize="self", n_shifts=1, n_sides=1,
@@ -517,7 +517,7 @@ class SpatialPyramidMatch:
         -------
         self
         """
-        from engine.vocabulary import VocabularyTree
+        from engine.kernels.vocabulary import VocabularyTree
 
         if isinstance(descriptor_sets, np.ndarray):
             descriptor_sets = [descriptor_sets]
@@ -600,7 +600,7 @@ class SpatialPyramidMatch:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> SpatialPyramidMatch:
-        from engine.vocabulary import VocabularyTree
+        from engine.kernels.vocabulary import VocabularyTree
 
         obj = cls(
             int(state["branching"]),

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from engine._validate import as_point_set, check_choice
+from engine.core.validate import as_point_set, check_choice
 
 __all__ = ["optimal_partial_match"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine._blas import single_threaded_blas
-from engine.geometry import verify
+from engine.core.blas import single_threaded_blas
+from engine.index.geometry import verify
 
 __all__ = [
     "IntersectionIndex",

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from engine._validate import check_choice
+from engine.core.validate import check_choice
 
 __all__ = ["correspondences"]
 

@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
-from engine._gen import run_to_end
-from engine.cluster import CATEGORY_FEATURES as _CATEGORY_FEATURES
-from engine.learn import (
+from engine.cluster.discovery import CATEGORY_FEATURES as _CATEGORY_FEATURES
+from engine.core.progress import run_to_end
+from engine.learn.models import (
     OASIS,
     BoostedSSC,
     BoostPro,
@@ -67,9 +67,9 @@ from engine.learn import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.cluster import CategoryChannel
+    from engine.cluster.discovery import CategoryChannel
     from engine.collection import Collection, Hit
-    from engine.vocabulary import VocabularyTree
+    from engine.kernels.vocabulary import VocabularyTree
 
 __all__ = [
     "LEARN_FEATURES",
@@ -323,7 +323,7 @@ class DenseBagOfWords:
     def counts(self, sets: Sequence[np.ndarray]) -> sp.csr_matrix:
         """(n, n_words) float32 word counts of descriptor sets ((m_i, 128), float32 or the
         channel's uint8 ``round(255 v)``), quantised :data:`BAG_BATCH` sets at a time."""
-        from engine.vocabulary import word_counts
+        from engine.kernels.vocabulary import word_counts
 
         parts = [
             word_counts([_as_float(s) for s in sets[k : k + BAG_BATCH]], self.tree)
@@ -336,7 +336,7 @@ class DenseBagOfWords:
     def weight(self, counts: sp.spmatrix) -> sp.csr_matrix:
         """(n, n_words) float32 L2-normalised tf-idf rows of word ``counts`` (empty rows
         stay zero; :func:`engine.vocabulary.tfidf`)."""
-        from engine.vocabulary import tfidf
+        from engine.kernels.vocabulary import tfidf
 
         return tfidf(counts, self.idf)
 
@@ -358,7 +358,7 @@ class DenseBagOfWords:
     @classmethod
     def from_state(cls, st: dict[str, Any]) -> DenseBagOfWords:
         """Rebuild from :meth:`to_state` output."""
-        from engine.vocabulary import VocabularyTree
+        from engine.kernels.vocabulary import VocabularyTree
 
         tree = VocabularyTree.from_state(
             {k[5:]: v for k, v in st.items() if k.startswith("tree.")}
@@ -367,7 +367,7 @@ class DenseBagOfWords:
 
 
 def _as_float(d: np.ndarray) -> np.ndarray:
-    from engine.cluster import _as_float as as_float
+    from engine.cluster.discovery import _as_float as as_float
 
     return as_float(np.asarray(d))
 
@@ -568,7 +568,7 @@ def _rows(collection: Collection) -> tuple[list[Path], list[str]]:
     dense-feature cache). Sorted by path rather than in catalogue order (the order in which
     an index's workers finished), so that learning samples the same triplets, and fits
     the same model, whichever run built the index."""
-    from engine.cluster import _collection_rows
+    from engine.cluster.discovery import _collection_rows
 
     paths, hashes = _collection_rows(collection)
     order = sorted(range(len(paths)), key=lambda k: str(paths[k]))
@@ -664,15 +664,15 @@ def learn(
     engine.store.ReadOnlyIndexError
         The index was opened read-only.
     """
-    from engine.cluster import _vocab_sample
-    from engine.vocabulary import VocabularyTree, fit_idf
+    from engine.cluster.discovery import _vocab_sample
+    from engine.kernels.vocabulary import VocabularyTree, fit_idf
 
     if method not in LEARN_METHODS:
         raise ValueError(f"method must be one of {', '.join(LEARN_METHODS)}, got {method!r}")
     if source not in ("subfolders", "marks"):
         raise ValueError(f"source must be 'subfolders' or 'marks', got {source!r}")
     if getattr(collection.store, "readonly", False):
-        from engine.store import ReadOnlyIndexError
+        from engine.index.store import ReadOnlyIndexError
 
         raise ReadOnlyIndexError(
             f"index {collection.store.index_dir} was opened read-only: learning stores a model"
@@ -788,7 +788,7 @@ def learn(
             image_bags=(np.asarray(hashes, dtype=str), X),
         )
     else:
-        from engine.learn import reduce_dimension
+        from engine.learn.models import reduce_dimension
 
         Z, comps = reduce_dimension(X, SVD_DIM, random_state=random_state)
         if triplets is None:
@@ -849,8 +849,8 @@ def _dense_sets(
 ) -> list[np.ndarray]:
     """Dense descriptors of every image: cached ones from the index, the others (images
     added since) computed in memory — nothing is written, so read-only indexes work."""
-    from engine.cluster import _category_extractor
-    from engine.ingest import extract_parallel
+    from engine.cluster.discovery import _category_extractor
+    from engine.index.ingest import extract_parallel
 
     channel = _channel(collection.store, settings)
     missing = {str(p): h for p, h in zip(paths, hashes, strict=True) if not channel.has(h)}
@@ -898,7 +898,7 @@ def _collection_bags(collection: Collection, model: LearnedSimilarity):
 def _channel(store: Any, settings: dict[str, Any]) -> CategoryChannel:
     """The dense-feature cache for ``settings``: its own namespace for full-resolution
     features (:data:`LEARN_FEATURES`), the grouping's cache for the grouping's settings."""
-    from engine.cluster import CategoryChannel
+    from engine.cluster.discovery import CategoryChannel
 
     full = settings.get("octaves", True) is False
     return CategoryChannel(store, settings, namespace="learn" if full else "cluster")
@@ -906,8 +906,8 @@ def _channel(store: Any, settings: dict[str, Any]) -> CategoryChannel:
 
 def _query_descriptors(collection: Collection, image: Any, settings: dict[str, Any]):
     """Dense descriptors of a query: cached when it is an indexed image."""
-    from engine.cluster import _hash_of, category_features
-    from engine.features import Features
+    from engine.cluster.discovery import _hash_of, category_features
+    from engine.features.keypoints import Features
 
     if isinstance(image, Features):
         raise TypeError(

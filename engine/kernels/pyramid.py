@@ -30,16 +30,20 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
-from engine._blas import single_threaded_blas
-from engine._validate import as_point_set, check_choice, check_positive
+from engine.core.blas import single_threaded_blas
+from engine.core.validate import as_point_set, check_choice, check_positive
 
 __all__ = [
+    "GOLDEN",
     "Binning",
     "MatchResult",
     "PyramidCodes",
     "PyramidMatch",
     "SparseEmbedding",
     "UniformBinning",
+    "level_key",
+    "level_salt",
+    "mix64",
 ]
 
 _BINS = ("uniform", "vocabulary")
@@ -94,10 +98,11 @@ class Binning(Protocol):
 # --------------------------------------------------------------------------- hashing
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: The 64-bit golden-ratio constant of SplitMix64, used to spread bin ids before mixing.
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64 finaliser: a bijection of uint64 (so it adds no collisions)."""
     x = np.asarray(x).astype(np.uint64, copy=True)
     x ^= x >> np.uint64(30)
@@ -112,24 +117,24 @@ def _combine(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     """Hash of the pair ``(a, b)`` of int64 arrays/scalars -> int64 (wrapping arithmetic)."""
     ua = np.asarray(a).astype(np.int64).view(np.uint64)
     ub = np.asarray(b, dtype=np.int64).astype(np.uint64)
-    return _mix64(ua * _GOLDEN + _mix64(ub + _GOLDEN)).view(np.int64)
+    return mix64(ua * GOLDEN + mix64(ub + GOLDEN)).view(np.int64)
 
 
 @lru_cache(maxsize=4096)
-def _level_salt(shift: int, level: int) -> np.uint64:
+def level_salt(shift: int, level: int) -> np.uint64:
     salt = int(_combine(np.int64(shift), level))
-    return np.uint64(_mix64(np.asarray(salt, np.int64).astype(np.uint64) + _GOLDEN))
+    return np.uint64(mix64(np.asarray(salt, np.int64).astype(np.uint64) + GOLDEN))
 
 
-def _level_key(shift: int, level: int, bins: np.ndarray) -> np.ndarray:
+def level_key(shift: int, level: int, bins: np.ndarray) -> np.ndarray:
     """STABLE int64 key of (shift, level, bin id): ``_combine(bins, salt(shift, level))``."""
     ua = np.asarray(bins, np.int64).view(np.uint64)
-    return _mix64(ua * _GOLDEN + _level_salt(shift, level)).view(np.int64)
+    return mix64(ua * GOLDEN + level_salt(shift, level)).view(np.int64)
 
 
 def _unary_key(bin_keys: np.ndarray, t: np.ndarray) -> np.ndarray:
     """STABLE int64 key of (bin key, unary index t) -- a coordinate of Eq. 3.15."""
-    return _combine(bin_keys, 0) ^ _mix64(np.asarray(t, np.int64).astype(np.uint64)).view(np.int64)
+    return _combine(bin_keys, 0) ^ mix64(np.asarray(t, np.int64).astype(np.uint64)).view(np.int64)
 
 
 # --------------------------------------------------------------------------- uniform bins
@@ -659,7 +664,7 @@ class PyramidMatch:
                 random_state=seed,
             )
         if self.bins == "vocabulary":
-            from engine.vocabulary import VocabularyTree  # lazy: optional heavy module
+            from engine.kernels.vocabulary import VocabularyTree  # lazy: optional heavy module
 
             return VocabularyTree(
                 branching=self.branching,
@@ -724,22 +729,27 @@ class PyramidMatch:
         if not self.binnings_:
             raise RuntimeError("PyramidMatch is not fitted; call fit(sets) first")
 
-    def _prepare(self, sets: Sequence[np.ndarray] | np.ndarray, name: str) -> list[np.ndarray]:
+    def prepare(self, sets: Sequence[np.ndarray] | np.ndarray, name: str) -> list[np.ndarray]:
+        """Validated ``sets`` for this fitted model: a list of ``(M_i, D)`` float arrays
+        (``name`` names the argument in errors)."""
         self._check_fitted()
         if isinstance(sets, np.ndarray) and sets.ndim == 2:
             raise ValueError(f"{name} must be a list of (M, D) arrays, got one 2-D array")
         return [as_point_set(s, f"{name}[{i}]", dim=self.dim_) for i, s in enumerate(sets)]
 
-    def _project(self, X: np.ndarray) -> np.ndarray:
+    def project(self, X: np.ndarray) -> np.ndarray:
+        """Points ``(M, D)`` through the fitted projection (PCA) into ``(M, d)``, or as
+        they are when the model has none."""
         return self.projection_.transform(X) if self.projection_ is not None else X
 
     @property
     def n_levels(self) -> int:
         """Number of levels used of the first pyramid (``max_level + 1`` at most)."""
         self._check_fitted()
-        return self._levels_of(self.binnings_[0])
+        return self.levels_of(self.binnings_[0])
 
-    def _levels_of(self, binning: Binning) -> int:
+    def levels_of(self, binning: Binning) -> int:
+        """Number of pyramid levels used with ``binning`` (capped by ``max_level``)."""
         L = binning.n_levels
         return L if self.max_level is None else min(L, self.max_level + 1)
 
@@ -755,14 +765,14 @@ class PyramidMatch:
         -------
         PyramidCodes
         """
-        arrays = self._prepare(sets, "sets")
+        arrays = self.prepare(sets, "sets")
         return self._encode(arrays)
 
     def _encode(self, arrays: list[np.ndarray]) -> PyramidCodes:
         n = len(arrays)
         sizes = np.array([a.shape[0] for a in arrays], np.int64)
         X = np.concatenate(arrays) if n else np.zeros((0, self.dim_), np.float32)
-        X = self._project(X)
+        X = self.project(X)
         owner = np.repeat(np.arange(n, dtype=np.int64), sizes)
         need_d = self.weights == "input_specific"
         parts: dict[str, list[np.ndarray]] = {
@@ -786,7 +796,7 @@ class PyramidMatch:
         for t, binning in enumerate(self.binnings_):
             if X.shape[0] == 0:
                 break
-            L = self._levels_of(binning)
+            L = self.levels_of(binning)
             lean = None if need_d else getattr(binning, "assign_bins", None)
             # global weights need no distances: the tree's distance-free descent
             bins, dist = (lean(X), None) if lean is not None else binning.assign(X)
@@ -804,7 +814,7 @@ class PyramidMatch:
             w[:, L] = 0.0
             c[:, L] = 0.0
             for lev in range(L):
-                keys[:, lev] = _level_key(t, lev, bins[:, lev])
+                keys[:, lev] = level_key(t, lev, bins[:, lev])
                 w[:, lev] = binning.bin_weights(lev, bins[:, lev])
                 c[:, lev] = _bin_costs(binning, lev, bins[:, lev], w[:, lev])
             flat_key = keys.ravel()  # entry p * L + lev
@@ -885,7 +895,7 @@ class PyramidMatch:
         if isinstance(sets, PyramidCodes):
             self._check_fitted()
             return sets
-        return self._encode(self._prepare(sets, name))
+        return self._encode(self.prepare(sets, name))
 
     # ------------------------------------------------------------------ bulk products
     def _terms(self, mode: str, codes: PyramidCodes) -> list[tuple[np.ndarray, np.ndarray, float]]:
@@ -1050,8 +1060,8 @@ class PyramidMatch:
         than two encodings plus key unification) and ``split`` says where b starts."""
         raw = not isinstance(sets_a, PyramidCodes) and not isinstance(sets_b, PyramidCodes)
         if raw and sets_b is not None and 0 < len(sets_a) + len(sets_b) <= 32:
-            a = self._prepare(sets_a, "sets_a")
-            b = self._prepare(sets_b, "sets_b")
+            a = self.prepare(sets_a, "sets_a")
+            b = self.prepare(sets_b, "sets_b")
             return self._encode(a + b), None, len(a)
         A = self._as_codes(sets_a, "sets_a")
         B = None if sets_b is None else self._as_codes(sets_b, "sets_b")
@@ -1098,7 +1108,7 @@ class PyramidMatch:
             ``max_level`` or vocabulary bins, whose top level has ``k`` bins), ordered by
             level.
         """
-        from engine.correspondences import correspondences
+        from engine.kernels.correspondences import correspondences
 
         self._check_fitted()
         a = as_point_set(set_a, "set_a", dim=self.dim_)
@@ -1108,7 +1118,7 @@ class PyramidMatch:
         if xy_b is not None:
             xy_b = _check_xy(xy_b, "xy_b", b.shape[0])
         score = float(self.kernel([a], [b])[0, 0])
-        pa, pb = self._project(a), self._project(b)
+        pa, pb = self.project(a), self.project(b)
         binning = self.binnings_[0]
         L = self.n_levels
         bins_a = binning.assign(pa)[0][:, :L] if a.shape[0] else np.zeros((0, L), np.int64)

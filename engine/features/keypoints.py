@@ -36,8 +36,8 @@ from typing import IO
 import cv2
 import numpy as np
 
-from engine._validate import check_choice
-from engine.imageio import load_gray
+from engine.core.validate import check_choice
+from engine.io.imageio import load_gray
 
 __all__ = ["KINDS", "PCA", "Features", "extract_features"]
 

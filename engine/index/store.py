@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.features import Features
+    from engine.features.keypoints import Features
 
 __all__ = [
     "INDEX_DIRNAME",
@@ -906,7 +906,7 @@ class IndexStore:
             return arr
 
     def _features_from_row(self, row: tuple) -> Features:
-        from engine.features import Features
+        from engine.features.keypoints import Features
 
         path, status, n, chunk_id, offset, width, height, kind, dim, file, n_rows, scale = row
         path = display_path(_py_path(path))

@@ -87,8 +87,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from engine._blas import single_threaded_blas as _single_threaded_blas
-from engine._validate import check_choice, check_positive
+from engine.core.blas import single_threaded_blas as _single_threaded_blas
+from engine.core.validate import check_choice, check_positive
 
 __all__ = [
     "OASIS",

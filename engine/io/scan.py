@@ -83,7 +83,7 @@ class ScanResult:
 def _default_is_image(path: str) -> bool:
     """An image suffix OR image magic bytes: a broken ``x.jpg`` is reported as failed
     by the indexer rather than silently skipped, and a JPEG without suffix is found."""
-    from engine.imageio import IMAGE_SUFFIXES, is_image_file
+    from engine.io.imageio import IMAGE_SUFFIXES, is_image_file
 
     return os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES or is_image_file(path)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from engine._validate import check_choice, check_positive
+from engine.core.validate import check_choice, check_positive
 
 __all__ = ["GeometryResult", "verify"]
 

@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engine._blas import single_threaded_blas
-from engine._gen import run_to_end
-from engine._validate import check_choice
+from engine.core.blas import single_threaded_blas
+from engine.core.progress import run_to_end
+from engine.core.validate import check_choice
 
 __all__ = [
     "BinsMatcher",
@@ -1026,7 +1026,7 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
     Examples
     --------
     >>> import numpy as np
-    >>> from engine.cluster import discover_categories
+    >>> from engine.cluster.discovery import discover_categories
     >>> rng = np.random.default_rng(0)
     >>> truth = np.repeat([0, 1, 2], 20)
     >>> K = np.where(truth[:, None] == truth[None, :], 0.6, 0.1) + 0.05 * rng.random((60, 60))
@@ -1127,8 +1127,8 @@ class BinnedMatcher:
         return [self._bins[o[i] : o[i + 1]] for i in range(len(self.sets))]
 
     def __call__(self, i: int, j: int):
-        from engine.correspondences import correspondences
-        from engine.pyramid import MatchResult
+        from engine.kernels.correspondences import correspondences
+        from engine.kernels.pyramid import MatchResult
 
         a0, a1 = self.offsets[i], self.offsets[i + 1]
         b0, b1 = self.offsets[j], self.offsets[j + 1]
@@ -1571,8 +1571,8 @@ def category_features(
     """
     import cv2
 
-    from engine.features import Features
-    from engine.imageio import load_gray
+    from engine.features.keypoints import Features
+    from engine.io.imageio import load_gray
 
     if isinstance(image, np.ndarray):
         gray = np.asarray(image)
@@ -1797,7 +1797,7 @@ class CategoryChannel:
         closing the generator stops it, keeping finished chunks. Images that cannot be
         read get an empty feature set (they still take part in the grouping).
         """
-        from engine.ingest import extract_parallel
+        from engine.index.ingest import extract_parallel
 
         writable = not getattr(self.store, "readonly", False)
         if writable:
@@ -1908,7 +1908,7 @@ class CategoryChannel:
 
     def features(self, content_hash: str):
         """:class:`engine.features.Features` of one image (float32 descriptors)."""
-        from engine.features import Features
+        from engine.features.keypoints import Features
 
         d, xy, size = self.raw(content_hash)
         return Features(_as_float(d), np.asarray(xy, np.float32), None, None, size,
@@ -2058,7 +2058,7 @@ def bin_correspondences(bins_a: np.ndarray, bins_b: np.ndarray):
     engine.pyramid.MatchResult
         ``pairs`` (P, 2) int64 indices into A and B, ``level`` (P,), ``weight`` (P,).
     """
-    from engine.pyramid import MatchResult
+    from engine.kernels.pyramid import MatchResult
 
     bins_a = np.asarray(bins_a, np.int64)
     bins_b = np.asarray(bins_b, np.int64)
@@ -2231,7 +2231,7 @@ def category_model_iter(
     """
     import secrets
 
-    from engine.vocabulary import VocabularyTree
+    from engine.kernels.vocabulary import VocabularyTree
 
     store = collection.store
     channel = CategoryChannel(store)
@@ -2421,7 +2421,7 @@ def categorize_iter(
         protos, outl, flow = refinement.prototypes, refinement.outliers, refinement.flow
     seconds["refine"] = time.perf_counter() - t3
     t4 = time.perf_counter()
-    from engine.classify import CategoryClassifier
+    from engine.cluster.classify import CategoryClassifier
 
     classifier = None
     train = np.flatnonzero(protos)
@@ -2480,7 +2480,7 @@ def categorize(collection: Any, **kwargs: Any) -> CategoryResult:
 def _load_tree(store: Any, channel: CategoryChannel):
     """The stored categorisation vocabulary (KeyError when the folder was never grouped
     with the current feature settings)."""
-    from engine.vocabulary import VocabularyTree
+    from engine.kernels.vocabulary import VocabularyTree
 
     st = store.load_state(_VOCAB_STATE)
     if str(st.get("settings_key")) != channel.key:

@@ -31,11 +31,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.scan import FileStat, scan_folder
+from engine.io.scan import FileStat, scan_folder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.features import Features
-    from engine.store import IndexStore, PackedFeatures
+    from engine.features.keypoints import Features
+    from engine.index.store import IndexStore, PackedFeatures
 
 __all__ = [
     "ExtractResult",
@@ -283,7 +283,7 @@ def _init_worker() -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    from engine.imageio import ImageLoadError
+    from engine.io.imageio import ImageLoadError
 
     if isinstance(exc, ImageLoadError):
         return exc.reason
@@ -316,7 +316,7 @@ def _extract_one(
     (:func:`engine.features.extract_features` accepts encoded bytes). ``pack``: features
     in the store's 8-bit codec where it applies (:class:`engine.store.PackedFeatures`).
     """
-    from engine.imageio import MAX_FILE_BYTES, sniff_format
+    from engine.io.imageio import MAX_FILE_BYTES, sniff_format
 
     try:  # O_NONBLOCK: a FIFO put in the file's place never blocks the open
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -356,11 +356,11 @@ def _extract_one(
     if known_hash is not None and chash == known_hash:
         return ExtractResult(path, None, None, st.st_size, st.st_mtime_ns, chash, True)
     if extractor is None:
-        from engine.features import extract_features as extractor
+        from engine.features.keypoints import extract_features as extractor
     try:
         feats = extractor(data, **feature_kwargs)
         if pack:
-            from engine.store import PackedFeatures
+            from engine.index.store import PackedFeatures
 
             feats = PackedFeatures.pack(feats)
     except Exception as exc:  # bad input never stops the run
@@ -546,7 +546,7 @@ def feature_key(feature_kwargs: Mapping[str, Any] | None) -> str:
     """
     version = None
     try:
-        import engine.features as features_mod
+        import engine.features.keypoints as features_mod
 
         version = getattr(features_mod, "FEATURES_VERSION", None)
     except ImportError:  # pragma: no cover
@@ -607,7 +607,7 @@ def ingest(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
     if store.readonly:
-        from engine.store import ReadOnlyIndexError
+        from engine.index.store import ReadOnlyIndexError
 
         raise ReadOnlyIndexError(f"index {store.index_dir} was opened read-only")
     t0 = time.perf_counter()

@@ -42,8 +42,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from engine._blas import single_threaded_blas as _single_threaded_blas
-from engine._validate import as_point_set, check_choice, check_positive
+from engine.core.blas import single_threaded_blas as _single_threaded_blas
+from engine.core.validate import as_point_set, check_choice, check_positive
 
 __all__ = [
     "VocabularyProgress",

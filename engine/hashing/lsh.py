@@ -27,8 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from engine._arrays import unique_values
-from engine.pyramid import SparseEmbedding
+from engine.core.arrays import unique_values
+from engine.kernels.pyramid import SparseEmbedding
 
 __all__ = [
     "BandParams",

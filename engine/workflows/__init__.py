@@ -1,0 +1,2 @@
+"""Workflows over a collection that combine several layers: learning the collection's
+similarity from labels or the person's marks (:mod:`engine.workflows.feedback`)."""
