@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from app import __version__
 
@@ -26,8 +27,16 @@ def _command_modules():
             yield name, importlib.import_module(modname)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (and a one-line hint) and exit status 2, instead of
+    the whole usage block: what a person needs is what was wrong and where to look."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="simile",
         description="Search and organise a folder of photos by what is in them.",
         epilog="Run 'simile FOLDER' (or plain 'simile') to open the desktop window.",
@@ -68,6 +77,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simile: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `simile ... | head`: the reader left, which is fine
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush
+    does not print a second BrokenPipeError."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def gui_main(argv: Sequence[str] | None = None) -> int:
