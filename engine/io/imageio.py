@@ -4,24 +4,38 @@ Every image the engine, the command line or the GUI reads goes through
 :func:`load_image` / :func:`load_gray`, so every caller gets the same pixels:
 
 * formats: JPEG (and camera MPO), PNG, GIF (first frame), BMP, TIFF (first page), WebP;
+  HEIC / HEIF and AVIF (phones), JPEG XL when its plug-in is installed
+  (:mod:`engine.io.plugins`); camera RAW -- CR2, CR3, NEF, ARW, RAF, ORF, RW2, DNG, PEF,
+  SRW and the rest of what LibRaw reads (:mod:`engine.io.raw`). The format is told from
+  the file's content (:mod:`engine.io.formats`), never its name, so a path and the same
+  file's bytes always give the same pixels;
 * EXIF orientation applied (tag 0x0112, the same mapping as :func:`PIL.ImageOps.exif_transpose`);
+  HEIF rotation boxes are applied by libheif; a RAW file is turned by its ``flip`` flag;
 * every pixel mode converted to 8-bit RGB (or luma): 16-bit and 32-bit grey, grey + alpha,
   RGBA, palette (with a transparent index), CMYK (Adobe-inverted CMYK JPEGs included), 1-bit,
   YCbCr / LAB / HSV.  Transparent pixels are composited on white;
 * large photos downsized to ``max_side`` pixels on the longest side, cheaply: JPEGs are
   decoded at 1/2, 1/4 or 1/8 scale by libjpeg (:meth:`PIL.Image.Image.draft`) and then
   resampled to the exact size with Pillow's antialiasing bicubic filter (its support
-  widened by the reduction factor, so no aliasing; about 1.8x faster than Lanczos here);
-* decompression bombs refused from the header, before any pixel is decoded.
+  widened by the reduction factor, so no aliasing; about 1.8x faster than Lanczos here).
+  A HEIF file's embedded thumbnail is decoded instead of the image when it is large enough;
+  a RAW file gives its embedded JPEG preview when that is at least ``max_side`` pixels
+  long (else a half-size, or full-size, demosaic);
+* 10- and 12-bit HEIF / AVIF and 16-bit images reduced to 8 bits;
+* decompression bombs refused from the header, before any pixel is decoded (RAW files
+  too: from LibRaw's parse of the sensor size).
 
 Failures
 --------
 Every problem with the *input* -- missing file, a directory, no permission, an empty file,
 something that is not an image, an unsupported format, a truncated or corrupt file, a
-zero-size image, too many pixels, not enough memory -- raises :class:`ImageLoadError`, whose
-``path`` names the file and whose ``reason`` says plainly what is wrong. No other exception
-type escapes for a bad file, and no Pillow warning escapes either. Bad *arguments* (a
-negative ``max_side``, a source of the wrong type) raise ``ValueError`` / ``TypeError``.
+zero-size image, too many pixels, not enough memory, a HEIC / AVIF / JPEG XL / RAW file
+whose decoder is not installed ("HEIC support is not installed (...)", "RAW support is not
+installed (...)") -- raises :class:`ImageLoadError`, whose ``path`` names the file and
+whose ``reason`` says plainly what is wrong. No other exception type escapes for a bad
+file, whichever library parses it (Pillow, pillow-heif / libheif, libavif, LibRaw), and
+no warning escapes either. Bad *arguments* (a negative ``max_side``, a source of the
+wrong type) raise ``ValueError`` / ``TypeError``.
 
 Pillow's own global limit (``2 * PIL.Image.MAX_IMAGE_PIXELS``, about 179 megapixels by
 default) still applies on top of ``max_pixels``; an image above it is reported as a
@@ -33,14 +47,17 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import threading
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+from engine.io.errors import ImageLoadError, describe, quiet
+from engine.io.formats import IMAGE_SUFFIXES, RAW_FORMATS, sniff_format, tiff_is_raw
+from engine.io.plugins import PLUGIN_KINDS, pillow_formats
+from engine.io.raw import RawPhoto, open_raw
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -54,11 +71,6 @@ __all__ = [
     "sniff_format",
 ]
 
-#: File-name suffixes (lower case, with the dot) of the formats :func:`load_image` reads.
-IMAGE_SUFFIXES: frozenset[str] = frozenset(
-    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".dib", ".tif", ".tiff", ".webp"}
-)
-
 #: Largest image file the indexer reads (1 GiB): above any image under the default pixel
 #: limit (100 MP of 16-bit RGBA is 800 MB uncompressed), so a bigger file is junk or a bomb.
 MAX_FILE_BYTES = 1 << 30
@@ -71,7 +83,8 @@ Image.init()  # register every plug-in now, so the names below are known to Imag
 _FORMATS = tuple(
     f for f in ("JPEG", "MPO", "PNG", "GIF", "BMP", "DIB", "TIFF", "WEBP") if f in Image.OPEN
 )
-_FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF, WebP"
+_JPEG_FORMATS = tuple(f for f in ("JPEG", "MPO") if f in Image.OPEN)  # RAW previews
+_FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF, WebP, HEIC, AVIF, JPEG XL, camera RAW"
 
 # EXIF orientation -> transposition that displays the image upright (EXIF 2.3, tag 0x0112).
 _ORIENTATION = {
@@ -84,35 +97,9 @@ _ORIENTATION = {
     8: Image.Transpose.ROTATE_90,
 }
 
-# Image.open consults process-wide warning filters for its decompression-bomb warning; the
-# lock keeps our own threads from interleaving catch_warnings() (which is not thread-safe).
-# Only the cheap header parse is serialised; decoding runs in parallel.
-_OPEN_LOCK = threading.Lock()
-
-
-class ImageLoadError(Exception):
-    """An image could not be loaded.
-
-    Parameters
-    ----------
-    path : str
-        The file (or ``"<bytes>"`` / the stream's name) that failed.
-    reason : str
-        What is wrong, in plain words, e.g. ``"file not found"`` or
-        ``"truncated or corrupt image data (image file is truncated)"``.
-
-    Notes
-    -----
-    ``str(error)`` is ``f"{path}: {reason}"``, ready for a one-line message.
-    """
-
-    def __init__(self, path: str | os.PathLike, reason: str) -> None:
-        self.path = os.fspath(path) if not isinstance(path, str) else path
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
-
-    def __reduce__(self) -> tuple[Any, ...]:  # keeps the error picklable across processes
-        return (type(self), (self.path, self.reason))
+# Image.open consults process-wide warning filters for its decompression-bomb warning:
+# every catch_warnings() of the loader runs under one lock (engine.io.errors.quiet), since
+# catch_warnings() is not thread-safe. Only the cheap header parse is serialised.
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,7 +137,7 @@ def _read_source(source: ImageSource, label: str) -> IO[bytes]:
         except IsADirectoryError:
             raise ImageLoadError(label, "is a directory, not an image file") from None
         except (OSError, ValueError) as exc:  # ValueError: embedded NUL in the path
-            raise ImageLoadError(label, f"cannot open file ({_describe(exc)})") from None
+            raise ImageLoadError(label, f"cannot open file ({describe(exc)})") from None
         try:
             empty = os.fstat(fh.fileno()).st_size == 0
         except OSError:
@@ -163,7 +150,7 @@ def _read_source(source: ImageSource, label: str) -> IO[bytes]:
         try:  # copied, so that closing the image never closes the caller's stream
             data = source.read()
         except Exception as exc:
-            raise ImageLoadError(label, f"cannot read stream ({_describe(exc)})") from None
+            raise ImageLoadError(label, f"cannot read stream ({describe(exc)})") from None
         if not isinstance(data, (bytes, bytearray)):
             raise TypeError(f"source stream must be opened in binary mode, got {type(data)}")
         if not data:
@@ -174,58 +161,88 @@ def _read_source(source: ImageSource, label: str) -> IO[bytes]:
     )
 
 
-def _describe(exc: BaseException) -> str:
-    msg = str(exc).strip()
-    return msg if msg else type(exc).__name__
+@contextlib.contextmanager
+def _source_stream(source: ImageSource, label: str) -> Iterator[IO[bytes]]:
+    """:func:`_read_source`, closed on exit."""
+    stream = _read_source(source, label)
+    try:
+        yield stream
+    finally:
+        stream.close()
+
+
+def _read_all(stream: IO[bytes], label: str) -> bytes:
+    """The whole stream (a RAW file is parsed from memory), failures translated."""
+    try:
+        return stream.read()
+    except MemoryError:
+        raise ImageLoadError(label, "not enough memory to read the file") from None
+    except OSError as exc:
+        raise ImageLoadError(label, f"cannot read file ({describe(exc)})") from None
+
+
+def _kind(stream: IO[bytes]) -> str | None:
+    """Format named by the stream's first bytes (:func:`sniff_format`), ``"RAW"`` for a
+    TIFF-based camera RAW file (:func:`engine.io.formats.tiff_is_raw`); rewinds."""
+    kind = sniff_format(stream.read(32))
+    if kind == "TIFF" and tiff_is_raw(stream):
+        kind = "RAW"
+    stream.seek(0)
+    return kind
+
+
+def _is_raw(kind: str | None) -> bool:
+    return kind == "RAW" or kind in RAW_FORMATS
 
 
 @contextlib.contextmanager
-def _opened(source: ImageSource, label: str, max_pixels: int) -> Iterator[Image.Image]:
+def _opened(
+    stream: IO[bytes],
+    label: str,
+    max_pixels: int,
+    kind: str | None,
+    formats: tuple[str, ...] | None = None,
+) -> Iterator[Image.Image]:
     """Parse the header only (lazy :func:`PIL.Image.open`), every failure translated.
 
-    The declared size is checked against ``max_pixels`` before anything else can decode
-    pixels. Closes the image and the stream on exit.
+    ``kind`` is what the first bytes say (:func:`_kind`); it picks the Pillow plug-ins
+    allowed to parse the stream (``formats`` overrides them), registering an optional
+    one on first use. The declared size is checked against ``max_pixels`` before
+    anything else can decode pixels. Closes the image (not the stream) on exit.
     """
-    stream = _read_source(source, label)
+    if formats is None:
+        formats = pillow_formats(kind, label) if kind in PLUGIN_KINDS else _FORMATS
     try:
-        try:
-            with _OPEN_LOCK, warnings.catch_warnings():
-                # We enforce our own pixel limit right after this; Pillow's soft warning
-                # would otherwise escape for images between MAX_IMAGE_PIXELS and max_pixels.
-                warnings.simplefilter("ignore")
-                im = Image.open(stream, formats=_FORMATS)
-        except Image.DecompressionBombError as exc:
+        with quiet():
+            # We enforce our own pixel limit right after this; Pillow's soft warning
+            # would otherwise escape for images between MAX_IMAGE_PIXELS and max_pixels.
+            im = Image.open(stream, formats=formats)
+    except Image.DecompressionBombError as exc:
+        raise ImageLoadError(label, f"refused as a possible decompression bomb ({exc})") from None
+    except UnidentifiedImageError:
+        reason = (
+            f"corrupt {kind} header (it starts like a {kind} file but cannot be parsed)"
+            if kind
+            else f"not an image, or not a supported format ({_FORMAT_NAMES})"
+        )
+        raise ImageLoadError(label, reason) from None
+    except MemoryError:
+        raise ImageLoadError(label, "not enough memory to read the image header") from None
+    except Exception as exc:  # corrupt headers raise OSError, SyntaxError, struct.error...
+        raise ImageLoadError(label, f"corrupt image header ({describe(exc)})") from None
+    try:
+        w, h = im.size
+        if w <= 0 or h <= 0:
+            raise ImageLoadError(label, f"image has zero size ({w} x {h} pixels)")
+        if w * h > max_pixels:
             raise ImageLoadError(
-                label, f"refused as a possible decompression bomb ({exc})"
-            ) from None
-        except UnidentifiedImageError:
-            stream.seek(0)
-            kind = _magic_kind(stream.read(32))
-            reason = (
-                f"corrupt {kind} header (it starts like a {kind} file but cannot be parsed)"
-                if kind
-                else f"not an image, or not a supported format ({_FORMAT_NAMES})"
+                label,
+                f"refused as a possible decompression bomb: {w} x {h} = {w * h} pixels "
+                f"exceeds max_pixels={max_pixels}",
             )
-            raise ImageLoadError(label, reason) from None
-        except MemoryError:
-            raise ImageLoadError(label, "not enough memory to read the image header") from None
-        except Exception as exc:  # corrupt headers raise OSError, SyntaxError, struct.error...
-            raise ImageLoadError(label, f"corrupt image header ({_describe(exc)})") from None
-        try:
-            w, h = im.size
-            if w <= 0 or h <= 0:
-                raise ImageLoadError(label, f"image has zero size ({w} x {h} pixels)")
-            if w * h > max_pixels:
-                raise ImageLoadError(
-                    label,
-                    f"refused as a possible decompression bomb: {w} x {h} = {w * h} pixels "
-                    f"exceeds max_pixels={max_pixels}",
-                )
-            yield im
-        finally:
-            im.close()
+        yield im
     finally:
-        stream.close()
+        im.close()
 
 
 def _orientation(im: Image.Image, *, header_only: bool = False) -> int:
@@ -237,8 +254,7 @@ def _orientation(im: Image.Image, *, header_only: bool = False) -> int:
     if header_only and im.format == "PNG" and "exif" not in im.info:
         return 1
     try:
-        with _OPEN_LOCK, warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Possibly corrupt EXIF data" and the like
+        with quiet():  # "Possibly corrupt EXIF data" and the like
             value = int(im.getexif().get(0x0112, 1))
     except Exception:
         return 1
@@ -316,12 +332,42 @@ def _to_pixels(im: Image.Image, gray: bool) -> Image.Image:
     return im.convert("RGB").convert(target) if gray else im.convert("RGB")
 
 
-def _decode(
-    source: ImageSource, *, max_side: int | None, max_pixels: int, gray: bool
+def _finish(
+    im: Image.Image, label: str, orientation: int, *, max_side: int | None, gray: bool
 ) -> np.ndarray:
-    _check_args(max_side, max_pixels)
-    label = _label(source)
-    with _opened(source, label, max_pixels) as im:
+    """Decoded image -> upright 8-bit RGB / luma array at most ``max_side`` pixels long."""
+    try:
+        out = _to_pixels(im, gray)
+        if orientation != 1:
+            out = out.transpose(_ORIENTATION[orientation])
+        if max_side is not None and max(out.size) > max_side:
+            ow, oh = out.size
+            s = max_side / max(ow, oh)
+            size = (max(1, round(ow * s)), max(1, round(oh * s)))
+            out = out.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
+        arr = np.array(out, dtype=np.uint8)  # copy: independent of Pillow's buffer
+    except MemoryError:
+        raise ImageLoadError(label, "not enough memory to decode the image") from None
+    except Exception as exc:
+        raise ImageLoadError(label, f"cannot convert image ({describe(exc)})") from None
+    if gray:
+        return arr.reshape(arr.shape[0], arr.shape[1])
+    return arr.reshape(arr.shape[0], arr.shape[1], 3)
+
+
+def _decode_pillow(
+    stream: IO[bytes],
+    label: str,
+    kind: str | None,
+    *,
+    max_side: int | None,
+    max_pixels: int,
+    gray: bool,
+    formats: tuple[str, ...] | None = None,
+    orientation: int | None = None,
+) -> np.ndarray:
+    """Decode through Pillow; ``orientation`` overrides the image's EXIF one if given."""
+    with _opened(stream, label, max_pixels, kind, formats) as im:
         w, h = im.size
         try:
             if im.format in ("JPEG", "MPO") and max_side is not None and max(w, h) > max_side:
@@ -332,6 +378,11 @@ def _decode(
                 im.draft("L" if gray else "RGB", target)
             elif im.format in ("JPEG", "MPO") and gray:
                 im.draft("L", None)
+            elif im.format == "HEIF" and max_side is not None and max(w, h) > max_side:
+                # pillow-heif decodes an embedded thumbnail instead when one is at least
+                # this large (a scaled copy: same aspect ratio and rotation), else nothing.
+                s = max_side / max(w, h)
+                im.draft(None, (max(1, int(w * s) + 1), max(1, int(h * s) + 1)))
             im.seek(0)  # first frame of GIF / first page of TIFF
             im.load()
         except ImageLoadError:
@@ -344,26 +395,78 @@ def _decode(
             ) from None
         except Exception as exc:  # OSError("image file is truncated"), SyntaxError, ...
             raise ImageLoadError(
-                label, f"truncated or corrupt image data ({_describe(exc)})"
+                label, f"truncated or corrupt image data ({describe(exc)})"
             ) from None
-        orientation = _orientation(im)
-        try:
-            out = _to_pixels(im, gray)
-            if orientation != 1:
-                out = out.transpose(_ORIENTATION[orientation])
-            if max_side is not None and max(out.size) > max_side:
-                ow, oh = out.size
-                s = max_side / max(ow, oh)
-                size = (max(1, round(ow * s)), max(1, round(oh * s)))
-                out = out.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
-            arr = np.array(out, dtype=np.uint8)  # copy: independent of Pillow's buffer
-        except MemoryError:
-            raise ImageLoadError(label, "not enough memory to decode the image") from None
-        except Exception as exc:
-            raise ImageLoadError(label, f"cannot convert image ({_describe(exc)})") from None
-    if gray:
-        return arr.reshape(arr.shape[0], arr.shape[1])
-    return arr.reshape(arr.shape[0], arr.shape[1], 3)
+        if orientation is None:
+            orientation = _orientation(im)
+        return _finish(im, label, orientation, max_side=max_side, gray=gray)
+
+
+def _raw_preview(
+    photo: RawPhoto, label: str, max_side: int | None, max_pixels: int
+) -> tuple[bytes, tuple[int, int]] | None:
+    """The RAW file's embedded JPEG and its stored ``(width, height)``, if it serves.
+
+    It serves when it parses, is at least ``max_side`` pixels long (at least as long as
+    the sensor image for ``max_side=None``) and has the sensor image's aspect ratio
+    (within 2 %: not a letterboxed or cropped preview).
+    """
+    jpeg = photo.preview_jpeg()
+    if jpeg is None:
+        return None
+    try:
+        with _opened(io.BytesIO(jpeg), label, max_pixels, "JPEG", _JPEG_FORMATS) as im:
+            pw, ph = im.size
+    except ImageLoadError:
+        return None
+    w, h = photo.sensor_size
+    if max(pw, ph) < (max(w, h) if max_side is None else max_side):
+        return None
+    if abs(pw * h - ph * w) > 0.02 * max(pw * h, ph * w):
+        return None
+    return jpeg, (pw, ph)
+
+
+def _decode_raw(
+    data: bytes, label: str, *, max_side: int | None, max_pixels: int, gray: bool
+) -> np.ndarray:
+    """Camera RAW: the embedded preview when large enough, else (or when the preview's
+    data turns out corrupt) a demosaic."""
+    with open_raw(data, label, max_pixels) as photo:
+        preview = _raw_preview(photo, label, max_side, max_pixels)
+        if preview is not None:
+            try:
+                return _decode_pillow(
+                    io.BytesIO(preview[0]),
+                    label,
+                    "JPEG",
+                    max_side=max_side,
+                    max_pixels=max_pixels,
+                    gray=gray,
+                    formats=_JPEG_FORMATS,
+                    orientation=photo.orientation,
+                )
+            except ImageLoadError:
+                pass  # a broken preview; the sensor data may well be intact
+        w, h = photo.sensor_size
+        half = max_side is not None and max((w + 1) // 2, (h + 1) // 2) >= max_side
+        rgb = photo.demosaic(half=half)  # upright already
+    return _finish(Image.fromarray(rgb), label, 1, max_side=max_side, gray=gray)
+
+
+def _decode(
+    source: ImageSource, *, max_side: int | None, max_pixels: int, gray: bool
+) -> np.ndarray:
+    _check_args(max_side, max_pixels)
+    label = _label(source)
+    with _source_stream(source, label) as stream:
+        kind = _kind(stream)
+        if not _is_raw(kind):
+            return _decode_pillow(
+                stream, label, kind, max_side=max_side, max_pixels=max_pixels, gray=gray
+            )
+        data = _read_all(stream, label)
+    return _decode_raw(data, label, max_side=max_side, max_pixels=max_pixels, gray=gray)
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,45 +533,14 @@ def load_gray(
     return _decode(path_or_bytes, max_side=max_side, max_pixels=max_pixels, gray=True)
 
 
-def _magic_kind(head: bytes) -> str | None:
-    """Format named by a file's first bytes (JPEG, PNG, GIF, BMP, TIFF, WebP) or None."""
-    if head.startswith(b"\xff\xd8\xff"):
-        return "JPEG"
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "PNG"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "GIF"
-    if head.startswith(b"BM") and len(head) >= 26:
-        return "BMP"
-    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):  # TIFF / BigTIFF
-        return "TIFF"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "WebP"
-    return None
-
-
-def sniff_format(head: bytes) -> str | None:
-    """Format a file's first 32 bytes name (``"JPEG"``, ``"PNG"``, ``"GIF"``, ``"BMP"``,
-    ``"TIFF"``, ``"WebP"``), or ``None`` when they start like no supported image.
-
-    Parameters
-    ----------
-    head : bytes
-        The first bytes of the file (32 are enough).
-
-    Returns
-    -------
-    str or None
-    """
-    return _magic_kind(bytes(head[:32]))
-
-
 def is_image_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a file that starts like a supported image (by content, not name).
 
-    Checks the magic bytes of JPEG, PNG, GIF, BMP, TIFF and WebP. HEIC, PDF, text, missing
-    files, directories and unreadable files give ``False``; it never raises for a bad path.
-    A ``True`` answer does not guarantee that the rest of the file decodes.
+    Checks the signatures of :func:`engine.io.formats.sniff_format`: JPEG, PNG, GIF, BMP,
+    TIFF, WebP, HEIC / HEIF, AVIF, JPEG XL and camera RAW -- whether or not the optional
+    decoder of that format is installed (the loader then says it is missing). PDF, text,
+    missing files, directories and unreadable files give ``False``; it never raises for a
+    bad path. A ``True`` answer does not guarantee that the rest of the file decodes.
 
     Parameters
     ----------
@@ -483,14 +555,18 @@ def is_image_file(path: str | os.PathLike) -> bool:
             head = fh.read(32)
     except (OSError, ValueError, TypeError):
         return False
-    return _magic_kind(head) is not None
+    return sniff_format(head) is not None
 
 
 def image_size(path: ImageSource, *, max_pixels: int | None = None) -> tuple[int, int]:
     """Size ``(width, height)`` of an image as it will be displayed, from its header only.
 
     EXIF orientations 5-8 swap width and height, so the result equals
-    ``load_image(path, max_side=None).shape[1::-1]``. No pixel data is decoded.
+    ``load_image(path, max_side=None).shape[1::-1]``. No pixel data is decoded. For a
+    camera RAW file that is the size of its embedded preview when the preview is as
+    large as the sensor image (what ``load_image(path, max_side=None)`` then returns),
+    else the size LibRaw demosaics to, turned by the RAW's flip flag; the whole file is
+    read to parse it, nothing is decoded.
 
     Parameters
     ----------
@@ -510,9 +586,20 @@ def image_size(path: ImageSource, *, max_pixels: int | None = None) -> tuple[int
         If the file is missing, unreadable, not a supported image, or declares a zero size.
     """
     label = _label(path)
-    with _opened(path, label, max_pixels if max_pixels is not None else 1 << 62) as im:
-        w, h = im.size
-        orientation = _orientation(im, header_only=True)
-    if orientation in (5, 6, 7, 8):
-        w, h = h, w
-    return int(w), int(h)
+    limit = max_pixels if max_pixels is not None else 1 << 62
+    with _source_stream(path, label) as stream:
+        kind = _kind(stream)
+        if not _is_raw(kind):
+            with _opened(stream, label, limit, kind) as im:
+                w, h = im.size
+                orientation = _orientation(im, header_only=True)
+            if orientation in (5, 6, 7, 8):
+                w, h = h, w
+            return int(w), int(h)
+        data = _read_all(stream, label)
+    with open_raw(data, label, limit) as photo:
+        preview = _raw_preview(photo, label, None, limit)
+        if preview is None:
+            return photo.size
+        w, h = preview[1]
+        return (int(h), int(w)) if photo.orientation >= 5 else (int(w), int(h))

@@ -1,10 +1,16 @@
 """Fast recursive folder scan for incremental indexing, and file content hashing.
 
 :func:`scan_folder` walks a folder with :func:`os.scandir` (one ``stat`` per entry,
-``d_type`` for the directory test), recognises images by their magic bytes
-(:func:`engine.imageio.is_image_file`) or their suffix (only for files not already known
-with the same size and mtime, so a re-scan of an unchanged folder reads no file content)
-and compares ``(size, mtime_ns)`` with what the index knows.
+``d_type`` for the directory test), recognises images by their signature
+(:func:`engine.io.imageio.is_image_file`) or their suffix
+(:data:`engine.io.formats.IMAGE_SUFFIXES`) -- only for files not already known with the
+same size and mtime, so a re-scan of an unchanged folder reads no file content -- and
+compares ``(size, mtime_ns)`` with what the index knows.
+
+Every photo format the loader knows is proposed to the indexer, HEIC / HEIF, AVIF, JPEG XL
+and camera RAW (CR2, CR3, NEF, ARW, RAF, ORF, RW2, DNG, PEF, SRW, ...) included, whether or
+not its optional decoder is installed: a file the indexer then cannot read is listed as
+failed with the reason (e.g. "HEIC support is not installed (...)"), never passed over.
 
 Symlinks: file links are followed; directory links are followed too, with cycles broken
 by remembering every visited directory's ``(st_dev, st_ino)``. Every path is reported as the
@@ -81,8 +87,9 @@ class ScanResult:
 
 
 def _default_is_image(path: str) -> bool:
-    """An image suffix OR image magic bytes: a broken ``x.jpg`` is reported as failed
-    by the indexer rather than silently skipped, and a JPEG without suffix is found."""
+    """An image suffix OR image magic bytes: a broken ``x.jpg`` or an ``x.heic`` without
+    its decoder is reported as failed by the indexer rather than silently skipped, and a
+    JPEG (HEIC, RAW...) without suffix is found."""
     from engine.io.imageio import IMAGE_SUFFIXES, is_image_file
 
     return os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES or is_image_file(path)
@@ -102,65 +109,16 @@ def _special_kind(mode: int) -> str:
     return "a special file"
 
 
-def scan_folder(
-    folder: str | os.PathLike,
-    known: Mapping[str, tuple[int, int]] | None = None,
-    *,
-    exclude: Iterable[str | os.PathLike] = (),
-    is_image: Callable[[str], bool] | None = None,
-    index_dirname: str = ".simile",
-) -> ScanResult:
-    """Find the images under ``folder`` and classify them against ``known``.
-
-    Parameters
-    ----------
-    folder : path-like
-        Root folder, scanned recursively.
-    known : mapping of str to (int, int), optional
-        ``path -> (size, mtime_ns)`` of files already in the index (paths as produced
-        by a previous scan: absolute and resolved).
-    exclude : iterable of path-like
-        Directories never entered (e.g. an index directory kept inside ``folder``
-        under another name).
-    is_image : callable, optional
-        ``is_image(path) -> bool``; default: the name has an image suffix
-        (:data:`engine.imageio.IMAGE_SUFFIXES`) or the content starts like an image
-        (:func:`engine.imageio.is_image_file`).
-    index_dirname : str
-        Name of index directories to skip at any depth (hidden names are skipped anyway).
-
-    Returns
-    -------
-    ScanResult
-
-    Raises
-    ------
-    NotADirectoryError, FileNotFoundError, PermissionError
-        Only when ``folder`` itself is missing, not a directory or unreadable.
-
-    Notes
-    -----
-    Hidden entries (name starting with ``"."``, e.g. ``.git``, ``.simile``, macOS
-    ``._*`` resource forks) are skipped. A known file whose stat changed is checked
-    again by content, and reported as removed if it is no longer an image.
-    """
-    known = known or {}
-    is_image = is_image or _default_is_image
-    root = os.path.realpath(os.fspath(folder))
-    st_root = os.stat(root)  # raises FileNotFoundError / PermissionError for the root
-    if not stat_mod.S_ISDIR(st_root.st_mode):
-        raise NotADirectoryError(f"not a folder: {root}")
-    os.listdir(root)  # an unreadable root is fatal (PermissionError), deeper ones are not
-
-    excluded: set[tuple[int, int]] = set()
-    for ex in exclude:
-        try:
-            st = os.stat(ex)
-        except OSError:
-            continue
-        excluded.add((st.st_dev, st.st_ino))
-
-    result = ScanResult()
+def _walk(
+    root: str,
+    st_root: os.stat_result,
+    excluded: set[tuple[int, int]],
+    index_dirname: str,
+    result: ScanResult,
+) -> dict[str, tuple[str, bool, int, int]]:
+    """Walk ``root`` depth-first: every regular file once, as
+    ``real path -> (path as seen, is a link, size, mtime_ns)``; unreadable folders go to
+    ``result.errors``, links and special files passed over to ``result.skipped``."""
     seen_dirs = {(st_root.st_dev, st_root.st_ino)}
     # real path -> (path as seen, is a link): one entry per file, a real name preferred
     files: dict[str, tuple[str, bool, int, int]] = {}
@@ -221,6 +179,71 @@ def scan_folder(
                 if prev_seen is not None and (is_link or not prev_seen[1]):
                     continue  # already listed under a real name, or under another link
                 files[real] = (entry.path, is_link, st.st_size, st.st_mtime_ns)
+
+    return files
+
+
+def scan_folder(
+    folder: str | os.PathLike,
+    known: Mapping[str, tuple[int, int]] | None = None,
+    *,
+    exclude: Iterable[str | os.PathLike] = (),
+    is_image: Callable[[str], bool] | None = None,
+    index_dirname: str = ".simile",
+) -> ScanResult:
+    """Find the images under ``folder`` and classify them against ``known``.
+
+    Parameters
+    ----------
+    folder : path-like
+        Root folder, scanned recursively.
+    known : mapping of str to (int, int), optional
+        ``path -> (size, mtime_ns)`` of files already in the index (paths as produced
+        by a previous scan: absolute and resolved).
+    exclude : iterable of path-like
+        Directories never entered (e.g. an index directory kept inside ``folder``
+        under another name).
+    is_image : callable, optional
+        ``is_image(path) -> bool``; default: the name has an image suffix
+        (:data:`engine.io.formats.IMAGE_SUFFIXES`: JPEG, PNG, GIF, BMP, TIFF, WebP,
+        HEIC / HEIF, AVIF, JPEG XL, camera RAW) or the content starts like one
+        (:func:`engine.io.imageio.is_image_file`).
+    index_dirname : str
+        Name of index directories to skip at any depth (hidden names are skipped anyway).
+
+    Returns
+    -------
+    ScanResult
+
+    Raises
+    ------
+    NotADirectoryError, FileNotFoundError, PermissionError
+        Only when ``folder`` itself is missing, not a directory or unreadable.
+
+    Notes
+    -----
+    Hidden entries (name starting with ``"."``, e.g. ``.git``, ``.simile``, macOS
+    ``._*`` resource forks) are skipped. A known file whose stat changed is checked
+    again by content, and reported as removed if it is no longer an image.
+    """
+    known = known or {}
+    is_image = is_image or _default_is_image
+    root = os.path.realpath(os.fspath(folder))
+    st_root = os.stat(root)  # raises FileNotFoundError / PermissionError for the root
+    if not stat_mod.S_ISDIR(st_root.st_mode):
+        raise NotADirectoryError(f"not a folder: {root}")
+    os.listdir(root)  # an unreadable root is fatal (PermissionError), deeper ones are not
+
+    excluded: set[tuple[int, int]] = set()
+    for ex in exclude:
+        try:
+            st = os.stat(ex)
+        except OSError:
+            continue
+        excluded.add((st.st_dev, st.st_ino))
+
+    result = ScanResult()
+    files = _walk(root, st_root, excluded, index_dirname, result)
 
     seen_files: set[str] = set()
     not_images: set[str] = set()

@@ -1,4 +1,7 @@
-"""Tests for engine.imageio on generated odd and broken files (nothing read from the repo)."""
+"""Tests for engine.io.imageio on generated odd and broken files (nothing read from the repo).
+
+The classic formats; HEIC, AVIF, JPEG XL and camera RAW are tested in test_formats.py.
+"""
 
 from __future__ import annotations
 
@@ -389,11 +392,13 @@ def test_unsupported_format_refused(tmp_path):
     assert not is_image_file(p)
 
 
-def test_heic_signature_is_not_an_image_file(tmp_path):
+def test_heic_signature_alone_is_a_corrupt_heic(tmp_path):
+    # HEIC is read now (tests/engine/test_formats.py): a bare signature is an image file
+    # whose content is broken, or whose decoder is missing, never "not an image".
     p = tmp_path / "x.heic"
     p.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 64)
-    assert not is_image_file(p)
-    expect_error(p, "not an image")
+    assert is_image_file(p)
+    expect_error(p, "corrupt HEIF header|HEIC support is not installed")
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "WEBP", "TIFF", "BMP"])

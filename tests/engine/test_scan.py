@@ -221,3 +221,24 @@ def test_root_symlink_is_resolved(tmp_path):
     os.symlink(real, tmp_path / "alias")
     res = scan_folder(tmp_path / "alias")
     assert [f.path for f in res.new] == [_real(a)]
+
+
+def test_phone_and_camera_files_are_proposed_by_suffix_or_signature(tmp_path):
+    """HEIC, AVIF and RAW files go to the indexer (which reads them or says why it cannot),
+    whatever their decoder: by suffix even when their content is junk, by signature
+    without a suffix."""
+    named = []
+    names = "IMG_0001.HEIC b.heif c.avif d.jxl DSC_0001.NEF e.CR3 f.arw g.raf h.orf i.rw2"
+    for name in [*names.split(), "j.dng", "k.pef", "l.srw", "m.cr2"]:
+        p = tmp_path / name
+        p.write_bytes(b"not decodable")
+        named.append(p)
+    unnamed = tmp_path / "from_phone"
+    unnamed.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\0" * 64)
+    raf = tmp_path / "camera_file"
+    raf.write_bytes(b"FUJIFILMCCD-RAW 0201FF383501" + b"\0" * 64)
+    (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isomiso2")
+    res = scan_folder(tmp_path)
+    expected = [*named, unnamed, raf]
+    assert sorted(f.path for f in res.new) == sorted(_real(p) for p in expected)
+    assert res.n_skipped == 1  # the video
