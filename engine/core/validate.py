@@ -28,3 +28,32 @@ def check_positive(value: float, name: str) -> None:
 def check_choice(value: str, name: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def check_int(value: object, name: str, minimum: int) -> int:
+    """Return ``value`` as an ``int`` if it is an integer ``>= minimum``.
+
+    Parameters
+    ----------
+    value : int or numpy integer
+        ``bool`` is refused although it is an ``int`` subclass.
+    name : str
+        Argument name used in the error messages.
+    minimum : int
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer (or is a bool).
+    ValueError
+        ``value < minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)

@@ -37,19 +37,22 @@ import cv2
 import numpy as np
 
 from engine.core.validate import check_choice
-from engine.io.imageio import load_gray
+from engine.features.dense import (
+    SIFT_DIM,
+    SIFT_WINDOW_PER_SIZE,
+    centred_grid,
+    dense_sift,
+    gray_image,
+    normalise_sift,
+)
 
 __all__ = ["KINDS", "PCA", "Features", "extract_features"]
 
 #: Feature kinds understood by :func:`extract_features`.
 KINDS: tuple[str, ...] = ("sift", "dense_sift", "patch")
 
-_SIFT_DIM = 128
 _PATCH_CELLS = 8  # "patch" descriptors are 8 x 8 samples of the window
 _FLAT_STD = 0.5  # grey levels: a patch whose std is below this has no appearance to describe
-# OpenCV's SIFT descriptor spans 4 x 4 cells of width 3 * (keypoint size / 2) pixels
-# (SIFT_DESCR_SCL_FCTR = 3), i.e. a window of 6 x keypoint size.
-_SIFT_WINDOW_PER_SIZE = 6.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,65 +146,6 @@ class Features:
 # --------------------------------------------------------------------------------------------
 
 
-def _gray_input(
-    image_or_path: np.ndarray | str | os.PathLike | bytes | IO[bytes], max_side: int | None
-) -> np.ndarray:
-    """``(H, W) uint8`` grey image from a path / bytes (via the loader) or an array."""
-    if not isinstance(image_or_path, np.ndarray):
-        return load_gray(image_or_path, max_side=max_side)
-    img = image_or_path
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[..., 0]
-    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (3, 4)):
-        raise ValueError(f"image must be (H, W), (H, W, 3) or (H, W, 4), got shape {img.shape}")
-    if img.dtype == np.uint8:
-        pass
-    elif np.issubdtype(img.dtype, np.floating):
-        img = np.clip(np.rint(np.nan_to_num(img) * 255.0), 0, 255).astype(np.uint8)
-    elif img.dtype == np.bool_:
-        img = img.astype(np.uint8) * 255
-    else:
-        raise ValueError(f"image must be uint8, bool or float in [0, 1], got dtype {img.dtype}")
-    if img.ndim == 3:
-        img = cv2.cvtColor(np.ascontiguousarray(img[..., :3]), cv2.COLOR_RGB2GRAY)
-    h, w = img.shape
-    if max_side is not None and max(h, w) > max_side:
-        s = max_side / max(h, w)
-        size = (max(1, round(w * s)), max(1, round(h * s)))
-        img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
-    return np.ascontiguousarray(img)
-
-
-def _grid(width: int, height: int, step: int, patch_size: int) -> np.ndarray:
-    """Centres ``(M, 2) float32`` of a grid of whole ``patch_size`` windows, row-major.
-
-    Windows start every ``step`` pixels; the grid is centred in the image so the unused
-    margin is split evenly. A window whose top-left pixel is ``x0`` has centre
-    ``x0 + (patch_size - 1) / 2``.
-    """
-
-    def axis(n: int) -> np.ndarray:
-        if n < patch_size:
-            return np.empty(0, np.float32)
-        count = (n - patch_size) // step + 1
-        start = ((n - patch_size) - (count - 1) * step) // 2
-        return (start + step * np.arange(count) + (patch_size - 1) / 2).astype(np.float32)
-
-    xs, ys = axis(width), axis(height)
-    gx, gy = np.meshgrid(xs, ys)
-    return np.stack([gx.ravel(), gy.ravel()], axis=1).astype(np.float32)
-
-
-def _normalise_sift(desc: np.ndarray, rootsift: bool) -> np.ndarray:
-    """RootSIFT ``sqrt(d / ||d||_1)`` or plain ``d / ||d||_2``; all-zero rows stay zero."""
-    desc = np.maximum(desc.astype(np.float32, copy=False), 0.0)
-    if rootsift:
-        l1 = desc.sum(axis=1, keepdims=True)
-        return np.sqrt(desc / np.maximum(l1, np.float32(1e-12)))
-    l2 = np.linalg.norm(desc, axis=1, keepdims=True)
-    return desc / np.maximum(l2, np.float32(1e-12))
-
-
 def _sift_keypoints(
     gray: np.ndarray, max_features: int | None, rootsift: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -209,7 +153,7 @@ def _sift_keypoints(
     kps, desc = sift.detectAndCompute(gray, None)
     if not kps or desc is None:
         empty = np.empty(0, np.float32)
-        return np.empty((0, _SIFT_DIM), np.float32), np.empty((0, 2), np.float32), empty, empty
+        return np.empty((0, SIFT_DIM), np.float32), np.empty((0, 2), np.float32), empty, empty
     xy = cv2.KeyPoint_convert(kps).reshape(-1, 2).astype(np.float32)
     n = len(kps)
     size = np.fromiter((k.size for k in kps), np.float32, n)
@@ -219,24 +163,17 @@ def _sift_keypoints(
     order = np.lexsort((angle, size, xy[:, 0], xy[:, 1], -response))
     if max_features is not None:
         order = order[:max_features]
-    desc = _normalise_sift(desc[order], rootsift)
-    return desc, xy[order], size[order] * _SIFT_WINDOW_PER_SIZE, np.mod(angle[order], 360.0)
+    desc = normalise_sift(desc[order], rootsift)
+    return desc, xy[order], size[order] * SIFT_WINDOW_PER_SIZE, np.mod(angle[order], 360.0)
 
 
 def _dense_sift(
-    gray: np.ndarray, centres: np.ndarray, patch_size: int, rootsift: bool
+    gray: np.ndarray, step: int, patch_size: int, rootsift: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    if len(centres) == 0:
-        return np.empty((0, _SIFT_DIM), np.float32), centres
-    size = patch_size / _SIFT_WINDOW_PER_SIZE
-    # angle 0 = upright; octave 0 = described on the input image (blurred by sigma 1.6)
-    kps = [cv2.KeyPoint(x, y, size, 0.0) for x, y in centres.tolist()]
-    kps_out, desc = cv2.SIFT_create().compute(gray, kps)
-    xy = cv2.KeyPoint_convert(kps_out).reshape(-1, 2).astype(np.float32)
-    if desc is None:
-        return np.empty((0, _SIFT_DIM), np.float32), np.empty((0, 2), np.float32)
-    keep = desc.any(axis=1)  # no gradient at all (flat window): nothing to describe
-    return _normalise_sift(desc[keep], rootsift), xy[keep]
+    """``"dense_sift"``: OpenCV SIFT of upright windows on the centred grid, flat ones
+    left out (:func:`engine.features.dense.dense_sift`)."""
+    f = dense_sift(gray, windows=((patch_size, step),), rootsift=rootsift, drop_empty=True)
+    return f.descriptors, f.xy
 
 
 def _raw_patches(
@@ -291,7 +228,7 @@ def extract_features(
     ----------
     image_or_path : ndarray, path, bytes or binary file object
         An image array -- ``(H, W)`` or ``(H, W, 3|4)`` RGB(A), uint8 (or float in ``[0, 1]``)
-        -- or anything :func:`engine.imageio.load_gray` accepts (loaded straight to grey).
+        -- or anything :func:`engine.io.imageio.load_gray` accepts (loaded straight to grey).
     kind : {"sift", "dense_sift", "patch"}, optional
         See the module docstring.
     max_features : int or None, optional
@@ -325,7 +262,7 @@ def extract_features(
 
     Raises
     ------
-    engine.imageio.ImageLoadError
+    engine.io.imageio.ImageLoadError
         If a path / bytes input cannot be loaded.
     ValueError
         For an unknown ``kind`` or a non-positive ``step``, ``patch_size``,
@@ -356,17 +293,17 @@ def extract_features(
     if not np.isfinite(xy_weight):
         raise ValueError(f"xy_weight must be finite, got {xy_weight!r}")
 
-    gray = _gray_input(image_or_path, max_side)
+    gray = gray_image(image_or_path, max_side)
     h, w = gray.shape
     scale: np.ndarray | None
     angle: np.ndarray | None = None
     if kind == "sift":
         desc, xy, scale, angle = _sift_keypoints(gray, max_features, rootsift)
     else:
-        centres = _grid(w, h, int(step), int(patch_size))
         if kind == "dense_sift":
-            desc, xy = _dense_sift(gray, centres, int(patch_size), rootsift)
+            desc, xy = _dense_sift(gray, int(step), int(patch_size), rootsift)
         else:
+            centres = centred_grid(w, h, int(step), int(patch_size))
             desc, xy = _raw_patches(gray, centres, int(patch_size))
         scale = np.full(len(xy), patch_size, np.float32)
     if append_xy:

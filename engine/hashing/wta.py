@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from engine.core.validate import check_int
+
 __all__ = [
     "DensifiedWTAHash",
     "WTAHash",
@@ -53,14 +55,6 @@ def _as_matrix(X: Any, name: str) -> np.ndarray | sp.csr_matrix:
     if arr.size and not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or infinite values")
     return arr
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def sparsity(X: Any) -> float:
@@ -125,10 +119,10 @@ class WTAHash:
     def __init__(
         self, n_codes: int = 256, window: int = 4, degree: int = 1, random_state: int = 0
     ) -> None:
-        self.n_codes = _check_int(n_codes, "n_codes", 1)
-        self.window = _check_int(window, "window", 1)
-        self.degree = _check_int(degree, "degree", 1)
-        self.random_state = _check_int(random_state, "random_state", 0)
+        self.n_codes = check_int(n_codes, "n_codes", 1)
+        self.window = check_int(window, "window", 1)
+        self.degree = check_int(degree, "degree", 1)
+        self.random_state = check_int(random_state, "random_state", 0)
         self.dim: int | None = None
         self.permutations_: np.ndarray | None = None
 
@@ -145,7 +139,7 @@ class WTAHash:
         -------
         self
         """
-        dim = _check_int(dim, "dim", 1)
+        dim = check_int(dim, "dim", 1)
         if self.window > dim:
             raise ValueError(f"window must be <= dim ({dim}), got {self.window}")
         rng = np.random.default_rng(self.random_state)
@@ -351,10 +345,10 @@ class DensifiedWTAHash(WTAHash):
         range_mod: int | None = 256,
     ) -> None:
         super().__init__(n_codes, window, degree, random_state)
-        self.offset = self.window + 1 if offset is None else _check_int(offset, "offset", 1)
+        self.offset = self.window + 1 if offset is None else check_int(offset, "offset", 1)
         if self.offset < self.window:
             raise ValueError(f"offset must be >= window ({self.window}), got {self.offset}")
-        self.range_mod = None if range_mod is None else _check_int(range_mod, "range_mod", 2)
+        self.range_mod = None if range_mod is None else check_int(range_mod, "range_mod", 2)
         if self.range_mod is not None and self.range_mod <= self.window:
             raise ValueError(f"range_mod must be > window ({self.window}), got {self.range_mod}")
 
@@ -476,7 +470,7 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     (N, ceil(m * bits / 8)) uint8
         Little-endian bit order; invert with :func:`unpack_codes`.
     """
-    bits = _check_int(bits, "bits", 1)
+    bits = check_int(bits, "bits", 1)
     if bits > 16:
         raise ValueError(f"bits must be <= 16, got {bits}")
     codes = np.asarray(codes)
@@ -496,8 +490,8 @@ def unpack_codes(packed: np.ndarray, bits: int, n_codes: int) -> np.ndarray:
     -------
     (N, n_codes) uint8 if ``bits <= 8`` else uint16
     """
-    bits = _check_int(bits, "bits", 1)
-    n_codes = _check_int(n_codes, "n_codes", 0)
+    bits = check_int(bits, "bits", 1)
+    n_codes = check_int(n_codes, "n_codes", 0)
     packed = np.asarray(packed, dtype=np.uint8)
     if packed.ndim != 2 or packed.shape[1] * 8 < bits * n_codes:
         raise ValueError(f"packed has shape {packed.shape}, too small for {n_codes}x{bits} bits")

@@ -20,10 +20,9 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
 from engine.core.validate import check_choice
+from engine.kernels.optimal import CDIST_METRICS
 
 __all__ = ["correspondences"]
-
-_METRICS = {"l1": "cityblock", "l2": "euclidean"}
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -59,7 +58,7 @@ def _assign_bin(ia, ib, X_a, X_b, metric, max_cells):
     """Optimal assignment inside one bin; huge bins are split into aligned chunks."""
     na, nb = ia.shape[0], ib.shape[0]
     if na * nb <= max_cells:
-        dist = cdist(X_a[ia], X_b[ib], metric=_METRICS[metric])
+        dist = cdist(X_a[ia], X_b[ib], metric=CDIST_METRICS[metric])
         r, c = linear_sum_assignment(dist)
         return ia[r], ib[c]
     # Oversized bin (only at coarse levels of weak pyramids): order both sides along the
@@ -74,7 +73,7 @@ def _assign_bin(ia, ib, X_a, X_b, metric, max_cells):
     cb = np.array_split(ib[pb], n_chunks)
     ra, rb = [], []
     for xa, xb in zip(ca, cb, strict=True):
-        dist = cdist(X_a[xa], X_b[xb], metric=_METRICS[metric])
+        dist = cdist(X_a[xa], X_b[xb], metric=CDIST_METRICS[metric])
         r1, r2 = linear_sum_assignment(dist)
         r1, r2 = xa[r1], xb[r2]
         ra.append(r1)
@@ -122,7 +121,7 @@ def correspondences(
     weight : (P,) float64
         ``weights_a`` at that level.
     """
-    check_choice(metric, "metric", tuple(_METRICS))
+    check_choice(metric, "metric", tuple(CDIST_METRICS))
     bins_a = np.asarray(bins_a, np.int64)
     bins_b = np.asarray(bins_b, np.int64)
     if bins_a.ndim != 2 or bins_b.ndim != 2 or bins_a.shape[1] != bins_b.shape[1]:

@@ -15,9 +15,10 @@ from scipy.spatial.distance import cdist
 
 from engine.core.validate import as_point_set, check_choice
 
-__all__ = ["optimal_partial_match"]
+__all__ = ["CDIST_METRICS", "optimal_partial_match"]
 
-_METRICS = {"l1": "cityblock", "l2": "euclidean"}
+#: Ground distances of the exact and the per-bin assignments: name -> SciPy ``cdist`` metric.
+CDIST_METRICS = {"l1": "cityblock", "l2": "euclidean"}
 
 
 def optimal_partial_match(
@@ -48,12 +49,12 @@ def optimal_partial_match(
     >>> cost, pairs.tolist()
     (2.0, [[0, 1], [1, 0]])
     """
-    check_choice(metric, "metric", tuple(_METRICS))
+    check_choice(metric, "metric", tuple(CDIST_METRICS))
     a = as_point_set(a, "a")
     b = as_point_set(b, "b", dim=a.shape[1])
     if a.shape[0] == 0 or b.shape[0] == 0:
         return 0.0, np.zeros((0, 2), np.int64)
-    dist = cdist(a.astype(np.float64), b.astype(np.float64), metric=_METRICS[metric])
+    dist = cdist(a.astype(np.float64), b.astype(np.float64), metric=CDIST_METRICS[metric])
     rows, cols = linear_sum_assignment(dist)
     pairs = np.stack([rows, cols], axis=1).astype(np.int64)
     return float(dist[rows, cols].sum()), pairs

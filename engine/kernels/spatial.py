@@ -7,11 +7,12 @@ to the *positions* of features that have been quantised to visual words: for eve
 (word, cell) counts. This module provides
 
 * :func:`dense_sift` -- PHOW-like dense SIFT at several bin sizes (VLFeat ``dsift``
-  with a flat window), vectorised over all descriptors of an image;
-* :class:`SpatialPyramidBinning` -- a :class:`engine.pyramid.Binning` whose nested bins
+  with a flat window) and :func:`grid_sift` -- OpenCV SIFT on a coarse grid of large
+  windows: two presets of :func:`engine.features.dense.dense_sift`;
+* :class:`SpatialPyramidBinning` -- a :class:`engine.kernels.binning.Binning` whose nested bins
   are (visual word, grid cell) pairs, finest grid first, optionally followed by coarser
   vocabulary levels (the feature-space pyramid of thesis Ch. 4 on top of the spatial
-  one). Plugged into :class:`engine.pyramid.PyramidMatch` it gives the spatial pyramid
+  one). Plugged into :class:`engine.kernels.pyramid.PyramidMatch` it gives the spatial pyramid
   match kernel, Eq. 3.10 with level weights ``w_l = 2**-l`` (finest first), i.e. the
   weights ``1/2**(L-l)`` of Lazebnik et al. Eq. (3);
 * :func:`with_positions` -- stack descriptors and normalised positions into the
@@ -23,10 +24,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import cv2
 import numpy as np
 
 from engine.core.validate import as_point_set, check_positive
+from engine.features.dense import SIFT_DIM, DenseSift
+from engine.features.dense import dense_sift as _dense_sift
 
 if TYPE_CHECKING:
     from engine.kernels.pyramid import PyramidCodes
@@ -40,54 +42,12 @@ __all__ = [
     "with_positions",
 ]
 
-_N_ORI = 8
-_N_CELLS = 4
-DIM = _N_CELLS * _N_CELLS * _N_ORI  # 128
+DIM = SIFT_DIM  # 128
 
 
 # --------------------------------------------------------------------------------------------
-# dense SIFT
+# dense SIFT presets (engine.features.dense)
 # --------------------------------------------------------------------------------------------
-
-
-class DenseSift:
-    """Dense multi-scale SIFT descriptors of one image.
-
-    Attributes
-    ----------
-    descriptors : (M, 128) float32
-        RootSIFT (or SIFT) descriptors; rows of low-contrast windows are all zero.
-    xy : (M, 2) float32
-        Window centres in pixels of the (resized) image.
-    size : (M,) float32
-        Spatial bin size in pixels (the window is ``4 * size`` wide).
-    image_size : tuple of int
-        ``(width, height)`` of the image the descriptors were computed on.
-    """
-
-    __slots__ = ("descriptors", "image_size", "size", "xy")
-
-    def __init__(
-        self, descriptors: np.ndarray, xy: np.ndarray, size: np.ndarray, image_size: tuple
-    ) -> None:
-        self.descriptors = descriptors
-        self.xy = xy
-        self.size = size
-        self.image_size = (int(image_size[0]), int(image_size[1]))
-
-    def __len__(self) -> int:
-        return int(self.descriptors.shape[0])
-
-    def normalized_xy(self) -> np.ndarray:
-        """(M, 2) float32 positions divided by the image width and height, in ``[0, 1)``."""
-        w, h = self.image_size
-        return (self.xy / np.array([w, h], np.float32)).astype(np.float32)
-
-
-def _triangle(b: int) -> np.ndarray:
-    """Bilinear spatial-binning kernel of a ``b``-pixel cell: ``1 - |t| / b``, ``|t| < b``."""
-    t = np.arange(-b + 1, b, dtype=np.float32)
-    return (1.0 - np.abs(t) / b).astype(np.float32)
 
 
 def dense_sift(
@@ -102,15 +62,15 @@ def dense_sift(
 ) -> DenseSift:
     """Dense SIFT on a regular grid at several scales (PHOW, Bosch et al. 2007).
 
-    For every bin size ``b`` the image is smoothed with a Gaussian of
-    ``sigma = sqrt((b / magnif)**2 - 0.25)``, gradient magnitudes are split between the two
-    nearest of 8 orientations and spread over space with the bilinear (triangular) kernel
-    of a ``b``-pixel cell; a descriptor then reads the 4 x 4 cells x 8 orientations at
-    cell centres ``b`` pixels apart (VLFeat ``vl_dsift`` with a flat window). Descriptors
-    are L2-normalised, clipped at 0.2 and renormalised (Lowe 2004), then mapped to
-    RootSIFT (L1-normalise, square root; Arandjelovic & Zisserman 2012). All descriptors
-    of one scale come from a handful of whole-image filters and one gather: no loop over
-    points.
+    :func:`engine.features.dense.dense_sift` with ``method="phow"`` and windows of
+    ``4 b`` pixels every ``step`` pixels for every bin size ``b``: for every bin size the
+    image is smoothed with a Gaussian of ``sigma = sqrt((b / magnif)**2 - 0.25)``,
+    gradient magnitudes are split between the two nearest of 8 orientations and spread
+    over space with the bilinear (triangular) kernel of a ``b``-pixel cell; a descriptor
+    then reads the 4 x 4 cells x 8 orientations at cell centres ``b`` pixels apart
+    (VLFeat ``vl_dsift`` with a flat window). Descriptors are L2-normalised, clipped at
+    0.2 and renormalised (Lowe 2004), then mapped to RootSIFT (L1-normalise, square root;
+    Arandjelovic & Zisserman 2012).
 
     Parameters
     ----------
@@ -132,7 +92,8 @@ def dense_sift(
     Returns
     -------
     DenseSift
-        Windows of every scale fully inside the image, finest scale first.
+        Windows of every scale fully inside the image, finest scale first; ``size`` is
+        the bin size ``b``.
     """
     g = np.asarray(gray)
     if g.ndim != 2:
@@ -141,71 +102,15 @@ def dense_sift(
         raise ValueError(f"step must be an integer >= 1, got {step!r}")
     if not bin_sizes or any(int(b) != b or b < 1 for b in bin_sizes):
         raise ValueError(f"bin_sizes must be positive integers, got {bin_sizes!r}")
-    check_positive(magnif, "magnif")
-    img = g.astype(np.float32) / (255.0 if g.dtype == np.uint8 else 1.0)
-    if max_side is not None:
-        check_positive(max_side, "max_side")
-        h, w = img.shape
-        s = max_side / max(h, w)
-        if s < 1:
-            img = cv2.resize(
-                img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA
-            )
-    h, w = img.shape
-    descs, xys, sizes = [], [], []
-    for b in (int(b) for b in bin_sizes):
-        span = (_N_CELLS - 1) * b  # first to last cell centre
-        # cell centres at least b/2 from the border
-        x0 = np.arange(b // 2, w - span - b // 2, step)
-        y0 = np.arange(b // 2, h - span - b // 2, step)
-        if x0.size == 0 or y0.size == 0:
-            continue
-        sigma2 = (b / magnif) ** 2 - 0.25
-        sm = cv2.GaussianBlur(img, (0, 0), np.sqrt(sigma2)) if sigma2 > 0 else img
-        gy, gx = np.gradient(sm)
-        mag = np.hypot(gx, gy)
-        t = np.arctan2(gy, gx) * (_N_ORI / (2 * np.pi))  # in (-4, 4]
-        t = np.mod(t, _N_ORI)
-        o0 = np.floor(t).astype(np.int64)
-        frac = (t - o0).astype(np.float32)
-        o0 %= _N_ORI
-        o1 = (o0 + 1) % _N_ORI
-        chan = np.zeros((_N_ORI, h, w), np.float32)
-        rr, cc = np.indices((h, w))
-        chan[o0, rr, cc] = mag * (1.0 - frac)  # o0 != o1: no index repeats in each
-        chan[o1, rr, cc] = mag * frac
-        k = _triangle(b)
-        for o in range(_N_ORI):
-            chan[o] = cv2.sepFilter2D(chan[o], -1, k, k, borderType=cv2.BORDER_CONSTANT)
-        cells = np.arange(_N_CELLS) * b
-        rows = y0[:, None] + cells[None, :]  # (ny, 4)
-        cols = x0[:, None] + cells[None, :]  # (nx, 4)
-        # (8, ny, nx, 4, 4) -> (ny, nx, 4 (y cell), 4 (x cell), 8)
-        d = chan[:, rows[:, None, :, None], cols[None, :, None, :]]
-        d = np.ascontiguousarray(d.transpose(1, 2, 3, 4, 0)).reshape(-1, DIM)
-        mass = d.sum(axis=1) / (_N_CELLS * _N_CELLS * b * b)  # mean gradient per pixel
-        cx = x0 + span / 2.0
-        cy = y0 + span / 2.0
-        xy = np.stack(np.meshgrid(cx, cy), axis=-1).reshape(-1, 2).astype(np.float32)
-        descs.append(_normalise(d, mass < contrast_threshold, rootsift))
-        xys.append(xy)
-        sizes.append(np.full(len(xy), b, np.float32))
-    if not descs:
-        return DenseSift(
-            np.zeros((0, DIM), np.float32), np.zeros((0, 2), np.float32),
-            np.zeros(0, np.float32), (w, h),
-        )  # fmt: skip
-    return DenseSift(np.concatenate(descs), np.concatenate(xys), np.concatenate(sizes), (w, h))
-
-
-def _trim_border(gray: np.ndarray, thresh: int = 245) -> np.ndarray:
-    """Crop uniform near-white frames (rows/columns with < 2 % darker pixels)."""
-    dark = gray < thresh
-    keep_r = np.flatnonzero(dark.mean(axis=1) > 0.02)
-    keep_c = np.flatnonzero(dark.mean(axis=0) > 0.02)
-    if keep_r.size < 16 or keep_c.size < 16:
-        return gray
-    return gray[keep_r[0] : keep_r[-1] + 1, keep_c[0] : keep_c[-1] + 1]
+    return _dense_sift(
+        g,
+        method="phow",
+        windows=tuple((4 * int(b), int(step)) for b in bin_sizes),
+        max_side=max_side,
+        magnif=magnif,
+        contrast_threshold=contrast_threshold,
+        rootsift=rootsift,
+    )
 
 
 def grid_sift(
@@ -220,7 +125,9 @@ def grid_sift(
 
     Complements :func:`dense_sift` with wide context: keypoints of OpenCV ``size`` ``s``
     (descriptor window ``6 s`` pixels: 72 and 144 px for the defaults on a 300 px image)
-    every ``step`` pixels, upright, RootSIFT-normalised.
+    every ``step`` pixels, RootSIFT-normalised: :func:`engine.features.dense.dense_sift`
+    with ``grid="corner"``, windows of ``6 s`` pixels and keypoint angle -1 (OpenCV's
+    default).
 
     Parameters
     ----------
@@ -232,7 +139,8 @@ def grid_sift(
     max_side : int or None, default 300
         Downscale (area) so the longer side is at most this (after border trimming).
     trim_border : bool, default True
-        First crop uniform white frames (many Caltech-101 images have them).
+        First crop uniform white frames (grey level 245 and above; many Caltech-101
+        images have them).
 
     Returns
     -------
@@ -244,46 +152,16 @@ def grid_sift(
     g = np.asarray(gray)
     if g.ndim != 2 or g.dtype != np.uint8:
         raise ValueError(f"gray must be a 2-D uint8 array, got {g.dtype} {g.shape}")
-    if trim_border:
-        g = _trim_border(g)
-    h, w = g.shape
-    if max_side is not None:
-        s = max_side / max(h, w)
-        if s < 1:
-            g = cv2.resize(g, (round(w * s), round(h * s)), interpolation=cv2.INTER_AREA)
-    h, w = g.shape
-    centres, sizes = [], []
-    for size, step in scales:
-        ys, xs = np.mgrid[size // 2 : h - size // 2 : step, size // 2 : w - size // 2 : step]
-        centres.append(np.stack([xs.ravel(), ys.ravel()], axis=1))
-        sizes.append(np.full(xs.size, float(size)))
-    c = np.concatenate(centres).astype(np.float64)
-    sz = np.concatenate(sizes)
-    if max_features is not None and len(c) > max_features:
-        sel = np.linspace(0, len(c) - 1, max_features).astype(int)
-        c, sz = c[sel], sz[sel]
-    kps = [cv2.KeyPoint(x, y, s) for (x, y), s in zip(c.tolist(), sz.tolist(), strict=True)]
-    kps, desc = cv2.SIFT_create().compute(g, kps)
-    if desc is None or len(kps) == 0:
-        return np.zeros((0, DIM), np.float32), np.zeros((0, 2), np.float32)
-    desc = desc.astype(np.float32)
-    desc /= np.maximum(desc.sum(axis=1, keepdims=True), 1e-12)
-    np.sqrt(desc, out=desc)
-    xy = np.array([k.pt for k in kps], np.float32) / np.array([w, h], np.float32)
-    return desc, xy
-
-
-def _normalise(d: np.ndarray, flat: np.ndarray, rootsift: bool) -> np.ndarray:
-    """SIFT normalisation (L2, clip 0.2, L2) then optionally RootSIFT; ``flat`` rows -> 0."""
-    n = np.linalg.norm(d, axis=1, keepdims=True)
-    d = d / np.maximum(n, 1e-12)
-    np.minimum(d, 0.2, out=d)
-    d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
-    if rootsift:
-        d /= np.maximum(d.sum(axis=1, keepdims=True), 1e-12)
-        np.sqrt(d, out=d)
-    d[flat] = 0.0
-    return d.astype(np.float32, copy=False)
+    f = _dense_sift(
+        g,
+        windows=tuple((6 * size, step) for size, step in scales),
+        grid="corner",
+        angle=-1.0,
+        max_side=max_side,
+        trim=245 if trim_border else 0,
+        max_features=max_features,
+    )
+    return f.descriptors, f.normalized_xy()
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,10 +313,10 @@ class SpatialPyramidBinning:
 class SpatialPyramidMatch:
     """Spatial pyramid match kernel over a learned vocabulary (Lazebnik et al. 2006).
 
-    A :class:`engine.vocabulary.VocabularyTree` quantises descriptors to visual words
+    A :class:`engine.kernels.vocabulary.VocabularyTree` quantises descriptors to visual words
     (``branching**depth`` leaves; ``depth=1`` is flat k-means); every image becomes a set
     of word points (:func:`with_positions`) and the kernel is
-    :class:`engine.pyramid.PyramidMatch` over :class:`SpatialPyramidBinning`, normalised
+    :class:`engine.kernels.pyramid.PyramidMatch` over :class:`SpatialPyramidBinning`, normalised
     as thesis Eq. 3.12, ``P(X, Y) / sqrt(P(X, X) P(Y, Y))`` (self-similarity 1; a Mercer
     kernel since every term is a histogram intersection with a non-negative weight).
 

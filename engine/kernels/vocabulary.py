@@ -7,7 +7,7 @@ centre, its parent, the number of training points it holds, their largest distan
 the centre (radius) and their largest pairwise distance (the bin *diameter* ``A_ij`` of
 Eq. 4.3 (a)).
 
-:class:`VocabularyTree` implements the :class:`engine.pyramid.Binning` protocol, so it
+:class:`VocabularyTree` implements the :class:`engine.kernels.binning.Binning` protocol, so it
 plugs into ``PyramidMatch(bins="vocabulary")``:
 
 * :meth:`VocabularyTree.assign` pushes points down the tree (``k`` distances per level,
@@ -21,29 +21,35 @@ plugs into ``PyramidMatch(bins="vocabulary")``:
   its parent, these weights never increase, which makes Eq. 4.4 a Mercer kernel
   (section 4.3).
 
-:func:`bag_of_words` and :func:`fit_idf` turn the leaves into a tf-idf bag of visual
-words (Nistér & Stewénius) for the index, WTA hashing and similarity learning.
+:func:`bag_of_words` and :func:`fit_idf` (:mod:`engine.kernels.words`, importable from
+here too) turn the leaves into a tf-idf bag of visual words (Nistér & Stewénius) for the
+index, WTA hashing and similarity learning.
 
-Speed: every level is clustered for all its nodes at once. k-means++ seeding is
-vectorised across nodes (one random draw per node and step through segment-wise
-cumulative sums); Lloyd iterations use ``||x||^2 - 2 x.c + ||c||^2`` distances with one
-BLAS product per large node and a batched gather for the many small ones; centres are
-updated with one sparse-matrix product. 100,000 128-D SIFT descriptors with ``k = 10``,
-``L = 4`` (or ``L = 5``, 10,000 leaves) build in seconds on two cores
+Speed: every level is clustered for all its nodes at once (the batched k-means of
+:mod:`engine.kernels.kmeans`). 100,000 128-D SIFT descriptors with ``k = 10``, ``L = 4``
+(or ``L = 5``, 10,000 leaves) build in seconds on two cores
 (``tests/benchmarks/bench_vocabulary.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from types import SimpleNamespace
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.blas import single_threaded_blas as _single_threaded_blas
 from engine.core.validate import as_point_set, check_choice, check_positive
+from engine.kernels.kmeans import (
+    kmeans_level,
+    rowwise_sqdist,
+    runs,
+    segment_argmax,
+    segment_argmin,
+    segment_starts,
+    small_bin_diameters,
+)
+from engine.kernels.words import bag_of_words, fit_idf, tfidf, word_counts
 
 __all__ = [
     "VocabularyProgress",
@@ -55,14 +61,6 @@ __all__ = [
 ]
 
 _WEIGHTS = ("global", "input_specific")
-# Segments with at least this many points get their own BLAS product; smaller ones are
-# handled together by a batched gather (cheaper than thousands of tiny calls). On 32-D
-# (PCA) trees a product per segment pays off only for large segments: the vocabulary
-# pyramids of UKBench's 500 images (batches of 64) took a median 0.34 s with 48, 0.27 s
-# with 512 (the same bins; one thread, 8 interleaved runs)
-_BLAS_MIN_SEGMENT = 512
-_GATHER_CHUNK = 8192
-_ROWWISE_BLOCK = 2048  # rows per block of _rowwise_sqdist
 # _descend: up to this many points (a query image), each point's candidate centres are
 # gathered (m, k, D) instead of grouping the points by node: fewer, larger numpy calls
 # (one UKBench image: 2.4-3.2 -> 1.0-1.1 ms a tree)
@@ -84,327 +82,6 @@ class VocabularyProgress(NamedTuple):
     message: str
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def _segment_starts(node: np.ndarray, n_nodes: int) -> np.ndarray:
-    """(n_nodes + 1,) offsets of each node's run in ``node`` (sorted ascending)."""
-    return np.searchsorted(node, np.arange(n_nodes + 1), side="left").astype(np.int64)
-
-
-def _runs(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Layout of consecutive non-empty runs of ``sizes`` (S,) int64 points: the first
-    position of every run (S,) and the run of every position (sum(sizes),)."""
-    starts = np.zeros(sizes.size, np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    return starts, np.repeat(np.arange(sizes.size), sizes)
-
-
-def _segment_argmin(
-    Xs: np.ndarray,
-    seg_starts: np.ndarray,
-    cand_lo: np.ndarray,
-    cand_n: np.ndarray,
-    centers: np.ndarray,
-    csq: np.ndarray,
-    rows: np.ndarray | None = None,
-) -> np.ndarray:
-    """Nearest candidate centre for points grouped in segments.
-
-    Parameters
-    ----------
-    Xs : (N, D) float32
-        Points sorted so that segment ``s`` is ``Xs[seg_starts[s]:seg_starts[s + 1]]``,
-        or with ``rows`` (N,) int64: ``Xs[rows[seg_starts[s]:seg_starts[s + 1]]]`` (each
-        segment's rows are then gathered where they are used, never the whole array).
-    seg_starts : (S + 1,) int64
-    cand_lo, cand_n : (S,) int64
-        Segment ``s`` chooses among ``centers[cand_lo[s]:cand_lo[s] + cand_n[s]]``;
-        ``cand_n >= 1`` for non-empty segments.
-    centers : (C, D) float32
-    csq : (C,) float32
-        Squared norms of ``centers``.
-
-    Returns
-    -------
-    (N,) int64
-        Row of ``centers`` nearest to every point, in segment order (ties: lowest
-        index). Distances are
-        compared as ``||c||^2 - 2 x.c``, the point norm being constant per point.
-    """
-    n = Xs.shape[0]
-    out = np.empty(n, dtype=np.int64)
-    sizes = np.diff(seg_starts)
-    big = sizes >= _BLAS_MIN_SEGMENT
-    for s in np.flatnonzero(big):
-        a, b = seg_starts[s], seg_starts[s + 1]
-        lo, m = cand_lo[s], cand_n[s]
-        P = Xs[a:b] if rows is None else Xs[rows[a:b]]
-        d = csq[lo : lo + m] - 2.0 * (P @ centers[lo : lo + m].T)
-        out[a:b] = lo + np.argmin(d, axis=1)
-    if big.all():
-        return out
-    # Small segments, batched by padded size (next power of two; padding repeats the
-    # segment's first point): one (S, P, D) @ (S, D, k) product per bucket. Each point is
-    # gathered about once and each candidate centre once per segment (gathering the k
-    # candidate centres of every point instead moves k times more memory).
-    small = np.flatnonzero(~big & (sizes > 0))
-    kmax = int(cand_n[small].max(initial=1))
-    slots_k = np.arange(kmax)
-    pad = 1 << np.ceil(np.log2(sizes[small])).astype(np.int64)
-    for size in np.unique(pad):
-        segs_all = small[pad == size]
-        step = max(1, _GATHER_CHUNK // int(size))
-        slots_p = np.arange(size)
-        for c0 in range(0, segs_all.size, step):
-            segs = segs_all[c0 : c0 + step]
-            first = seg_starts[segs][:, None]
-            inside = slots_p < sizes[segs][:, None]
-            pidx = np.where(inside, first + slots_p, first)  # (S, P)
-            lo = cand_lo[segs][:, None]
-            valid = slots_k < cand_n[segs][:, None]
-            cidx = np.where(valid, lo + slots_k, lo)  # (S, kmax)
-            P = np.take(Xs, pidx if rows is None else rows[pidx], axis=0)
-            d = np.take(csq, cidx)[:, None, :] - 2.0 * np.matmul(
-                P, np.take(centers, cidx, axis=0).transpose(0, 2, 1)
-            )  # (S, P, kmax)
-            d[np.broadcast_to(~valid[:, None, :], d.shape)] = np.inf
-            best = np.take_along_axis(cidx, np.argmin(d, axis=2), axis=1)  # (S, P)
-            out[pidx[inside]] = best[inside]
-    return out
-
-
-def _rowwise_sqdist(
-    X: np.ndarray,
-    C: np.ndarray,
-    rows: np.ndarray | None = None,
-    xrows: np.ndarray | None = None,
-) -> np.ndarray:
-    """(N,) float32 ``||X[xrows[i]] - C[rows[i]]||^2`` (``X[i]``, ``C[i]`` without
-    ``xrows``, ``rows``).
-
-    Computed in blocks of ``_ROWWISE_BLOCK`` rows, so that the differences stay in cache
-    and no (N, D) array of gathered rows is made (about 3x faster at 40,000 x 128 than
-    one subtraction of whole arrays; the same result, row by row).
-    """
-    n = X.shape[0] if xrows is None else xrows.shape[0]
-    out = np.empty(n, dtype=np.result_type(X, C))
-    for a in range(0, n, _ROWWISE_BLOCK):
-        b = min(n, a + _ROWWISE_BLOCK)
-        diff = X[a:b] if xrows is None else X[xrows[a:b]]
-        diff = diff - (C[a:b] if rows is None else C[rows[a:b]])
-        np.einsum("nd,nd->n", diff, diff, out=out[a:b])
-    return out
-
-
-def _segment_argmax(values: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Position of the largest entry of every segment (the last one among ties).
-
-    Parameters
-    ----------
-    values : (N,) float
-        Grouped in non-empty segments ``values[starts[s]:starts[s + 1]]``.
-    starts : (S,) int64
-        First position of every segment, ascending, ``starts[0] == 0``.
-    seg : (N,) int64
-        Segment of every position.
-
-    Returns
-    -------
-    (S,) int64
-    """
-    top = np.maximum.reduceat(values, starts)
-    hit = np.flatnonzero(values == top[seg])
-    s = seg[hit]
-    last = np.empty(hit.size, bool)
-    last[-1:] = True
-    np.not_equal(s[1:], s[:-1], out=last[:-1])
-    return hit[last]
-
-
-def _small_bin_diameters(
-    X: np.ndarray,
-    b: np.ndarray,
-    count: np.ndarray,
-    max_points: int,
-    order: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact diameters (largest pairwise distance) of bins with 2..max_points points.
-
-    Bins are batched by padded size (:func:`_pad_size`, at most ~14 % padding, which
-    repeats the bin's first point and so leaves the maximum unchanged) and their float32
-    Gram matrices computed at once; the farthest pair's distance is then recomputed
-    directly.
-
-    Returns
-    -------
-    bins : (n,) int64
-        The bins handled.
-    diameters : (n,) float32
-    """
-    if order is None:  # the points grouped by bin
-        order = np.argsort(b, kind="stable")
-    starts = np.concatenate(([0], np.cumsum(count)[:-1]))
-    todo = np.flatnonzero((count >= 2) & (count <= max_points))
-    out = np.zeros(todo.size, dtype=np.float32)
-    if todo.size == 0:
-        return todo, out
-    pad = _pad_size(count[todo])
-    for size in np.unique(pad):
-        where = np.flatnonzero(pad == size)
-        step = max(1, (1 << 21) // int(size * size))
-        for c0 in range(0, where.size, step):
-            w = where[c0 : c0 + step]
-            bins = todo[w]
-            slots = np.arange(size)
-            first = starts[bins][:, None]
-            idx = np.where(slots < count[bins][:, None], first + slots, first)
-            P = X[order[idx]]  # (n, size, D)
-            sq = np.einsum("nsd,nsd->ns", P, P)
-            d2 = sq[:, :, None] + sq[:, None, :] - 2.0 * (P @ P.transpose(0, 2, 1))
-            far = d2.reshape(w.size, -1).argmax(axis=1)  # farthest pair, then exact distance
-            i, j = np.divmod(far, size)
-            rows = np.arange(w.size)
-            out[w] = np.sqrt(_rowwise_sqdist(P[rows, i], P[rows, j]))
-    return todo, out
-
-
-def _pad_size(size: np.ndarray) -> np.ndarray:
-    """Padded segment sizes for :func:`_kmeans_level` and :func:`_small_bin_diameters`:
-    rounded up to a multiple of an eighth of their power of two (at most ~14 % padding)."""
-    bit_length = np.frexp(size)[1]  # exact for integers below 2**53
-    step = np.int64(1) << np.maximum(0, bit_length - 3).astype(np.int64)
-    return -(-size // step) * step
-
-
-def _padded_sqdist(P: np.ndarray, xsq: np.ndarray, valid: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """(S, P) float64 squared distances of padded segment points ``P`` (S, P, D) with
-    squared norms ``xsq`` to one point ``c[s]`` (S, D) each; 0 at padding."""
-    d2 = xsq + np.einsum("sd,sd->s", c, c)[:, None] - 2.0 * np.matmul(P, c[:, :, None])[:, :, 0]
-    return np.where(valid, np.maximum(d2, 0.0), 0.0).astype(np.float64)
-
-
-def _kmeans_level(
-    Xs: np.ndarray,
-    seg_starts: np.ndarray,
-    k: int,
-    rng: np.random.Generator,
-    max_iter: int,
-    tol: float,
-    rows: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """k-means with k-means++ seeding, run independently inside every segment at once.
-
-    Segments are grouped by padded size and each group is copied once into a
-    ``(segments, padded size, D)`` block (padding repeats the segment's first point and
-    never counts): the k-means++ draws (Arthur & Vassilvitskii), the assignments and the
-    centre updates of a group are then batched products over that block, instead of a
-    gather of every point's centre for each of them.
-
-    Parameters
-    ----------
-    Xs : (N, D) float32
-        Points grouped by parent node (segments given by ``seg_starts``); with ``rows``
-        (N,) int64 the points are ``Xs[rows]`` (gathered block by block, not at once).
-    seg_starts : (S + 1,) int64
-        Every segment non-empty.
-
-    Returns
-    -------
-    centers : (S * k, D) float32
-        Slot ``s * k + t`` is centre ``t`` of segment ``s`` (unused slots are zero).
-    labels : (N,) int64
-        Slot of each point's nearest centre, consistent with the returned centres.
-    n_centers : (S,) int64
-        Number of centres per segment (``min(size, k)``).
-    """
-    n = Xs.shape[0] if rows is None else rows.shape[0]
-    dim = Xs.shape[1]
-    n_seg = seg_starts.size - 1
-    sizes = np.diff(seg_starts)
-    kk = np.minimum(sizes, k)
-    centers = np.zeros((n_seg * k, dim), dtype=np.float32)
-    labels = np.empty(n, dtype=np.int64)
-    pad = _pad_size(sizes)
-    slots_k = np.arange(k)
-
-    def nearest(P: np.ndarray, C: np.ndarray, n_c: np.ndarray) -> np.ndarray:
-        """(S, P) slot of the nearest of the first ``n_c[s]`` centres ``C[s]``."""
-        d = np.einsum("skd,skd->sk", C, C)[:, None, :] - 2.0 * np.matmul(
-            P, C.transpose(0, 2, 1)
-        )  # (S, P, k)
-        d[np.broadcast_to((slots_k >= n_c[:, None])[:, None, :], d.shape)] = np.inf
-        return np.argmin(d, axis=2)
-
-    groups = []  # per padded size: the segments, their blocks and the seeded part
-    for size in np.unique(pad):
-        g = SimpleNamespace(segs=np.flatnonzero(pad == size))
-        first = seg_starts[g.segs][:, None]
-        slots = np.arange(size)
-        g.valid = slots < sizes[g.segs][:, None]  # (S, P)
-        g.pidx = np.where(g.valid, first + slots, first)
-        g.P = Xs[g.pidx if rows is None else rows[g.pidx]]  # (S, P, D)
-        g.C = np.zeros((g.segs.size, k, dim), dtype=np.float32)
-        own = sizes[g.segs] <= k  # every point is its own centre
-        if own.any():
-            m = min(int(size), k)
-            g.C[own, :m] = g.P[own, :m] * g.valid[own, :m, None]
-        g.seed = np.flatnonzero(~own)  # the rest: k-means++, then Lloyd
-        g.every = g.seed.size == g.segs.size  # (usually all or none of a group)
-        if g.seed.size:
-            Pb = g.P if g.every else g.P[g.seed]
-            vb, nb = g.valid[g.seed], sizes[g.segs[g.seed]]
-            xb = np.einsum("spd,spd->sp", Pb, Pb)
-            seg_rows = np.arange(g.seed.size)
-            c = Pb[seg_rows, np.floor(rng.random(g.seed.size) * nb).astype(np.int64)]
-            g.C[g.seed, 0] = c
-            d2 = _padded_sqdist(Pb, xb, vb, c)
-            for t in range(1, k):
-                cs = np.cumsum(d2, axis=1)
-                tot = cs[:, -1]
-                r = rng.random(g.seed.size) * tot
-                pick = np.minimum(np.count_nonzero(cs <= r[:, None], axis=1), nb - 1)
-                pick[~(tot > 0)] = 0  # all points coincide with chosen centres
-                c = Pb[seg_rows, pick]
-                g.C[g.seed, t] = c
-                if t < k - 1:
-                    np.minimum(d2, _padded_sqdist(Pb, xb, vb, c), out=d2)
-            g.Pb, g.vb = Pb, vb
-        g.labels = nearest(g.P, g.C, kk[g.segs])
-        groups.append(g)
-
-    for _ in range(max_iter):
-        changed = 0
-        for g in groups:
-            if g.seed.size == 0:
-                continue
-            lab = g.labels if g.every else g.labels[g.seed]
-            lab = np.where(g.vb, lab, k)  # padding: a column of its own
-            M = (lab[:, None, :] == slots_k[None, :, None]).astype(np.float32)
-            counts = M.sum(axis=2)  # (S, k)
-            sums = np.matmul(M, g.Pb)  # (S, k, D)
-            filled = counts > 0
-            Cs = g.C if g.every else g.C[g.seed]
-            Cs[filled] = sums[filled] / counts[filled][:, None]
-            new = nearest(g.Pb, Cs, np.full(g.seed.size, k))
-            if g.every:
-                changed += np.count_nonzero((new != g.labels) & g.valid)
-                g.labels = new
-            else:
-                g.C[g.seed] = Cs
-                changed += np.count_nonzero((new != g.labels[g.seed]) & g.vb)
-                g.labels[g.seed] = new
-        if changed <= tol * n:
-            break
-    for g in groups:
-        centers[(g.segs[:, None] * k + slots_k).ravel()] = g.C.reshape(-1, dim)
-        labels[g.pidx[g.valid]] = (g.segs[:, None] * k + g.labels)[g.valid]
-    return centers, labels, kk
-
-
-# --------------------------------------------------------------------------- the tree
-
-
 class VocabularyTree:
     """Hierarchical k-means vocabulary: nested, data-shaped bins (thesis chapter 4).
 
@@ -420,7 +97,7 @@ class VocabularyTree:
         a match, so pyramid-match costs count all ``min(|X|, |Y|)`` pairs.
     weights : {"global", "input_specific"}, default "global"
         Which weighting of Eq. 4.3 a vocabulary-guided pyramid match built on this tree
-        should use; read by :class:`engine.pyramid.PyramidMatch`. (a) ``"global"``:
+        should use; read by :class:`engine.kernels.pyramid.PyramidMatch`. (a) ``"global"``:
         bin diameters, ``exp(-A_ij / sigma)`` as similarity (Mercer); (b)
         ``"input_specific"``: ``d_ij(X) + d_ij(Y)`` from the distances of
         :meth:`assign`.
@@ -554,16 +231,16 @@ class VocabularyTree:
         n_nodes = 1
         for lvl in range(1, L):
             with _single_threaded_blas():  # not held across the yield
-                seg_starts = _segment_starts(node, n_nodes)
+                seg_starts = segment_starts(node, n_nodes)
                 sizes = np.diff(seg_starts)
                 if sizes.max() > cap:
                     # Cluster at most `cap` random points per node, then assign all.
                     order = np.lexsort((rng.random(n), node))
                     rank = np.arange(n) - seg_starts[node[order]]
                     sub = np.sort(order[rank < cap])
-                    flat_c, _, kk = _kmeans_level(
+                    flat_c, _, kk = kmeans_level(
                         X,
-                        _segment_starts(node[sub], n_nodes),
+                        segment_starts(node[sub], n_nodes),
                         k,
                         rng,
                         self.max_iter,
@@ -572,9 +249,9 @@ class VocabularyTree:
                     )
                     csq = np.einsum("nd,nd->n", flat_c, flat_c)
                     cand_lo = np.arange(n_nodes, dtype=np.int64) * k
-                    labels = _segment_argmin(X, seg_starts, cand_lo, kk, flat_c, csq, perm)
+                    labels = segment_argmin(X, seg_starts, cand_lo, kk, flat_c, csq, perm)
                 else:
-                    flat_c, labels, _ = _kmeans_level(
+                    flat_c, labels, _ = kmeans_level(
                         X, seg_starts, k, rng, self.max_iter, self.tol, rows=perm
                     )
                 present, new_node = np.unique(labels, return_inverse=True)
@@ -623,31 +300,31 @@ class VocabularyTree:
             order = np.argsort(b, kind="stable")
             has = np.flatnonzero(count)
             sizes = count[has]
-            starts, seg = _runs(sizes)  # seg: the bin (of `has`) at every position
-            dist_l = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], b))[order]
+            starts, seg = runs(sizes)  # seg: the bin (of `has`) at every position
+            dist_l = np.sqrt(rowwise_sqdist(X, self._centers[lvl], b))[order]
             radius = np.zeros(n_l, dtype=np.float32)
             radius[has] = np.maximum.reduceat(dist_l, starts)
             # bins of up to _EXACT_DIAMETER_MAX_POINTS points get their exact diameter
             # (0 for one point); larger ones two farthest-point sweeps: from the point
             # farthest from the centre to the one farthest from it, and once more
             diam = np.zeros(n_l, dtype=np.float32)
-            exact, value = _small_bin_diameters(
+            exact, value = small_bin_diameters(
                 X, b, count, _EXACT_DIAMETER_MAX_POINTS, order=order
             )
             diam[exact] = value
             wide = sizes > _EXACT_DIAMETER_MAX_POINTS
             if wide.any():
                 w_sizes = sizes[wide]
-                w_starts, w_seg = _runs(w_sizes)
+                w_starts, w_seg = runs(w_sizes)
                 keep = wide[seg]  # sorted positions inside the wide bins
                 Xw = X[order[keep]]  # gathered once for both sweeps
-                start = _segment_argmax(dist_l[keep], w_starts, w_seg)
+                start = segment_argmax(dist_l[keep], w_starts, w_seg)
                 widest = np.zeros(w_sizes.size, dtype=np.float32)
                 for sweep in range(2):
-                    d = np.sqrt(_rowwise_sqdist(Xw, Xw[start], w_seg))
+                    d = np.sqrt(rowwise_sqdist(Xw, Xw[start], w_seg))
                     np.maximum(widest, np.maximum.reduceat(d, w_starts), out=widest)
                     if sweep == 0:
-                        start = _segment_argmax(d, w_starts, w_seg)
+                        start = segment_argmax(d, w_starts, w_seg)
                 diam[has[wide]] = widest
             self._count.append(count.astype(np.int64))
             self._radius.append(radius)
@@ -659,7 +336,7 @@ class VocabularyTree:
         else:
             i = rng.integers(0, X.shape[0], _SIGMA_PAIRS)
             j = rng.integers(0, X.shape[0], _SIGMA_PAIRS)
-            mean = float(np.sqrt(_rowwise_sqdist(X[i], X, j)).mean())
+            mean = float(np.sqrt(rowwise_sqdist(X[i], X, j)).mean())
             self.sigma_ = mean if mean > 0 else 1.0
 
     # ------------------------------------------------------------------ encoding
@@ -678,21 +355,21 @@ class VocabularyTree:
             return bins, dist
         bins[:, 0] = 0  # the root
         if need_dist:
-            dist[:, 0] = np.sqrt(_rowwise_sqdist(X, self._centers[0], np.zeros(m, np.int64)))
+            dist[:, 0] = np.sqrt(rowwise_sqdist(X, self._centers[0], np.zeros(m, np.int64)))
         if m <= _GATHER_DESCENT_MAX:
             node = np.zeros(m, dtype=np.int64)
             for lvl in range(1, L):
                 node = self._nearest_child(X, node, lvl)
                 bins[:, lvl] = node
                 if need_dist:
-                    dist[:, lvl] = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], node))
+                    dist[:, lvl] = np.sqrt(rowwise_sqdist(X, self._centers[lvl], node))
             return bins, dist
         perm = np.arange(m)  # the points grouped by their bin (never moved themselves)
         node = np.zeros(m, dtype=np.int64)
         for lvl in range(1, L):
             n_prev = self._child_start[lvl - 1].size
-            seg_starts = _segment_starts(node, n_prev)
-            chosen = _segment_argmin(
+            seg_starts = segment_starts(node, n_prev)
+            chosen = segment_argmin(
                 X,
                 seg_starts,
                 self._child_start[lvl - 1],
@@ -703,7 +380,7 @@ class VocabularyTree:
             )
             bins[perm, lvl] = chosen
             if need_dist:
-                dist[perm, lvl] = np.sqrt(_rowwise_sqdist(X, self._centers[lvl], chosen, perm))
+                dist[perm, lvl] = np.sqrt(rowwise_sqdist(X, self._centers[lvl], chosen, perm))
             if lvl + 1 < L:
                 order = np.argsort(chosen, kind="stable")
                 perm, node = perm[order], chosen[order]
@@ -949,131 +626,3 @@ class VocabularyTree:
             f"VocabularyTree(branching={self.branching}, levels={self.levels}, "
             f"weights={self.weights!r}{fitted})"
         )
-
-
-# --------------------------------------------------------------------------- bag of words
-
-
-def word_counts(sets: Sequence[np.ndarray], tree: VocabularyTree) -> sp.csr_matrix:
-    """(n_sets, n_leaves) float32 csr matrix of visual-word counts, one row per set.
-
-    All sets are encoded with one :meth:`VocabularyTree.leaf_ids` call.
-    """
-    tree._check_fitted()
-    arrays = [as_point_set(s, f"sets[{i}]", dim=tree.dim) for i, s in enumerate(sets)]
-    lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
-    stacked = np.concatenate(arrays) if arrays else np.empty((0, tree.dim), np.float32)
-    words = tree.leaf_ids(stacked)
-    rows = np.repeat(np.arange(lengths.size), lengths)
-    counts = sp.csr_matrix(
-        (np.ones(words.size, dtype=np.float32), (rows, words)),
-        shape=(lengths.size, tree.n_leaves),
-    )
-    counts.sum_duplicates()
-    return counts
-
-
-def fit_idf(
-    sets: Sequence[np.ndarray] | sp.spmatrix, tree: VocabularyTree | None = None
-) -> np.ndarray:
-    """Inverse document frequencies ``idf_j = ln(N / N_j)`` (Nistér & Stewénius, 2006).
-
-    Parameters
-    ----------
-    sets : list of (M_i, D) float32 arrays, or (N, n_leaves) sparse word counts
-    tree : VocabularyTree
-        Needed when ``sets`` are point sets.
-
-    Returns
-    -------
-    (n_leaves,) float32
-        ``N`` = number of sets, ``N_j`` = number of sets containing word ``j``; words
-        seen in no set get 0 (they cannot match anything in this corpus).
-    """
-    if sp.issparse(sets):
-        counts = sp.csr_matrix(sets)
-    else:
-        if tree is None:
-            raise ValueError("tree is required when sets are point sets")
-        counts = word_counts(sets, tree)
-    n = counts.shape[0]
-    if n == 0:
-        raise ValueError("sets must contain at least one set to fit idf")
-    df = np.bincount(counts.indices[counts.data > 0], minlength=counts.shape[1])
-    idf = np.zeros(counts.shape[1], dtype=np.float32)
-    seen = df > 0
-    idf[seen] = np.log(n / df[seen])
-    return idf
-
-
-def bag_of_words(
-    sets: Sequence[np.ndarray],
-    tree: VocabularyTree,
-    idf: np.ndarray | None = None,
-    *,
-    norm: str = "l2",
-) -> sp.csr_matrix:
-    """tf-idf bag of visual words of every set over the tree's leaves.
-
-    Parameters
-    ----------
-    sets : list of (M_i, D) float32
-    tree : VocabularyTree
-        Fitted; its leaves are the words.
-    idf : (n_leaves,) float, optional
-        From :func:`fit_idf` on the database; ``None`` = plain term frequencies.
-    norm : {"l2", "l1", "none"}
-        Row normalisation after weighting (``"l2"``: dot products are cosines).
-
-    Returns
-    -------
-    scipy.sparse.csr_matrix (n_sets, n_leaves) float32
-        ``tf_ij * idf_j`` with ``tf_ij`` = count of word ``j`` in set ``i`` / set size;
-        empty sets give all-zero rows.
-    """
-    check_choice(norm, "norm", ("l2", "l1", "none"))
-    return tfidf(word_counts(sets, tree), idf, norm=norm)
-
-
-def tfidf(
-    counts: sp.spmatrix, idf: np.ndarray | None = None, *, norm: str = "l2"
-) -> sp.csr_matrix:
-    """tf-idf rows of visual-word ``counts`` (what :func:`bag_of_words` weights).
-
-    Parameters
-    ----------
-    counts : (n_sets, n_words) sparse, e.g. from :func:`word_counts`
-    idf : (n_words,) float, optional
-        ``None`` = plain term frequencies.
-    norm : {"l2", "l1", "none"}
-
-    Returns
-    -------
-    scipy.sparse.csr_matrix (n_sets, n_words) float32
-        ``tf_ij * idf_j``, ``tf_ij`` = count / row total, rows normalised; empty rows
-        stay zero.
-    """
-    check_choice(norm, "norm", ("l2", "l1", "none"))
-    counts = sp.csr_matrix(counts)
-    counts.sum_duplicates()
-    sizes = np.diff(counts.indptr)
-    tot = np.asarray(counts.sum(axis=1)).ravel()
-    data = counts.data / np.repeat(np.maximum(tot, 1), sizes)
-    if idf is not None:
-        idf = np.asarray(idf, dtype=np.float32)
-        if idf.shape != (counts.shape[1],):
-            raise ValueError(f"idf must have shape ({counts.shape[1]},), got {idf.shape}")
-        data = data * idf[counts.indices]
-    if norm != "none":
-        row_of_nnz = np.repeat(np.arange(sizes.size), sizes)
-        mass = data**2 if norm == "l2" else np.abs(data)
-        row = np.bincount(row_of_nnz, weights=mass, minlength=sizes.size)
-        if norm == "l2":
-            row = np.sqrt(row)
-        data = data / np.where(row > 0, row, 1.0)[row_of_nnz]
-    out = sp.csr_matrix(
-        (data.astype(np.float32), counts.indices.copy(), counts.indptr.copy()),
-        shape=counts.shape,
-    )
-    out.eliminate_zeros()
-    return out

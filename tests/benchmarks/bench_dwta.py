@@ -4,9 +4,10 @@ Protocol:
 
 * SIFT (RootSIFT, at most 500 per image, ``engine.features.extract_features``) of the 500
   UKBench dev images (``../shared/data/ukbench``), cached in /tmp/simile_bench_cache;
-* vocabularies of about 1k / 5k / 10k words: ``engine.vocabulary.VocabularyTree`` with
+* vocabularies of about 1k / 5k / 10k words: ``engine.kernels.vocabulary.VocabularyTree`` with
   (branching, levels) = (10, 4), (17, 4), (10, 5), i.e. 1,000 / 4,913 / 10,000 leaves,
-  fitted on 100,000 sampled descriptors; tf-idf bags of words (``bag_of_words``);
+  fitted on 100,000 sampled descriptors; tf-idf bags of words
+  (``engine.kernels.words.bag_of_words``);
 * for each vocabulary: raw data sparsity (their Eq. 1), ratio of empty WTA samples
   (windows whose ``K`` sampled words are all absent, their Fig. 4), and retrieval quality
   of the codes -- every image queries the other 499, ranked by code agreement (random
@@ -32,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cache import SHARED_DATA, cached_sets
 
 from engine.hashing.wta import DensifiedWTAHash, WTAHash, code_agreement, sparsity
-from engine.kernels.vocabulary import VocabularyTree, bag_of_words, fit_idf
+from engine.kernels.vocabulary import VocabularyTree
+from engine.kernels.words import bag_of_words, fit_idf
 
 VOCABS = {"1k": (10, 4), "5k": (17, 4), "10k": (10, 5)}
 

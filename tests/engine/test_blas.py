@@ -10,7 +10,7 @@ import pytest
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
 from engine.core.blas import single_threaded_blas  # noqa: E402
-from engine.kernels.pyramid import _Projection  # noqa: E402
+from engine.kernels.binning import Projection  # noqa: E402
 
 
 def _blas_threads() -> list[int]:
@@ -116,7 +116,7 @@ def test_any_thread_can_open_the_outermost_context():
 def test_projection_transform_matches_the_centred_product():
     rng = np.random.default_rng(0)
     X = rng.random((3000, 128), dtype=np.float32)
-    proj = _Projection.fit(X, 32)
+    proj = Projection.fit(X, 32)
     for n in (1, 300, 3000):
         got = proj.transform(X[:n])
         want = (X[:n].astype(np.float64) - proj.mean) @ proj.components.T.astype(np.float64)

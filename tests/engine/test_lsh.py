@@ -1,5 +1,6 @@
-"""Tests for engine.lsh: hashed random vectors, random-hyperplane (pyramid-match) hashing,
-banded index, S-curve parameter choice, L1 embedding of equal-size sets (thesis Ch. 5)."""
+"""Tests for engine.hashing.lsh and its parts: hashed random vectors (keyed),
+random-hyperplane (pyramid-match) hashing (lsh), banded index and S-curve parameter choice
+(bands), L1 embedding of equal-size sets (l1) -- thesis Ch. 5 -- and SplitMix64 (core)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,11 @@ from scipy import stats
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from engine.hashing.lsh import (
-    BandedIndex,
-    KeyedSparse,
-    L1SetEmbedding,
-    L1SetIndex,
-    PStableHash,
-    RandomHyperplaneHash,
-    band_keys,
-    choose_params,
-    hashed_cauchy,
-    hashed_gaussian,
-    l1_distances,
-    s_curve,
-    splitmix64,
-)
+from engine.core.splitmix import splitmix64
+from engine.hashing.bands import BandedIndex, band_keys, choose_params, s_curve
+from engine.hashing.keyed import KeyedSparse, hashed_cauchy, hashed_gaussian
+from engine.hashing.l1 import L1SetEmbedding, L1SetIndex, PStableHash, l1_distances
+from engine.hashing.lsh import RandomHyperplaneHash
 from engine.hashing.wta import hamming_distance
 
 
@@ -38,6 +29,47 @@ def _keyed_from_csr(M: sp.csr_matrix, key_map: np.ndarray) -> KeyedSparse:
 def test_splitmix64_reference_value():
     # first output of the reference SplitMix64 generator seeded with 0
     assert int(splitmix64(np.zeros(1, np.uint64))[0]) == 0xE220A8397B1DCDAF
+
+
+def test_splitmix64_is_the_finaliser_after_the_golden_step():
+    """One implementation: splitmix64(x) = mix64(x + GOLDEN) with wrapping uint64
+    arithmetic, for uint64 and int64 (same bits) inputs, at the wraparound too."""
+    from engine.core.splitmix import GOLDEN, mix64
+
+    rng = np.random.default_rng(0)
+    edge = np.array(
+        [0, 1, 2**63, 2**64 - 1, 2**64 - int(GOLDEN), 2**64 - int(GOLDEN) - 1], np.uint64
+    )
+    x = np.concatenate([rng.integers(0, 2**64, 10_000, dtype=np.uint64), edge])
+    np.testing.assert_array_equal(splitmix64(x), mix64(x + GOLDEN))
+    np.testing.assert_array_equal(splitmix64(x.view(np.int64)), splitmix64(x))
+    np.testing.assert_array_equal(mix64(x.view(np.int64)), mix64(x))
+    # a bijection: no collisions among distinct inputs
+    assert np.unique(mix64(x)).size == np.unique(x).size
+
+
+def test_lsh_module_still_exports_the_names_of_its_parts():
+    from engine.core import splitmix
+    from engine.hashing import bands, keyed, l1, lsh
+
+    for name in lsh.__all__:
+        assert hasattr(lsh, name), name
+    assert lsh.splitmix64 is splitmix.splitmix64
+    assert lsh.BandedIndex is bands.BandedIndex and lsh.choose_params is bands.choose_params
+    assert lsh.L1SetIndex is l1.L1SetIndex and lsh.PStableHash is l1.PStableHash
+    assert lsh.KeyedSparse is keyed.KeyedSparse and lsh.hashed_gaussian is keyed.hashed_gaussian
+
+
+def test_integer_arguments_are_checked():
+    from engine.core.validate import check_int
+
+    assert check_int(np.int32(5), "n", 1) == 5 and type(check_int(np.int64(5), "n", 1)) is int
+    with pytest.raises(TypeError, match="n_bits must be an int"):
+        RandomHyperplaneHash(n_bits=True)
+    with pytest.raises(TypeError, match="band_size"):
+        BandedIndex(4, 2.0)
+    with pytest.raises(ValueError, match="n_levels must be >= 1"):
+        L1SetEmbedding(0)
 
 
 def test_hashed_gaussian_is_standard_normal_and_pure():
@@ -124,15 +156,15 @@ def test_hyperplane_cache_gives_the_same_projections():
         agree = (cached.hash(x) == plain.hash(x)).mean()
         assert agree > 0.99
     G = hashed_gaussian(3, np.arange(128), keys[:300])
-    np.testing.assert_array_equal(cached._coordinates(keys[:300]), G.T)
+    np.testing.assert_array_equal(cached.coordinates(keys[:300]), G.T)
     # blocks generated on threads: the same cache
     many = rng.integers(-(10**12), 10**12, 5000)  # several key blocks
     one = RandomHyperplaneHash(64, random_state=3).cache(many)
     two = RandomHyperplaneHash(64, random_state=3).cache(many, threads=2)
-    np.testing.assert_array_equal(two._cache_keys, one._cache_keys)
-    np.testing.assert_array_equal(two._cache, one._cache)
+    assert two.n_cached == one.n_cached == np.unique(many).size
+    np.testing.assert_array_equal(two.coordinates(many), one.coordinates(many))
     want = hashed_gaussian(3, np.arange(64), many).T
-    np.testing.assert_array_equal(two._coordinates(many), want)
+    np.testing.assert_array_equal(two.coordinates(many), want)
 
 
 def test_pyramid_match_hashing_follows_normalised_kernel():

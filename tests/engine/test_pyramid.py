@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.kernels.binning import Binning, UniformBinning
+from engine.kernels.embedding import SparseEmbedding
 from engine.kernels.optimal import optimal_partial_match
-from engine.kernels.pyramid import Binning, PyramidMatch, SparseEmbedding, UniformBinning
+from engine.kernels.pyramid import PyramidMatch
 
 FAST = settings(max_examples=25, deadline=None)
 
@@ -378,3 +380,32 @@ def test_vocabulary_tree_iterations_reach_the_trees_and_persist(sets):
     assert PyramidMatch.from_state(old).max_iter == 10
     with pytest.raises(ValueError, match="max_iter"):
         PyramidMatch("vocabulary", max_iter=-1)
+
+
+def test_pyramid_module_still_exports_the_names_of_its_parts():
+    """engine.kernels.pyramid keeps exporting what moved to binning, codes and embedding
+    (collection and index import GOLDEN, level_salt, mix64, level_key from there)."""
+    from engine.core import splitmix
+    from engine.kernels import binning, codes, embedding, pyramid
+
+    assert pyramid.UniformBinning is binning.UniformBinning and pyramid.Binning is binning.Binning
+    assert pyramid.PyramidCodes is codes.PyramidCodes
+    assert pyramid.SparseEmbedding is embedding.SparseEmbedding
+    for name in ("level_key", "level_salt"):
+        assert getattr(pyramid, name) is getattr(embedding, name)
+    assert pyramid.mix64 is splitmix.mix64 and pyramid.GOLDEN == splitmix.GOLDEN
+    assert set(pyramid.__all__) <= set(dir(pyramid))
+
+
+def test_stable_keys_are_splitmix64():
+    """level_salt is one SplitMix64 step of the (shift, level) pair's hash and level_key
+    the finaliser of bin * GOLDEN + salt (wrapping): the keys saved indexes hold."""
+    from engine.core.splitmix import GOLDEN, mix64, splitmix64
+    from engine.kernels.embedding import combine, level_key, level_salt
+
+    salt = level_salt(3, 2)
+    assert salt == splitmix64(np.asarray(combine(np.int64(3), 2)))
+    bins = np.array([0, 1, -1, 2**62, -(2**63)], np.int64)
+    want = mix64(bins.view(np.uint64) * GOLDEN + salt).view(np.int64)
+    np.testing.assert_array_equal(level_key(3, 2, bins), want)
+    assert level_key(3, 2, bins).dtype == np.int64

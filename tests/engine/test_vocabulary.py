@@ -1,4 +1,5 @@
-"""Tests for engine.vocabulary: hierarchical k-means bins (thesis chapter 4)."""
+"""Tests for engine.kernels.vocabulary (hierarchical k-means bins, thesis chapter 4), its
+batched k-means (engine.kernels.kmeans) and bags of words (engine.kernels.words)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 
-from engine import vocabulary
-from engine.kernels.vocabulary import VocabularyTree, bag_of_words, fit_idf, word_counts
+from engine.kernels import vocabulary
+from engine.kernels.kmeans import kmeans_level
+from engine.kernels.vocabulary import VocabularyTree
+from engine.kernels.words import bag_of_words, fit_idf, word_counts
 
 
 def _blobs(n: int, dim: int, n_centers: int, seed: int) -> np.ndarray:
@@ -208,14 +211,12 @@ def test_state_round_trip(tmp_path, data, tree):
 @pytest.mark.parametrize("k", [3, 10, 11])
 def test_kmeans_level_is_lloyd_inside_every_segment(k):
     # segments of many sizes (padding groups mix sizes around k), duplicates included
-    from engine.kernels.vocabulary import _kmeans_level
-
     rng = np.random.default_rng(k)
     sizes = np.array([1, 2, k - 1, k, k + 1, 12, 13, 40, 41, 200, 7, 300])
     X = rng.normal(size=(int(sizes.sum()), 5)).astype(np.float32)
     X[5:9] = X[5]
     starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    centers, labels, kk = _kmeans_level(X, starts, k, np.random.default_rng(0), 50, 0.0)
+    centers, labels, kk = kmeans_level(X, starts, k, np.random.default_rng(0), 50, 0.0)
     assert np.array_equal(kk, np.minimum(sizes, k))
     for s, (a, b) in enumerate(itertools.pairwise(starts)):
         C = centers[s * k : s * k + kk[s]]
