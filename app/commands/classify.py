@@ -1,10 +1,12 @@
 """``simile classify FOLDER IMAGE...``: assign new photos to the groups of ``simile cluster``.
 
-Uses the SVM stored by ``simile cluster`` (trained on the groups' prototypes over the
-pyramid-match kernel). The kernel row of a new image against the training images is
-computed the way the grouping was: on the dense categorisation features and vocabulary
-(:func:`engine.cluster.category_kernel_rows`, the default ``--features dense``), or from the
-collection's ``vocabulary`` / ``uniform`` search scores (``--features index``).
+Uses the grouping and the SVM stored by ``simile cluster`` (trained on the groups'
+prototypes over the pyramid-match kernel; :func:`engine.cluster.load_grouping`). The kernel
+row of a new image against the training images is computed the way the grouping was
+(:func:`engine.cluster.grouping_kernel_rows`): on the dense categorisation features and
+vocabulary (the default ``--features dense``), or from the collection's ``vocabulary`` /
+``uniform`` search scores (``--features index``). This module parses the arguments and
+prints the predictions.
 """
 
 from __future__ import annotations
@@ -13,13 +15,8 @@ import argparse
 import os
 from pathlib import Path
 
-import numpy as np
-
 from app.commands._collection import open_collection
 from app.commands._common import CommandError, emit_json
-from app.commands.cluster import PREFIX
-
-SVM_KEYS = ("C", "power", "empirical", "class_weight", "kernel", "labels", "ids", "names")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -38,32 +35,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def load_classifier(col):
-    """The stored :class:`~engine.classify.CategoryClassifier`, the clustered paths and the
-    kernel method; :class:`CommandError` when ``simile cluster`` has not been run."""
-    from engine.cluster.classify import CategoryClassifier
+def stored_grouping(col):
+    """The stored grouping (:class:`engine.cluster.Grouping`) with its classifier;
+    :class:`CommandError` when ``simile cluster`` has not been run (or found one group)."""
+    from engine.cluster.grouping import load_grouping
 
     try:
-        state = {k: col.load_array(PREFIX + "svm." + k) for k in SVM_KEYS}
-        paths = [Path(p) for p in col.load_array(PREFIX + "paths").tolist()]
-        method = str(col.load_array(PREFIX + "method"))
+        grouping = load_grouping(col.store)
     except KeyError:
+        grouping = None
+    if grouping is None or grouping.classifier is None:
         raise CommandError(
             f"{col.folder}: no stored grouping with at least two groups; "
             f"run 'simile cluster {col.folder}' first"
-        ) from None
-    state = {k: (v.item() if v.ndim == 0 else v) for k, v in state.items()}
-    return CategoryClassifier.from_state(state), paths, method
+        )
+    return grouping
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.cluster.grouping import grouping_kernel_rows
     from engine.io.imageio import ImageLoadError
 
     col = open_collection(args.folder, args.index, create=False, readonly=True)
     try:
-        clf, clustered, method = load_classifier(col)
+        grouping = stored_grouping(col)
         current = {Path(p): i for i, p in enumerate(col.paths())}
-        train_paths = [clustered[i] for i in clf.train_ids_.tolist()]
+        train_paths = grouping.training_paths()
         missing = [p for p in train_paths if p not in current]
         if missing:
             raise CommandError(
@@ -77,13 +74,17 @@ def run(args: argparse.Namespace) -> int:
                 raise CommandError(f"{img}: no such file")
             images.append(path)
         try:
-            if method == "dense":
-                rows = _dense_rows(col, images, train_paths)
-            else:
-                rows = _index_rows(col, images, train_paths, method)
+            rows = grouping_kernel_rows(col, grouping, images)
         except ImageLoadError as exc:
             raise CommandError(str(exc)) from None
-        pred = clf.predict(rows)
+        except KeyError:
+            if grouping.method != "dense":
+                raise
+            raise CommandError(
+                f"{col.folder}: the stored grouping's features are missing or outdated; "
+                f"run 'simile cluster {col.folder}' again"
+            ) from None
+        pred = grouping.classifier.predict(rows)
         results = [
             {"image": str(path), "cluster": int(lab), "confidence": round(float(conf), 4)}
             for path, lab, conf in zip(images, pred.labels, pred.confidence, strict=True)
@@ -96,29 +97,3 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             print(f"{r['image']}\tgroup {r['cluster']}\tconfidence {r['confidence']:.2f}")
     return 0
-
-
-def _dense_rows(col, images, train_paths) -> np.ndarray:
-    """Kernel rows (q, t) on the dense categorisation channel of ``simile cluster``."""
-    from engine.cluster.discovery import category_kernel_rows
-
-    try:
-        return category_kernel_rows(col, images, train_paths)
-    except KeyError:
-        raise CommandError(
-            f"{col.folder}: the stored grouping's features are missing or outdated; "
-            f"run 'simile cluster {col.folder}' again"
-        ) from None
-
-
-def _index_rows(col, images, train_paths, method) -> np.ndarray:
-    """Kernel rows (q, t) from the search index's ``method`` scores."""
-    col_of = {p: j for j, p in enumerate(train_paths)}
-    n = len(col.paths())
-    rows = np.zeros((len(images), len(train_paths)))
-    for i, path in enumerate(images):
-        for h in col.query(path, method=method, top=n):
-            j = col_of.get(Path(h.path))
-            if j is not None:
-                rows[i, j] = h.score
-    return rows

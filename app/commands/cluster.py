@@ -14,12 +14,11 @@ SVM on the prototypes that assigns every image (``--no-relabel`` keeps the cut's
 ``--features index`` groups on the retrieval index's sparse keypoints instead
 (``--method``, ``--spatial G``: visual words within G x G and coarser cells).
 
-The grouping, prototypes, masks (``cluster.masks`` float32 concatenated, image i's mask =
-``masks[mask_offsets[i]:mask_offsets[i + 1]]``, aligned with the features named by
-``cluster.features``: ``"dense"`` = :func:`engine.cluster.category_features_of`, ``"index"``
-= ``Collection.features``; rows = ``cluster.paths``), ``cluster.flow`` and a classifier
-trained on the prototypes are stored in the index (``cluster.*`` arrays) so
-``simile classify`` can assign new photos to the groups and the app can show the masks.
+The grouping runs in the engine (:func:`engine.cluster.group_collection_iter`) and is stored
+in the index (``cluster.*`` arrays, :func:`engine.cluster.save_grouping`: groups,
+prototypes, outliers, flow, feature masks and the classifier trained on the prototypes), so
+``simile classify`` can assign new photos to the groups and the app can show the masks. This
+module parses the arguments and prints the groups.
 """
 
 from __future__ import annotations
@@ -29,13 +28,8 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from app.commands._collection import open_collection
 from app.commands._common import CommandError, Progress, drive, emit_json
-
-#: Prefix of the arrays this command stores in the index.
-PREFIX = "cluster."
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -132,6 +126,8 @@ def _report_skipped(failed, limit: int = 5) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.cluster.grouping import group_collection_iter, save_grouping
+
     k = parse_k(args.k)
     if args.power is not None and not 0 < args.power <= 1:
         raise CommandError(f"--power must be in (0, 1], got {args.power}")
@@ -159,35 +155,51 @@ def run(args: argparse.Namespace) -> int:
         row_of = {p: i for i, p in enumerate(paths)}
         must = resolve_pairs(args.must, row_of, col.folder, "--must")
         cannot = resolve_pairs(args.cannot, row_of, col.folder, "--cannot")
-        if args.features == "dense":
-            out = _group_dense(col, k, must, cannot, args)
-        else:
-            out = _group_index(col, paths, k, must, cannot, args)
-        labels, protos, outliers, flow, reason, refinement = out[:6]
-        kk = int(labels.max()) + 1
-        _save(col, paths, labels, protos, outliers, args, refinement, flow, out[6])
+        gen = group_collection_iter(
+            col, features=args.features, method=args.method, k=k, must=must, cannot=cannot,
+            power=args.power, spatial=args.spatial, k_max=args.k_max,
+            prototype_percentile=args.prototypes, partners=args.partners,
+            refine=not args.no_refine, relabel=not args.no_relabel, jobs=args.jobs,
+        )  # fmt: skip
+        grouping = drive_stages(gen)
+        if [str(p) for p in grouping.paths] != [str(p) for p in col.paths()]:
+            raise CommandError("the index changed while grouping; run the command again")
+        try:
+            save_grouping(col.store, grouping)
+        except OSError as exc:  # the grouping itself is still printed
+            print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
     finally:
         col.close()
 
+    _print_groups(grouping, n, args.json)
+    return 0
+
+
+def _print_groups(grouping, n: int, as_json: bool) -> None:
+    """The groups (members by decreasing flow, prototypes and outliers) as one JSON line or
+    as text."""
+    paths = grouping.paths
+    kk = grouping.k
+    reason = grouping.k_reason
+    protos, outliers = grouping.prototypes, grouping.outliers
     clusters = []
     for g in range(kk):
-        idx = np.flatnonzero(labels == g)
-        idx = idx[np.argsort(-flow[idx], kind="stable")]
+        idx = grouping.members(g)
         clusters.append({
             "id": g,
             "members": [str(paths[i]) for i in idx],
             "prototypes": [str(paths[i]) for i in idx if protos[i]],
             "outliers": [str(paths[i]) for i in idx if outliers[i]],
         })  # fmt: skip
-    refined = {"refined": refinement is not None}
-    if refinement is not None:
-        refined["n_matches"] = int(refinement.n_matches)
-    if args.json:
+    refined = {"refined": grouping.masks is not None}
+    if grouping.masks is not None:
+        refined["n_matches"] = int(grouping.n_matches)
+    if as_json:
         emit_json({"k": kk, "k_reason": reason, **refined, "clusters": clusters})
     else:
         how = (
-            f"refined with feature masks from {refinement.n_matches} matchings"
-            if refinement is not None
+            f"refined with feature masks from {grouping.n_matches} matchings"
+            if grouping.masks is not None
             else "not refined"
         )
         print(f"{n} images in {kk} groups ({reason}; {how})")
@@ -198,10 +210,9 @@ def run(args: argparse.Namespace) -> int:
                 tag = "*" if m in c["prototypes"] else ("!" if m in c["outliers"] else " ")
                 print(f"  {tag} {m}")
         print("(* prototype, ! outlier)", file=sys.stdout)
-    return 0
 
 
-#: Progress labels of the stages of :func:`engine.cluster.categorize_iter`.
+#: Progress labels of the stages of :func:`engine.cluster.group_collection_iter`.
 STAGES = {
     "features": "dense features", "vocabulary": "vocabulary", "bins": "visual words",
     "affinity": "affinities", "spectrum": "grouping", "discretize": "grouping",
@@ -229,142 +240,3 @@ def drive_stages(gen):
     finally:
         if progress is not None:
             progress.close()
-
-
-def _group_dense(col, k, must, cannot, args):
-    """The shared pipeline (:func:`engine.cluster.categorize_iter`)."""
-    from engine.cluster.discovery import categorize_iter
-
-    gen = categorize_iter(
-        col, k=k, must=must, cannot=cannot, power=args.power, k_max=args.k_max,
-        refine=not args.no_refine, relabel=not args.no_relabel, partners=args.partners,
-        prototype_percentile=args.prototypes, jobs=args.jobs,
-    )  # fmt: skip
-    res = drive_stages(gen)
-    if [str(p) for p in res.paths] != [str(p) for p in col.paths()]:
-        raise CommandError("the index changed while grouping; run the command again")
-    return (res.labels, res.prototypes, res.outliers, res.flow, res.k_reason,
-            res.refinement, res.classifier)  # fmt: skip
-
-
-def _group_index(col, paths, k, must, cannot, args):
-    """Grouping on the retrieval index's sparse features (``--features index``)."""
-    from engine.cluster.discovery import discover_categories_iter
-
-    n = len(paths)
-    K = col.kernel_matrix(args.method)
-    feats = matcher = None
-    A = K  # grouping affinities; the stored classifier keeps K (as `simile classify`)
-    if args.spatial and n > 1:
-        feats, matcher = _matcher(col, paths, args.method)
-        A = _spatial_kernel(feats, matcher, args.spatial)
-    if n == 1:
-        z = np.zeros(1)
-        return (np.zeros(1, np.int64), np.ones(1, bool), np.zeros(1, bool), z,
-                "k=1: a single image", None, None)  # fmt: skip
-    gen = discover_categories_iter(
-        A, k=k, must=must, cannot=cannot, power=args.power,
-        k_max=min(args.k_max, n - 1), k_min=min(2, n - 1),
-        prototype_percentile=args.prototypes,
-    )  # fmt: skip
-    result = drive(gen, Progress("grouping", json_lines=False), lambda i, _item: (i, 7))
-    labels = result.labels
-    protos, outliers, flow = result.prototypes, result.outliers, result.flow
-    refinement = None
-    if not args.no_refine:
-        if matcher is None:
-            feats, matcher = _matcher(col, paths, args.method)
-        refinement = _refine(feats, matcher, labels, args)
-        protos, outliers = refinement.prototypes, refinement.outliers
-        flow = refinement.flow
-    reason = result.k_reason
-    if args.spatial:
-        reason += f"; affinities with {args.spatial}x{args.spatial} spatial cells"
-    clf = None
-    train = np.flatnonzero(protos)
-    if np.unique(labels[train]).size >= 2:
-        from engine.cluster.classify import CategoryClassifier
-
-        clf = CategoryClassifier(power=args.power).fit(
-            K[np.ix_(train, train)], labels[train], ids=train
-        )
-    return labels, protos, outliers, flow, reason, refinement, clf
-
-
-def _matcher(col, paths, method):
-    """The stored features of ``paths`` and a :class:`engine.cluster.BinnedMatcher` on the
-    collection's fitted ``method`` pyramid (every feature binned once)."""
-    from engine.cluster.discovery import BinnedMatcher
-
-    feats = [col.features(p) for p in paths]
-    return feats, BinnedMatcher(col.pyramid(method), [f.descriptors for f in feats])
-
-
-def _spatial_kernel(feats, matcher, grid: int) -> np.ndarray:
-    """Pyramid match of visual words (the pyramid level above the finest) within
-    ``grid x grid`` and coarser image cells, on top of the feature-space levels
-    (:func:`engine.cluster.spatial_pyramid_kernel`)."""
-    from engine.cluster.discovery import spatial_pyramid_kernel
-
-    xy = []
-    for f in feats:
-        size = np.maximum(np.asarray(f.image_size, np.float64), 1.0)
-        xy.append(np.asarray(f.xy, np.float64).reshape(-1, 2) / size)
-    word_level = min(1, matcher.n_levels - 1)
-    return spatial_pyramid_kernel(matcher.bins, xy, grid=grid, word_level=word_level)
-
-
-def _refine(feats, matcher, labels, args):
-    """Feature masks, masked flow, prototypes and outliers (thesis 9.3-9.4).
-
-    Correspondences come from the collection's own fitted pyramid (vocabulary-guided or
-    uniform, as ``--method``) applied to the stored features, without geometric
-    verification (:class:`engine.cluster.BinnedMatcher`); every image is matched against
-    at most ``--partners`` members of its group. Masked affinities are normalised by the
-    mask masses (``normalize="mask"``) so feature-rich images do not dominate the flow.
-    """
-    from engine.cluster.discovery import refine_with_masks_iter
-
-    progress = Progress("refining", json_lines=False)
-    gen = refine_with_masks_iter(
-        feats, labels, matcher, max_partners=args.partners,
-        prototype_percentile=args.prototypes, normalize="mask",
-    )  # fmt: skip
-    return drive(gen, progress)
-
-
-def _save(col, paths, labels, protos, outliers, args, refinement, flow, clf) -> None:
-    """Store the grouping, the feature masks (``cluster.masks`` float32 concatenated,
-    ``cluster.mask_offsets`` (n+1,) int64, rows = ``cluster.paths``, features named by
-    ``cluster.features``; see :func:`engine.cluster.masks_from_arrays`) and the classifier
-    trained on the prototypes (``cluster.svm.*``)."""
-    from engine.cluster.discovery import masks_to_arrays
-
-    try:
-        if refinement is not None:
-            flat, offsets = masks_to_arrays(refinement.masks)
-        else:  # no masks: every image's mask is empty (never leave a stale one behind)
-            flat, offsets = np.zeros(0, np.float32), np.zeros(len(paths) + 1, np.int64)
-        col.save_array(PREFIX + "masks", flat)
-        col.save_array(PREFIX + "mask_offsets", offsets)
-        col.save_array(PREFIX + "flow", np.asarray(flow, np.float64))
-        col.save_array(PREFIX + "paths", np.array([str(p) for p in paths], dtype=str))
-        col.save_array(PREFIX + "labels", labels.astype(np.int64))
-        col.save_array(PREFIX + "prototypes", protos.astype(bool))
-        col.save_array(PREFIX + "outliers", outliers.astype(bool))
-        method = "dense" if args.features == "dense" else args.method
-        col.save_array(PREFIX + "method", np.array(method))
-        col.save_array(PREFIX + "features", np.array(args.features))
-        for key in _svm_keys(col):  # never leave a stale classifier behind
-            col.store.delete_array(key)
-        if clf is not None:
-            for key, val in clf.to_state().items():
-                col.save_array(PREFIX + "svm." + key, np.asarray(val))
-    except (OSError, PermissionError) as exc:  # the grouping itself was still printed
-        print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
-
-
-def _svm_keys(col) -> list[str]:
-    from app.commands.classify import SVM_KEYS
-
-    return [PREFIX + "svm." + k for k in SVM_KEYS if col.store.has_array(PREFIX + "svm." + k)]

@@ -1,9 +1,134 @@
-"""Unsupervised categories of a collection (thesis ch. 9): affinities, normalized cuts,
-mask refinement, the person's edits (:mod:`engine.cluster.discovery`), and the SVM that
-places new photos into the groups (:mod:`engine.cluster.classify`)."""
+"""Unsupervised categories of a collection (thesis Ch. 9), and the SVM that places new photos.
 
-from engine.cluster.discovery import *  # noqa: F403
-from engine.cluster.discovery import BinnedMatcher
-from engine.cluster.discovery import __all__ as _discovery_all
+Modules, in the order the data flows through them:
 
-__all__ = [*_discovery_all, "BinnedMatcher"]
+- :mod:`~engine.cluster.results` -- progress reports and result records
+  (:class:`Clustering`, :class:`Refinement`);
+- :mod:`~engine.cluster.affinity` -- kernel to affinities (Sec. 8.1.2), nearest-neighbour
+  graph;
+- :mod:`~engine.cluster.constraints` -- must-group / cannot-group constraints (Sec. 9.2);
+- :mod:`~engine.cluster.ncut` -- normalized cuts, the eigengap, Nystrom (Eq. 9.1);
+- :mod:`~engine.cluster.ranking` -- flow, prototypes, outliers (Sec. 9.4);
+- :mod:`~engine.cluster.partition` -- :func:`discover_categories`, the above together;
+- :mod:`~engine.cluster.binned` -- pyramid match and correspondences on binned feature sets;
+- :mod:`~engine.cluster.refine` -- feature masks from within-group correspondences (9.3);
+- :mod:`~engine.cluster.edits` -- the person's edits: move, merge, split;
+- :mod:`~engine.cluster.evaluation` -- accuracy against known classes;
+- :mod:`~engine.cluster.channel` -- dense SIFT for grouping, cached in the index (9.5);
+- :mod:`~engine.cluster.model` -- a collection's vocabulary and binned sets;
+- :mod:`~engine.cluster.pipeline` -- :func:`categorize_iter`, the whole-folder pipeline;
+- :mod:`~engine.cluster.grouping` -- the grouping of ``simile cluster`` and its storage in
+  the index;
+- :mod:`~engine.cluster.classify` -- :class:`CategoryClassifier`, the SVM on the kernel.
+
+:mod:`engine.cluster.discovery` is the old single module, kept as re-exports.
+"""
+
+from engine.cluster.affinity import diagonal_dominance, knn_graph, prepare_affinity
+from engine.cluster.binned import (
+    BinnedMatcher,
+    BinsMatcher,
+    bin_correspondences,
+    binned_pyramid_kernel,
+    spatial_pyramid_kernel,
+)
+from engine.cluster.channel import (
+    CATEGORY_FEATURES,
+    CategoryChannel,
+    as_float,
+    category_extractor,
+    category_features,
+    collection_rows,
+    hash_of,
+    vocab_sample,
+)
+from engine.cluster.constraints import apply_constraints
+from engine.cluster.edits import merge_groups, move_constraints, split_group
+from engine.cluster.evaluation import clustering_accuracy
+from engine.cluster.grouping import (
+    Grouping,
+    group_collection_iter,
+    grouping_kernel_rows,
+    load_grouping,
+    save_grouping,
+)
+from engine.cluster.model import (
+    CATEGORY_VOCAB,
+    CategoryModel,
+    category_features_of,
+    category_kernel_rows,
+    category_mask,
+    category_model_iter,
+)
+from engine.cluster.ncut import choose_landmarks, ncut_embedding, normalized_cut_value
+from engine.cluster.partition import discover_categories, discover_categories_iter
+from engine.cluster.pipeline import (
+    NYSTROM_AUTO_MIN,
+    NYSTROM_LANDMARKS,
+    CategoryResult,
+    categorize,
+    categorize_iter,
+    default_k_graph,
+)
+from engine.cluster.ranking import rank_groups
+from engine.cluster.refine import (
+    masks_from_arrays,
+    masks_to_arrays,
+    refine_with_masks,
+    refine_with_masks_iter,
+)
+from engine.cluster.results import Clustering, ClusterProgress, Refinement
+
+__all__ = [
+    "CATEGORY_FEATURES",
+    "CATEGORY_VOCAB",
+    "NYSTROM_AUTO_MIN",
+    "NYSTROM_LANDMARKS",
+    "BinnedMatcher",
+    "BinsMatcher",
+    "CategoryChannel",
+    "CategoryModel",
+    "CategoryResult",
+    "ClusterProgress",
+    "Clustering",
+    "Grouping",
+    "Refinement",
+    "apply_constraints",
+    "as_float",
+    "bin_correspondences",
+    "binned_pyramid_kernel",
+    "categorize",
+    "categorize_iter",
+    "category_extractor",
+    "category_features",
+    "category_features_of",
+    "category_kernel_rows",
+    "category_mask",
+    "category_model_iter",
+    "choose_landmarks",
+    "clustering_accuracy",
+    "collection_rows",
+    "default_k_graph",
+    "diagonal_dominance",
+    "discover_categories",
+    "discover_categories_iter",
+    "group_collection_iter",
+    "grouping_kernel_rows",
+    "hash_of",
+    "knn_graph",
+    "load_grouping",
+    "masks_from_arrays",
+    "masks_to_arrays",
+    "merge_groups",
+    "move_constraints",
+    "ncut_embedding",
+    "normalized_cut_value",
+    "prepare_affinity",
+    "rank_groups",
+    "refine_with_masks",
+    "refine_with_masks_iter",
+    "save_grouping",
+    "spatial_pyramid_kernel",
+    "split_group",
+    "vocab_sample",
+]

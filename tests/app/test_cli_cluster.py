@@ -61,7 +61,7 @@ def test_cluster_json_partitions_every_image(folder, capsys):
     # the refinement ran and its feature masks are stored, one per image, aligned with
     # the stored features (thesis 9.3), for the GUI to show
     assert res["refined"] is True and res["n_matches"] > 0
-    from engine.cluster.discovery import category_features_of, masks_from_arrays
+    from engine.cluster import category_features_of, load_grouping, masks_from_arrays
     from engine.collection import Collection
 
     col = Collection.open(photos, index, create=False, readonly=True)
@@ -78,8 +78,12 @@ def test_cluster_json_partitions_every_image(folder, capsys):
             assert mask.min() >= 0.0 and mask.max() == pytest.approx(1.0)
             assert np.ptp(mask) > 0  # graded by how consistently each feature matches
         flow = col.load_array("cluster.flow")
+        grouping = load_grouping(col.store)  # the engine's reader of those arrays
     finally:
         col.close()
+    assert grouping.features == "dense" and grouping.classifier is not None
+    for c in res["clusters"]:
+        assert [str(grouping.paths[i]) for i in grouping.members(c["id"])] == c["members"]
     by_path = dict(zip(stored, flow, strict=True))
     for c in res["clusters"]:  # members are listed by decreasing masked flow
         f = [by_path[m] for m in c["members"]]

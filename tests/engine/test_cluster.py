@@ -1,12 +1,13 @@
-"""Tests for engine.cluster and engine.classify on synthetic kernels and point sets."""
+"""Tests for engine.cluster on synthetic kernels and point sets, and on small folders."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from engine.cluster.classify import CategoryClassifier
-from engine.cluster.discovery import (
+from engine.cluster import (
     BinnedMatcher,
     Clustering,
     Refinement,
@@ -27,6 +28,7 @@ from engine.cluster.discovery import (
     spatial_pyramid_kernel,
     split_group,
 )
+from engine.cluster.classify import CategoryClassifier
 
 
 def topic_kernel(n_per, k, *, noise=0.6, dim=30, seed=0):
@@ -554,7 +556,7 @@ def test_spatial_pyramid_kernel_validation(kwargs, match):
 
 # --------------------------------------------------------------- dense categorisation channel
 def test_category_features_dense_rootsift_with_white_frame_trimmed():
-    from engine.cluster.discovery import category_features
+    from engine.cluster import category_features
 
     rng = np.random.default_rng(0)
     img = np.full((240, 320), 255, np.uint8)  # white frame around a textured object
@@ -602,10 +604,10 @@ def _random_bins(rng, n, L=3, b=4):
 
 @pytest.mark.parametrize("dense_bins", [0, 256])  # sparse unary codes / dense histograms
 def test_binned_kernel_matches_explicit_intersections(dense_bins, monkeypatch):
-    import engine.cluster.discovery as ec
-    from engine.cluster.discovery import binned_pyramid_kernel
+    import engine.cluster.binned
+    from engine.cluster import binned_pyramid_kernel
 
-    monkeypatch.setattr(ec, "DENSE_LEVEL_BINS", dense_bins)
+    monkeypatch.setattr(engine.cluster.binned, "DENSE_LEVEL_BINS", dense_bins)
     rng = np.random.default_rng(1)
     bins = _random_bins(rng, 7)
     K = binned_pyramid_kernel(bins)
@@ -616,7 +618,7 @@ def test_binned_kernel_matches_explicit_intersections(dense_bins, monkeypatch):
 
 
 def test_bin_correspondences_form_intersections_level_by_level():
-    from engine.cluster.discovery import bin_correspondences
+    from engine.cluster import bin_correspondences
 
     rng = np.random.default_rng(2)
     a, b = _random_bins(rng, 2)
@@ -635,7 +637,7 @@ def test_bin_correspondences_form_intersections_level_by_level():
 
 
 def test_knn_graph_auto_k_on_groups_of_unequal_density():
-    from engine.cluster.discovery import knn_graph
+    from engine.cluster import knn_graph
 
     rng = np.random.default_rng(3)
     truth = np.repeat([0, 1, 2, 3], [30, 30, 30, 30])
@@ -685,13 +687,15 @@ def _photo_folder(folder, n_groups=2, per_group=4, seed=0):
 
 @pytest.fixture()
 def small_collection(tmp_path, monkeypatch):
-    import engine.cluster.discovery as ec
+    import engine.cluster.channel
+    import engine.cluster.model
     from engine.collection import Collection
 
-    monkeypatch.setattr(ec, "DENSE_CHUNK", 3)  # several chunks from a handful of photos
-    monkeypatch.setitem(ec.CATEGORY_FEATURES, "side", 120)
-    monkeypatch.setitem(ec.CATEGORY_FEATURES, "max_features", 120)
-    monkeypatch.setitem(ec.CATEGORY_VOCAB, "branching", 4)
+    channel = engine.cluster.channel
+    monkeypatch.setattr(channel, "DENSE_CHUNK", 3)  # several chunks from a handful of photos
+    monkeypatch.setitem(channel.CATEGORY_FEATURES, "side", 120)
+    monkeypatch.setitem(channel.CATEGORY_FEATURES, "max_features", 120)
+    monkeypatch.setitem(engine.cluster.model.CATEGORY_VOCAB, "branching", 4)
     photos = tmp_path / "photos"
     _photo_folder(photos)
     col = Collection.open(photos, tmp_path / "index")
@@ -711,7 +715,7 @@ def _drain(gen):
 
 
 def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_collection):
-    from engine.cluster.discovery import (
+    from engine.cluster import (
         CategoryChannel,
         categorize_iter,
         category_features_of,
@@ -752,7 +756,7 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
 
 
 def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
-    from engine.cluster.discovery import CategoryChannel, categorize_iter
+    from engine.cluster import CategoryChannel, categorize_iter
 
     col = small_collection
     gen = categorize_iter(col, k=2, jobs=1)
@@ -772,7 +776,7 @@ def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
 
 
 def test_bins_matcher_batch_equals_pairwise_correspondences():
-    from engine.cluster.discovery import BinsMatcher, bin_correspondences
+    from engine.cluster import BinsMatcher, bin_correspondences
 
     rng = np.random.default_rng(4)
     bins = _random_bins(rng, 9)
@@ -787,3 +791,87 @@ def test_bins_matcher_batch_equals_pairwise_correspondences():
         assert got == want
     r = m(0, 1)
     assert r.pairs.shape[1] == 2 and r.score == pytest.approx(r.weight.sum())
+
+
+# --------------------------------------------------------------- stored grouping, old paths
+def _grouping(with_svm=True, masks=True):
+    from engine.cluster import Grouping
+
+    K, truth, _ = topic_kernel(6, 2, seed=3)
+    labels = truth.astype(np.int64)
+    protos = np.zeros(labels.size, bool)
+    for g in (0, 1):  # two prototypes per group
+        protos[np.flatnonzero(labels == g)[:2]] = True
+    clf = None
+    if with_svm:
+        train = np.flatnonzero(protos)
+        clf = CategoryClassifier().fit(K[np.ix_(train, train)], labels[train], ids=train)
+    rng = np.random.default_rng(0)
+    return Grouping(
+        paths=[f"/photos/{i}.jpg" for i in range(labels.size)], labels=labels,
+        prototypes=protos, outliers=~protos & (np.arange(labels.size) % 5 == 0),
+        flow=rng.random(labels.size), features="index", method="vocabulary",
+        masks=[rng.random(int(m)).astype(np.float32) for m in rng.integers(0, 9, labels.size)]
+        if masks else None,
+        classifier=clf, k_reason="given", n_matches=7,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("with_svm", "masks"), [(True, True), (False, False)])
+def test_save_and_load_grouping_round_trip(tmp_path, with_svm, masks):
+    from engine.cluster import load_grouping, save_grouping
+    from engine.index.store import IndexStore
+
+    g = _grouping(with_svm, masks)
+    with IndexStore.open(tmp_path / "index") as store:
+        save_grouping(store, _grouping(True, True))  # an older grouping is replaced
+        save_grouping(store, g)
+        back = load_grouping(store)
+        names = sorted(f.name for f in (tmp_path / "index" / "arrays").glob("cluster.*"))
+    assert [str(p) for p in back.paths] == g.paths
+    for field in ("labels", "prototypes", "outliers", "flow"):
+        got, want = getattr(back, field), getattr(g, field)
+        assert got.dtype == want.dtype and np.array_equal(got, want), field
+    assert (back.features, back.method, back.k) == ("index", "vocabulary", 2)
+    if masks:
+        assert all(np.array_equal(a, b) for a, b in zip(back.masks, g.masks, strict=True))
+    else:  # not refined: every image's mask is stored empty
+        assert [m.size for m in back.masks] == [0] * len(g.paths)
+    if with_svm:
+        want = [Path(g.paths[i]) for i in np.flatnonzero(g.prototypes)]
+        assert back.training_paths() == want
+        np.testing.assert_array_equal(back.classifier.train_ids_, g.classifier.train_ids_)
+    else:  # the older grouping's classifier is gone
+        assert back.classifier is None and not [n for n in names if ".svm." in n]
+    assert np.array_equal(back.members(0), g.members(0))
+
+
+def test_load_grouping_of_an_old_index_and_of_none(tmp_path):
+    """Indexes grouped before masks and the dense channel lack flow, masks and features."""
+    from engine.cluster import load_grouping, save_grouping
+    from engine.index.store import IndexStore
+
+    with IndexStore.open(tmp_path / "index") as store:
+        with pytest.raises(KeyError):
+            load_grouping(store)
+        save_grouping(store, _grouping())
+        for name in ("flow", "masks", "mask_offsets", "features"):
+            store.delete_array("cluster." + name)
+        back = load_grouping(store)
+    assert back.flow is None and back.masks is None and back.features == "index"
+    assert back.classifier is not None and back.labels.dtype == np.int64
+
+
+def test_discovery_module_keeps_the_old_names():
+    """engine.cluster.discovery (the module before the split) still exports every name,
+    the very same objects, and the private names engine.workflows.feedback imports."""
+    import engine.cluster
+    import engine.cluster.discovery as old
+
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(engine.cluster, name, getattr(old, name)), name
+    for private in ("as_float", "collection_rows", "vocab_sample", "category_extractor",
+                    "hash_of"):  # fmt: skip
+        assert getattr(old, "_" + private) is getattr(engine.cluster, private)
+    assert old.CATEGORY_FEATURES is engine.cluster.CATEGORY_FEATURES
+    assert old.BinnedMatcher is engine.cluster.BinnedMatcher

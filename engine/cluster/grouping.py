@@ -1,0 +1,395 @@
+"""The grouping of ``simile cluster``, and how it is stored in the index.
+
+:func:`group_collection_iter` groups an indexed collection the way the command line offers:
+
+- ``features="dense"`` (default): the shared pipeline of the command line and the app,
+  :func:`engine.cluster.categorize_iter` (dense SIFT cached in the index, vocabulary-guided
+  pyramid match, normalized cuts, feature masks, an SVM on the prototypes);
+- ``features="index"``: the retrieval index's sparse keypoints. Affinities are the
+  collection's ``method`` pyramid-match kernel (``Collection.kernel_matrix``), optionally
+  with visual words matched within ``spatial x spatial`` and coarser image cells
+  (:func:`engine.cluster.spatial_pyramid_kernel`); normalized cuts
+  (:func:`engine.cluster.discover_categories_iter`); feature masks from correspondences in
+  the collection's fitted pyramid without geometric verification
+  (:class:`engine.cluster.BinnedMatcher`, :func:`engine.cluster.refine_with_masks_iter`);
+  and an SVM (:class:`engine.cluster.classify.CategoryClassifier`) trained on the
+  prototypes over the kernel.
+
+:func:`grouping_kernel_rows` computes the rows that classifier needs for new images, the
+way the grouping was computed (``simile classify``).
+
+Storage
+-------
+:func:`save_grouping` writes and :func:`load_grouping` reads these named arrays of the
+index (``IndexStore.save_array``; every name starts with :data:`PREFIX`):
+
+========================  =======================================================================
+``cluster.paths``         (n,) str: the grouped images, the row order of the arrays below
+``cluster.labels``        (n,) int64: group of every image, numbered by decreasing size
+``cluster.prototypes``    (n,) bool
+``cluster.outliers``      (n,) bool
+``cluster.flow``          (n,) float64: within-group flow; members are listed by decreasing flow
+``cluster.masks``         (sum m_i,) float32: the images' feature masks, concatenated
+``cluster.mask_offsets``  (n + 1,) int64: image i's mask is ``masks[off[i]:off[i + 1]]``
+                          (:func:`engine.cluster.masks_from_arrays`); every mask is empty when
+                          the grouping was not refined
+``cluster.method``        () str: ``"dense"``, ``"vocabulary"`` or ``"uniform"``: the kernel
+                          of the classifier's rows
+``cluster.features``      () str: the features the masks refer to, ``"dense"``
+                          (:func:`engine.cluster.category_features_of`) or ``"index"``
+                          (``Collection.features``)
+``cluster.svm.<key>``     the classifier's ``to_state()``, one array per key of
+                          :data:`SVM_KEYS`; absent when fewer than two groups had prototypes
+========================  =======================================================================
+
+Indexes grouped by older versions lack ``cluster.flow``, ``cluster.masks`` and
+``cluster.mask_offsets`` (before feature masks) or ``cluster.features`` (before the dense
+channel); :func:`load_grouping` reads them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.cluster.binned import BinnedMatcher, spatial_pyramid_kernel
+from engine.cluster.classify import CategoryClassifier
+from engine.cluster.model import category_kernel_rows
+from engine.cluster.partition import discover_categories_iter
+from engine.cluster.pipeline import categorize_iter
+from engine.cluster.refine import masks_from_arrays, masks_to_arrays, refine_with_masks_iter
+from engine.cluster.results import ClusterProgress, members_by_flow
+
+__all__ = [
+    "PREFIX",
+    "SVM_KEYS",
+    "Grouping",
+    "group_collection_iter",
+    "grouping_kernel_rows",
+    "load_grouping",
+    "save_grouping",
+]
+
+#: Prefix of the arrays of a stored grouping in the index.
+PREFIX = "cluster."
+#: Keys of the stored classifier's state (``cluster.svm.<key>``).
+SVM_KEYS = ("C", "power", "empirical", "class_weight", "kernel", "labels", "ids", "names")
+
+
+@dataclass
+class Grouping:
+    """A grouping of a collection's images, as ``simile cluster`` finds and stores it.
+
+    Attributes
+    ----------
+    paths : list of Path
+        The grouped images (row order of every array).
+    labels : (n,) int64
+        Group of every image, groups numbered by decreasing size.
+    prototypes, outliers : (n,) bool
+        Members with the highest flow / members that fit their group badly (Sec. 9.4).
+    flow : (n,) float64 or None
+        Within-group flow (mask-weighted when refined); None when loaded from an index
+        grouped before flows were stored.
+    features : {"dense", "index"}
+        Features grouped (and indexed by ``masks``).
+    method : {"dense", "vocabulary", "uniform"}
+        Kernel of the classifier's rows (:func:`grouping_kernel_rows`).
+    masks : list of (m_i,) float32 or None
+        Feature masks in [0, 1] (Sec. 9.3); None when not refined (a grouping found without
+        refinement) or not stored.
+    classifier : CategoryClassifier or None
+        SVM trained on the prototypes (``train_ids_`` are rows of ``paths``); None when fewer
+        than two groups had prototypes.
+    k_reason : str
+        Why this number of groups (not stored: empty when loaded).
+    n_matches : int
+        Pairwise matchings of the refinement (not stored: 0 when loaded).
+    """
+
+    paths: list[Path]
+    labels: np.ndarray
+    prototypes: np.ndarray
+    outliers: np.ndarray
+    flow: np.ndarray | None
+    features: str
+    method: str
+    masks: list[np.ndarray] | None = None
+    classifier: CategoryClassifier | None = None
+    k_reason: str = ""
+    n_matches: int = 0
+
+    @property
+    def k(self) -> int:
+        """Number of groups."""
+        return int(self.labels.max()) + 1
+
+    def members(self, group: int) -> np.ndarray:
+        """Rows of ``group``'s members, highest flow first: (C,) int64."""
+        return members_by_flow(self.labels, self.flow, group)
+
+    def training_paths(self) -> list[Path]:
+        """The images the classifier was trained on (its kernel columns), in its order."""
+        if self.classifier is None:
+            return []
+        return [self.paths[i] for i in self.classifier.train_ids_.tolist()]
+
+
+def group_collection_iter(
+    collection: Any,
+    *,
+    features: str = "dense",
+    method: str = "vocabulary",
+    k: int | str = "auto",
+    must: Iterable[Sequence[int]] = (),
+    cannot: Iterable[Sequence[int]] = (),
+    power: float | None = None,
+    spatial: int = 0,
+    k_max: int = 12,
+    prototype_percentile: float = 25.0,
+    partners: int = 8,
+    refine: bool = True,
+    relabel: bool = True,
+    jobs: int | None = None,
+) -> Generator[ClusterProgress, None, Grouping]:
+    """Group the images of an indexed collection (``simile cluster``).
+
+    Parameters
+    ----------
+    collection : engine.collection.Collection
+        An indexed collection; ``features="dense"`` caches the dense channel in its store.
+    features : {"dense", "index"}
+        Dense SIFT computed for grouping (:func:`engine.cluster.categorize_iter`), or the
+        retrieval index's keypoints (see the module docstring).
+    method : {"vocabulary", "uniform"}
+        ``features="index"``: the collection's pyramid match used.
+    k, must, cannot, power, k_max, prototype_percentile
+        As :func:`engine.cluster.discover_categories`; constraints are rows of
+        ``collection.paths()``.
+    spatial : int
+        ``features="index"``: 0, or the finest grid side G (a power of two >= 2) of visual
+        words matched within G x G and coarser cells.
+    partners : int
+        Group members matched per image by the refinement.
+    refine : bool
+        Feature masks and masked flow (else flow and prototypes from the affinities).
+    relabel : bool
+        ``features="dense"``: let the SVM on the prototypes reassign the images.
+    jobs : int, optional
+        Processes computing dense features.
+
+    Yields
+    ------
+    ClusterProgress
+
+    Returns
+    -------
+    Grouping
+    """
+    if features == "dense":
+        res = yield from categorize_iter(
+            collection, k=k, must=must, cannot=cannot, power=power, k_max=k_max,
+            refine=refine, relabel=relabel, partners=partners,
+            prototype_percentile=prototype_percentile, jobs=jobs,
+        )  # fmt: skip
+        ref = res.refinement
+        return Grouping(
+            paths=list(res.paths), labels=res.labels, prototypes=res.prototypes,
+            outliers=res.outliers, flow=res.flow, features="dense", method="dense",
+            masks=None if ref is None else ref.masks, classifier=res.classifier,
+            k_reason=res.k_reason, n_matches=0 if ref is None else int(ref.n_matches),
+        )  # fmt: skip
+    grouping = yield from _group_on_index(
+        collection, method, k, must, cannot, power, spatial, k_max, prototype_percentile,
+        partners, refine,
+    )  # fmt: skip
+    return grouping
+
+
+def _group_on_index(
+    collection, method, k, must, cannot, power, spatial, k_max, prototype_percentile,
+    partners, refine,
+):  # fmt: skip
+    """``features="index"`` of :func:`group_collection_iter` (same arguments)."""
+    paths = [Path(p) for p in collection.paths()]
+    n = len(paths)
+    K = collection.kernel_matrix(method)
+    feats = matcher = None
+    A = K  # grouping affinities; the classifier keeps K (as `simile classify` computes it)
+    if spatial and n > 1:
+        feats, matcher = _stored_matcher(collection, paths, method)
+        A = _spatial_kernel(feats, matcher, spatial)
+    if n == 1:
+        return Grouping(paths, np.zeros(1, np.int64), np.ones(1, bool), np.zeros(1, bool),
+                        np.zeros(1), "index", method, k_reason="k=1: a single image")  # fmt: skip
+    result = yield from discover_categories_iter(
+        A, k=k, must=must, cannot=cannot, power=power, k_max=min(k_max, n - 1),
+        k_min=min(2, n - 1), prototype_percentile=prototype_percentile,
+    )  # fmt: skip
+    labels = result.labels
+    protos, outliers, flow = result.prototypes, result.outliers, result.flow
+    refinement = None
+    if refine:
+        if matcher is None:
+            feats, matcher = _stored_matcher(collection, paths, method)
+        # masked affinities normalised by the mask masses: feature-rich images do not
+        # dominate the flow
+        refinement = yield from refine_with_masks_iter(
+            feats, labels, matcher, max_partners=partners,
+            prototype_percentile=prototype_percentile, normalize="mask",
+        )  # fmt: skip
+        protos, outliers = refinement.prototypes, refinement.outliers
+        flow = refinement.flow
+    reason = result.k_reason
+    if spatial:
+        reason += f"; affinities with {spatial}x{spatial} spatial cells"
+    clf = None
+    train = np.flatnonzero(protos)
+    if np.unique(labels[train]).size >= 2:
+        clf = CategoryClassifier(power=power).fit(
+            K[np.ix_(train, train)], labels[train], ids=train
+        )
+    return Grouping(
+        paths, labels, protos, outliers, flow, "index", method,
+        masks=None if refinement is None else refinement.masks, classifier=clf,
+        k_reason=reason, n_matches=0 if refinement is None else int(refinement.n_matches),
+    )  # fmt: skip
+
+
+def _stored_matcher(collection, paths, method):
+    """The stored features of ``paths`` and a :class:`BinnedMatcher` on the collection's
+    fitted ``method`` pyramid (every feature binned once)."""
+    feats = [collection.features(p) for p in paths]
+    return feats, BinnedMatcher(collection.pyramid(method), [f.descriptors for f in feats])
+
+
+def _spatial_kernel(feats, matcher, grid: int) -> np.ndarray:
+    """Pyramid match of visual words (the pyramid level above the finest) within
+    ``grid x grid`` and coarser image cells, on top of the feature-space levels
+    (:func:`spatial_pyramid_kernel`)."""
+    xy = []
+    for f in feats:
+        size = np.maximum(np.asarray(f.image_size, np.float64), 1.0)
+        xy.append(np.asarray(f.xy, np.float64).reshape(-1, 2) / size)
+    word_level = min(1, matcher.n_levels - 1)
+    return spatial_pyramid_kernel(matcher.bins, xy, grid=grid, word_level=word_level)
+
+
+def save_grouping(store: Any, grouping: Grouping) -> None:
+    """Store ``grouping`` in the index (format: see the module docstring).
+
+    A stored classifier not replaced by ``grouping.classifier`` is deleted, so an old one
+    never outlives its grouping. Raises ``OSError`` when the index cannot be written.
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+        A writable store (``Collection.store``).
+    grouping : Grouping
+    """
+    if grouping.masks is not None:
+        flat, offsets = masks_to_arrays(grouping.masks)
+    else:  # no masks: every image's mask is empty (never leave a stale one behind)
+        flat, offsets = np.zeros(0, np.float32), np.zeros(len(grouping.paths) + 1, np.int64)
+    store.save_array(PREFIX + "masks", flat)
+    store.save_array(PREFIX + "mask_offsets", offsets)
+    store.save_array(PREFIX + "flow", np.asarray(grouping.flow, np.float64))
+    store.save_array(PREFIX + "paths", np.array([str(p) for p in grouping.paths], dtype=str))
+    store.save_array(PREFIX + "labels", grouping.labels.astype(np.int64))
+    store.save_array(PREFIX + "prototypes", grouping.prototypes.astype(bool))
+    store.save_array(PREFIX + "outliers", grouping.outliers.astype(bool))
+    store.save_array(PREFIX + "method", np.array(grouping.method))
+    store.save_array(PREFIX + "features", np.array(grouping.features))
+    for key in SVM_KEYS:  # never leave a stale classifier behind
+        if store.has_array(PREFIX + "svm." + key):
+            store.delete_array(PREFIX + "svm." + key)
+    if grouping.classifier is not None:
+        for key, val in grouping.classifier.to_state().items():
+            store.save_array(PREFIX + "svm." + key, np.asarray(val))
+
+
+def load_grouping(store: Any) -> Grouping:
+    """The grouping stored by :func:`save_grouping` (format: see the module docstring).
+
+    ``classifier`` is None unless every ``cluster.svm.<key>`` of :data:`SVM_KEYS` is
+    stored; ``flow`` and ``masks`` are None when the index predates them.
+
+    Raises
+    ------
+    KeyError
+        No grouping is stored in the index.
+    """
+
+    def load(key: str) -> np.ndarray:
+        return np.asarray(store.load_array(PREFIX + key, mmap=False))
+
+    def has(key: str) -> bool:
+        return store.has_array(PREFIX + key)
+
+    classifier = None
+    if all(has("svm." + key) for key in SVM_KEYS):
+        state = {key: load("svm." + key) for key in SVM_KEYS}
+        state = {k: (v.item() if v.ndim == 0 else v) for k, v in state.items()}
+        classifier = CategoryClassifier.from_state(state)
+    paths = [Path(p) for p in load("paths").tolist()]
+    method = str(load("method"))
+    masks = None
+    if has("masks") and has("mask_offsets"):
+        masks = masks_from_arrays(load("masks"), load("mask_offsets"))
+    return Grouping(
+        paths=paths,
+        labels=load("labels").astype(np.int64),
+        prototypes=load("prototypes").astype(bool),
+        outliers=load("outliers").astype(bool),
+        flow=load("flow").astype(np.float64) if has("flow") else None,
+        features=str(load("features")) if has("features") else (
+            "dense" if method == "dense" else "index"),
+        method=method,
+        masks=masks,
+        classifier=classifier,
+    )  # fmt: skip
+
+
+def grouping_kernel_rows(collection: Any, grouping: Grouping, images: Sequence[Any]) -> np.ndarray:
+    """Kernel rows of new images against the classifier's training images (its columns),
+    computed the way the grouping was: on the dense categorisation channel and the stored
+    grouping vocabulary (``method="dense"``, :func:`engine.cluster.category_kernel_rows`),
+    or from the collection's ``method`` search scores.
+
+    Parameters
+    ----------
+    collection : engine.collection.Collection
+    grouping : Grouping
+        With a classifier (:meth:`Grouping.training_paths` are the columns).
+    images : sequence of paths
+        Images to place (inside or outside the collection).
+
+    Returns
+    -------
+    (q, t) float64
+        Row i, column j: similarity of ``images[i]`` to training image j.
+
+    Raises
+    ------
+    KeyError
+        ``method="dense"``: the folder's dense features or vocabulary are missing or were
+        computed with other settings.
+    engine.io.imageio.ImageLoadError
+        An image cannot be read.
+    """
+    train_paths = grouping.training_paths()
+    if grouping.method == "dense":
+        return category_kernel_rows(collection, images, train_paths)
+    col_of = {p: j for j, p in enumerate(train_paths)}
+    n = len(collection.paths())
+    rows = np.zeros((len(images), len(train_paths)))
+    for i, path in enumerate(images):
+        for h in collection.query(path, method=grouping.method, top=n):
+            j = col_of.get(Path(h.path))
+            if j is not None:
+                rows[i, j] = h.score
+    return rows

@@ -1,0 +1,243 @@
+"""A collection's categorisation model: dense channel, vocabulary and binned sets.
+
+:func:`category_model_iter` brings the dense channel up to date, fits (or reloads) the
+grouping vocabulary stored in the index and bins every image's features; the result,
+:class:`CategoryModel`, is what :func:`engine.cluster.categorize_iter` groups. The other
+functions place single images with the stored vocabulary: their features
+(:func:`category_features_of`), kernel rows against indexed images
+(:func:`category_kernel_rows`, for the classifier) and feature masks (:func:`category_mask`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.cluster.binned import bin_correspondences, binned_pyramid_kernel
+from engine.cluster.channel import (
+    CategoryChannel,
+    as_float,
+    category_features,
+    collection_rows,
+    hash_of,
+    vocab_sample,
+)
+from engine.cluster.results import ClusterProgress
+
+__all__ = [
+    "CATEGORY_VOCAB",
+    "VOCAB_REFIT_GROWTH",
+    "CategoryModel",
+    "category_features_of",
+    "category_kernel_rows",
+    "category_mask",
+    "category_model_iter",
+]
+
+
+#: Vocabulary of the categorisation kernel: branching and levels below the root.
+CATEGORY_VOCAB = {"branching": 10, "levels": 3, "sample": 60_000}
+#: Refit the categorisation vocabulary when the collection has grown this many times.
+VOCAB_REFIT_GROWTH = 4.0
+
+# the fitted vocabulary in the index: the tree's state plus these entries
+_VOCAB_STATE = "cluster.dense.vocab"
+_VOCAB_EXTRA = ("settings_key", "n_fit", "token")
+
+
+@dataclass
+class CategoryModel:
+    """What the pipeline needs to place images: the channel, the vocabulary and binned sets.
+
+    Attributes
+    ----------
+    channel : CategoryChannel
+    tree : engine.kernels.vocabulary.VocabularyTree
+        Hierarchical k-means vocabulary fitted on the collection's dense features.
+    paths : list of Path
+        The collection's usable images (= ``Collection.paths()``).
+    hashes : list of str
+        Their content hashes (keys into ``channel``).
+    bins : list of (m_i, L) int64
+        Bin ids per feature, finest level first (the root level is left out).
+    """
+
+    channel: CategoryChannel
+    tree: Any
+    paths: list[Any]
+    hashes: list[str]
+    bins: list[np.ndarray]
+
+    def bin_features(self, descriptors: np.ndarray) -> np.ndarray:
+        """(m, L) int64 bins of new descriptors (e.g. an image to classify)."""
+        d = as_float(np.asarray(descriptors))
+        levels = int(CATEGORY_VOCAB["levels"])
+        if d.shape[0] == 0:
+            return np.zeros((0, levels), np.int64)
+        return self.tree.assign(d)[0][:, :levels]
+
+    def kernel_rows(self, bins: Sequence[np.ndarray], columns: np.ndarray) -> np.ndarray:
+        """Normalised pyramid match (q, len(columns)) of new binned sets against the
+        collection images ``columns`` (row indices)."""
+        cols = np.asarray(columns, np.int64)
+        sets = list(bins) + [self.bins[int(c)] for c in cols]
+        K = binned_pyramid_kernel(sets, columns=np.arange(len(bins), len(sets)))
+        return K[: len(bins)]
+
+
+def category_model_iter(
+    collection: Any,
+    *,
+    jobs: int | None = None,
+    cancel: Any = None,
+    random_state: int = 0,
+) -> Generator[ClusterProgress, None, CategoryModel]:
+    """Dense channel (computed for new images), vocabulary (fitted once, refitted when the
+    collection has grown :data:`VOCAB_REFIT_GROWTH` times) and binned sets of a collection.
+
+    Yields ``ClusterProgress`` with stages ``"features"``, ``"vocabulary"``, ``"bins"``.
+    """
+    import secrets
+
+    from engine.kernels.vocabulary import VocabularyTree
+
+    store = collection.store
+    channel = CategoryChannel(store)
+    vocab_token = ""
+    paths, hashes = collection_rows(collection)
+    yield from channel.update_iter(list(zip((str(p) for p in paths), hashes, strict=True)),
+                                   jobs=jobs, cancel=cancel)  # fmt: skip
+    if cancel is not None and cancel.is_set():
+        raise InterruptedError("cancelled")
+    missing = [h for h in hashes if not channel.has(h)]
+    if missing:
+        raise RuntimeError(f"{len(missing)} image(s) have no dense features (interrupted?)")
+    n = len(paths)
+    b, levels = int(CATEGORY_VOCAB["branching"]), int(CATEGORY_VOCAB["levels"])
+    tree = None
+    writable = not getattr(store, "readonly", False)
+    if store.has_state(_VOCAB_STATE):
+        try:
+            st = store.load_state(_VOCAB_STATE)
+            if str(st.get("settings_key")) == channel.key and (
+                n <= VOCAB_REFIT_GROWTH * max(int(st["n_fit"]), 1)
+            ):
+                tree = VocabularyTree.from_state(
+                    {k: v for k, v in st.items() if k not in _VOCAB_EXTRA}
+                )
+                vocab_token = str(st.get("token", ""))
+                if not vocab_token and writable:  # tag it, so bins can be cached
+                    vocab_token = secrets.token_hex(6)
+                    store.save_state(_VOCAB_STATE, {**st, "token": vocab_token})
+        except (KeyError, ValueError):
+            tree = None
+    if tree is None:
+        yield ClusterProgress("vocabulary", 0, 1, "fitting the grouping vocabulary")
+        sample = vocab_sample(channel, hashes, int(CATEGORY_VOCAB["sample"]), random_state)
+        if sample.shape[0] < b:
+            raise ValueError("too few features in the collection to group its photos")
+        tree = VocabularyTree(b, levels + 1, random_state=random_state).fit(sample)
+        vocab_token = secrets.token_hex(6)
+        if writable:
+            store.save_state(_VOCAB_STATE, {**tree.to_state(), "settings_key": channel.key,
+                                            "n_fit": n, "token": vocab_token})  # fmt: skip
+        yield ClusterProgress("vocabulary", 1, 1, "fitting the grouping vocabulary")
+    bins = yield from channel.bins(hashes, tree, vocab_token, levels)
+    return CategoryModel(channel, tree, paths, hashes, bins)
+
+
+def _load_tree(store: Any, channel: CategoryChannel):
+    """The stored categorisation vocabulary (KeyError when the folder was never grouped
+    with the current feature settings)."""
+    from engine.kernels.vocabulary import VocabularyTree
+
+    st = store.load_state(_VOCAB_STATE)
+    if str(st.get("settings_key")) != channel.key:
+        raise KeyError(_VOCAB_STATE)
+    return VocabularyTree.from_state({k: v for k, v in st.items() if k not in _VOCAB_EXTRA})
+
+
+def category_features_of(collection: Any, path: Any):
+    """The cached dense categorisation features of an indexed image (the features the
+    masks of :func:`categorize_iter` refer to); computed on the fly when not cached."""
+    channel = CategoryChannel(collection.store)
+    h = hash_of(collection, path)
+    if channel.has(h):
+        return channel.features(h)
+    return category_features(path, **channel.settings)
+
+
+def category_kernel_rows(
+    collection: Any, images: Sequence[Any], columns: Sequence[Any]
+) -> np.ndarray:
+    """Normalised pyramid match (q, t) between new images and indexed ones, on the dense
+    categorisation channel and the vocabulary stored by :func:`categorize_iter` (for
+    :meth:`engine.cluster.classify.CategoryClassifier.predict`).
+
+    Parameters
+    ----------
+    images : sequence of paths, bytes or arrays
+        Images to place (inside or outside the collection).
+    columns : sequence of paths
+        Indexed images (e.g. the classifier's prototypes) whose dense features are cached.
+
+    Raises
+    ------
+    KeyError
+        The folder has not been grouped with the current settings (no vocabulary), or a
+        column image is not cached.
+    engine.io.imageio.ImageLoadError
+        An image cannot be read.
+    """
+    channel = CategoryChannel(collection.store)
+    tree = _load_tree(collection.store, channel)
+    levels = int(CATEGORY_VOCAB["levels"])
+
+    def binned(d: np.ndarray) -> np.ndarray:
+        d = as_float(np.asarray(d))
+        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+
+    q = [binned(category_features(img, **channel.settings).descriptors) for img in images]
+    cols = [binned(channel.raw(hash_of(collection, p))[0]) for p in columns]
+    K = binned_pyramid_kernel(q + cols, columns=np.arange(len(q), len(q) + len(cols)))
+    return K[: len(q)]
+
+
+def category_mask(
+    collection: Any, path: Any, partners: Sequence[Any], *, max_partners: int = 8
+) -> tuple[Any, np.ndarray]:
+    """Feature mask of one image within its group, on the dense categorisation channel
+    (thesis Sec. 9.3, as :func:`refine_with_masks` with ``indicator="weight"``).
+
+    For each partner q the correspondence weights of the image's features in the
+    pyramid match with q (:func:`bin_correspondences`) form an indicator vector; the mask is
+    their median over at most ``max_partners`` partners, scaled to max 1.
+
+    Returns
+    -------
+    features : engine.features.Features
+        The image's dense features (``xy`` in pixels of the image loaded at 1024 px).
+    mask : (m,) float32 in [0, 1]
+    """
+    channel = CategoryChannel(collection.store)
+    tree = _load_tree(collection.store, channel)
+    levels = int(CATEGORY_VOCAB["levels"])
+
+    def binned(d: np.ndarray) -> np.ndarray:
+        d = as_float(np.asarray(d))
+        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+
+    feats = category_features_of(collection, path)
+    bi = binned(feats.descriptors)
+    others = [q for q in partners if str(q) != str(path)][:max_partners]
+    ind = np.zeros((max(len(others), 1), len(feats)), np.float32)
+    for row, q in enumerate(others):
+        r = bin_correspondences(bi, binned(category_features_of(collection, q).descriptors))
+        ind[row, r.pairs[:, 0]] = r.weight
+    mask = np.median(ind, axis=0).astype(np.float32) if others else ind[0]
+    if mask.size and mask.max() > 0:
+        mask /= mask.max()
+    return feats, mask

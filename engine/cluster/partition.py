@@ -1,0 +1,306 @@
+"""Unsupervised categories by normalized cuts on pyramid-match affinities (thesis Sec. 9.2).
+
+:func:`discover_categories` (and its generator twin :func:`discover_categories_iter`) ties
+the steps together: affinities (:mod:`engine.cluster.affinity`), the person's constraints
+(:mod:`engine.cluster.constraints`), the spectral embedding, the number of groups and its
+discretisation, exact or Nystrom (:mod:`engine.cluster.ncut`), and the members' ranking
+(:mod:`engine.cluster.ranking`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine.cluster.affinity import knn_graph, prepare_affinity
+from engine.cluster.constraints import (
+    apply_constraints,
+    constraint_pairs,
+    enforce_must,
+    relabel_by_size,
+)
+from engine.cluster.ncut import (
+    discretize_embedding,
+    eigengap_k,
+    ncut_embedding,
+    normalized_cut_value,
+    nystrom_embedding,
+    recursive_ncut,
+)
+from engine.cluster.ranking import flag_members, rank_groups
+from engine.cluster.results import Clustering, ClusterProgress
+from engine.core.blas import single_threaded_blas
+from engine.core.progress import run_to_end
+from engine.core.validate import check_choice
+
+__all__ = ["discover_categories", "discover_categories_iter"]
+
+
+def discover_categories_iter(
+    kernel: np.ndarray,
+    *,
+    k: int | str = "auto",
+    must: Iterable[Sequence[int]] = (),
+    cannot: Iterable[Sequence[int]] = (),
+    power: float | None = None,
+    empirical: bool = False,
+    method: str = "spectral",
+    discretize: str = "kmeans",
+    k_min: int = 2,
+    k_max: int = 12,
+    landmarks: np.ndarray | None = None,
+    n_init: int = 10,
+    prototype_percentile: float = 25.0,
+    outlier_z: float = 3.0,
+    random_state: int = 0,
+    k_graph: int | None = None,
+) -> Generator[ClusterProgress, None, Clustering]:
+    """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
+    returns the :class:`Clustering` (``StopIteration.value``)."""
+    _check_options(k, k_graph, method, discretize, k_min, k_max)
+    C = np.asarray(kernel, dtype=np.float64)
+    if C.ndim != 2:
+        raise ValueError(f"kernel must be a 2-D matrix, got shape {C.shape}")
+    n = C.shape[0]
+    if n == 0:
+        raise ValueError("kernel is empty: nothing to group")
+    must_a = constraint_pairs(must, n, "must")
+    cannot_a = constraint_pairs(cannot, n, "cannot")
+    if isinstance(k, int | np.integer) and int(k) > n:
+        raise ValueError(f"k={k} is larger than the number of images ({n})")
+
+    yield ClusterProgress("affinity", 0, 1, "preparing affinities")
+    if landmarks is not None:
+        landmarks = np.asarray(landmarks, dtype=np.int64)
+        res = yield from _discover_nystrom(
+            C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
+            prototype_percentile, outlier_z, random_state,
+        )  # fmt: skip
+        return res
+    W = prepare_affinity(C, power=power, empirical=empirical)
+    np.fill_diagonal(W, 1.0)
+    apply_constraints(W, must_a, cannot_a)
+    np.fill_diagonal(W, 0.0)  # self-affinity plays no role in a cut (Ng-Jordan-Weiss)
+    yield ClusterProgress("affinity", 1, 1, f"{n} images")
+
+    if n == 1:
+        labels = np.zeros(1, np.int64)
+        return Clustering(
+            labels, 1, "k=1: a single image", np.ones(1), np.zeros(1), np.ones(1, bool),
+            np.zeros(1, bool), 0.0, method, discretize,
+        )  # fmt: skip
+    q = min(n - 1, (k_max if k == "auto" else int(k)) + 1)
+    q = max(q, 1)
+    yield ClusterProgress("spectrum", 0, 1, f"{q} leading eigenvectors of {n}x{n}")
+    values, vectors = ncut_embedding(W, q)
+    yield ClusterProgress("spectrum", 1, 1)
+    kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max)
+    yield ClusterProgress("discretize", 0, 1, f"k={kk}")
+    if method == "recursive":
+        labels = recursive_ncut(W, kk)
+    else:
+        labels = discretize_embedding(vectors, kk, discretize, n_init, random_state)
+    labels = relabel_by_size(enforce_must(labels, must_a))
+    kk = int(labels.max()) + 1
+    yield ClusterProgress("discretize", 1, 1)
+    flow, protos, outl = rank_groups(
+        W, labels, prototype_percentile=prototype_percentile, outlier_z=outlier_z
+    )
+    yield ClusterProgress("rank", 1, 1)
+    return Clustering(
+        labels=labels,
+        k=kk,
+        k_reason=reason,
+        eigenvalues=values,
+        flow=flow,
+        prototypes=protos,
+        outliers=outl,
+        ncut=normalized_cut_value(W, labels),
+        method=method,
+        discretize=discretize,
+    )
+
+
+def _check_options(
+    k: int | str, k_graph: int | None, method: str, discretize: str, k_min: int, k_max: int
+) -> None:
+    """Validate the options of :func:`discover_categories_iter` (``ValueError`` naming the
+    option)."""
+    if k_graph is not None and int(k_graph) < 1:
+        raise ValueError(f"k_graph must be a positive integer or None, got {k_graph!r}")
+    check_choice(method, "method", ("spectral", "recursive"))
+    check_choice(discretize, "discretize", ("kmeans", "yu_shi"))
+    if isinstance(k, str):
+        check_choice(k, "k", ("auto",))
+    elif int(k) < 1:
+        raise ValueError(f"k must be >= 1 or 'auto', got {k!r}")
+    if k_min < 1 or k_max < k_min:
+        raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
+
+
+def _choose_k(
+    W: np.ndarray,
+    values: np.ndarray,
+    q: int,
+    k: int | str,
+    k_graph: int | None,
+    k_min: int,
+    k_max: int,
+) -> tuple[int, str]:
+    """Number of groups and why (exact mode): given by the user, or the relative eigengap
+    of the spectrum ``values`` (q,) of the affinities ``W`` (n, n) -- or, with ``k_graph``,
+    of its ``k_graph``-nearest-neighbour graph (:func:`engine.cluster.affinity.knn_graph`)."""
+    n = W.shape[0]
+    if k == "auto" and k_graph is not None and n > int(k_graph) + 1:
+        G = knn_graph(W, int(k_graph))
+        g_values, _ = ncut_embedding(G, q)
+        kk, reason = eigengap_k(g_values, k_min, k_max)
+        reason += f" of the {int(k_graph)}-nearest-neighbour graph"
+    elif k == "auto":
+        kk, reason = eigengap_k(values, k_min, k_max)
+    else:
+        kk, reason = int(k), f"k={int(k)} given by the user"
+    return kk, reason
+
+
+def _discover_nystrom(
+    C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
+    prototype_percentile, outlier_z, random_state,
+):  # fmt: skip
+    """Nystrom mode of :func:`discover_categories_iter` (same arguments, ``C`` the (n, m)
+    landmark columns): constraints written into the columns, approximate spectrum
+    (:func:`engine.cluster.ncut.nystrom_embedding`), and flow, prototypes and outliers
+    from the affinities to the landmark members of each group."""
+    n, m = C.shape
+    if landmarks.ndim != 1 or landmarks.shape[0] != m:
+        raise ValueError(
+            f"landmarks must be a (m,) index array matching kernel's {m} columns, "
+            f"got shape {landmarks.shape}"
+        )
+    if m < 2 or landmarks.min() < 0 or landmarks.max() >= n or np.unique(landmarks).size != m:
+        raise ValueError("landmarks must be >= 2 distinct row indices of kernel")
+    if np.any(C < -1e-6):
+        raise ValueError("kernel has negative entries; affinities must be non-negative")
+    W = np.maximum(C, 0.0)
+    if power is not None:
+        if not 0 < power <= 1:
+            raise ValueError(f"power must be in (0, 1], got {power!r}")
+        W = W**power
+    pos = np.full(n, -1, np.int64)
+    pos[landmarks] = np.arange(m)
+    top = float(np.max(W[landmarks, np.arange(m)]))
+    for arr, val in ((must_a, top), (cannot_a, 0.0)):
+        if len(arr) == 0:
+            continue
+        if (pos[arr] < 0).any():
+            raise ValueError(
+                "every image in a constraint must be a landmark; use choose_landmarks()"
+            )
+        W[arr[:, 0], pos[arr[:, 1]]] = val
+        W[arr[:, 1], pos[arr[:, 0]]] = val
+    yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
+    q = min(m, (k_max if k == "auto" else int(k)) + 1)
+    yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
+    with single_threaded_blas():  # m x m problems: thread hand-offs cost more than they save
+        values, vectors = nystrom_embedding(W, landmarks, q)
+    yield ClusterProgress("spectrum", 1, 1)
+    if k == "auto":
+        kk, reason = eigengap_k(values, k_min, k_max)
+        reason += f" (Nystrom, {m} landmarks)"
+    else:
+        kk, reason = int(k), f"k={int(k)} given by the user"
+    labels = discretize_embedding(vectors, kk, discretize, n_init, random_state)
+    labels = relabel_by_size(enforce_must(labels, must_a))
+    kk = int(labels.max()) + 1
+    yield ClusterProgress("discretize", 1, 1)
+    # Flow from the sampled columns: affinity to the landmark members of the own group,
+    # scaled to the group size.
+    onehot_l = np.zeros((m, kk))
+    onehot_l[np.arange(m), labels[landmarks]] = 1.0
+    Wl = W.copy()
+    Wl[landmarks, np.arange(m)] = 0.0
+    to_group = Wl @ onehot_l  # (n, k)
+    cnt_l = onehot_l.sum(0)
+    sizes = np.bincount(labels, minlength=kk).astype(float)
+    self_l = np.zeros(n)
+    self_l[landmarks] = 1.0
+    own_cnt = cnt_l[labels] - self_l
+    mean_own = to_group[np.arange(n), labels] / np.where(own_cnt > 0, own_cnt, 1)
+    flow = mean_own * (sizes[labels] - 1)
+    # rank with a tiny dense surrogate: group means of landmark affinities
+    mean_to = to_group / np.where(cnt_l > 0, cnt_l, 1)[None, :]
+    mean_to[np.arange(n), labels] = -np.inf
+    best_other = mean_to.max(axis=1) if kk > 1 else np.full(n, -np.inf)
+    protos, outl = flag_members(
+        labels, kk, flow, mean_own, best_other, prototype_percentile, outlier_z
+    )
+    yield ClusterProgress("rank", 1, 1)
+    return Clustering(
+        labels=labels, k=kk, k_reason=reason, eigenvalues=values, flow=flow,
+        prototypes=protos, outliers=outl, ncut=float("nan"), method="nystrom",
+        discretize=discretize,
+    )  # fmt: skip
+
+
+def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
+    """Group images by normalized cuts on pyramid-match affinities (thesis Sec. 9.2).
+
+    Parameters
+    ----------
+    kernel : (n, n) float array, or (n, m) columns with ``landmarks``
+        Normalised pyramid-match kernel (diagonal 1), e.g. ``Collection.kernel_matrix()``.
+        With ``landmarks`` (Nystrom mode) only the columns ``K[:, landmarks]`` are needed.
+    k : int or "auto"
+        Number of groups, or ``"auto"`` to take the largest relative eigengap of
+        ``D^-1/2 K D^-1/2`` for k in ``[k_min, k_max]``; ``Clustering.k_reason`` explains it.
+    must, cannot : iterable of (i, j) index pairs
+        Must-group / cannot-group constraints, written into the affinities (Sec. 9.2):
+        maximal value (transitively closed) resp. zero. Must-groups are also enforced on
+        the result (each must-connected set takes its majority label); cannot-groups only
+        act through the affinities. A group may become empty this way, so ``k`` can be
+        smaller than requested.
+    power : float in (0, 1], optional
+        Dominant-diagonal fix ``K_ij ** p`` (Sec. 8.1.2).
+    empirical : bool
+        Use the empirical-map kernel ``K K^T`` (cosine-normalised); exact mode only.
+    method : {"spectral", "recursive"}
+        ``"spectral"``: k leading eigenvectors + discretisation; ``"recursive"``: repeated
+        two-way Shi-Malik cuts of the group with the lowest bipartition Ncut.
+    discretize : {"kmeans", "yu_shi"}
+        k-means with ``n_init`` k-means++ restarts on row-normalised eigenvectors (default),
+        or Yu & Shi's rotation-based discretisation.
+    k_min, k_max : int
+        Range searched by ``k="auto"``.
+    k_graph : int, optional
+        With ``k="auto"`` (exact mode), read the eigengap from the spectrum of the
+        symmetric ``k_graph``-nearest-neighbour graph of the affinities
+        (:func:`knn_graph`) instead of the full affinities; the cut itself still uses
+        the full affinities.
+    landmarks : (m,) int, optional
+        Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
+        landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).
+    n_init : int
+        Discretisation restarts.
+    prototype_percentile, outlier_z : float
+        See :func:`rank_groups`.
+    random_state : int
+
+    Returns
+    -------
+    Clustering
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from engine.cluster import discover_categories
+    >>> rng = np.random.default_rng(0)
+    >>> truth = np.repeat([0, 1, 2], 20)
+    >>> K = np.where(truth[:, None] == truth[None, :], 0.6, 0.1) + 0.05 * rng.random((60, 60))
+    >>> K = (K + K.T) / 2; np.fill_diagonal(K, 1.0)
+    >>> res = discover_categories(K, k="auto")
+    >>> res.k, np.bincount(res.labels).tolist()
+    (3, [20, 20, 20])
+    """
+    return run_to_end(discover_categories_iter(kernel, **kwargs))
