@@ -10,6 +10,7 @@ from app.commands._common import CommandError
 
 def open_collection(folder: str, index: str | None, *, create: bool, readonly: bool = False):
     """Open ``folder``'s collection or raise :class:`CommandError` naming the problem."""
+    import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
     from engine.collection import Collection, default_index_dir
     from engine.index.store import IndexLockedError, IndexNotFoundError, StoreError
 
@@ -33,6 +34,7 @@ def open_collection(folder: str, index: str | None, *, create: bool, readonly: b
 
 def check_method(method: str) -> None:
     """Raise :class:`CommandError` unless ``method`` is a search method of the engine."""
+    import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
     from engine.collection import available_methods
 
     names = available_methods()

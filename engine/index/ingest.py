@@ -1,19 +1,11 @@
-"""Parallel feature extraction and incremental, crash-safe ingestion into an index.
-
-:func:`extract_parallel` runs :func:`engine.features.extract_features` in worker
-processes with a bounded number of files in flight. The workers are forked on Linux when
-the calling process runs no other Python thread and has not loaded Qt (the ``simile``
-command line): they then start at once with everything imported. Otherwise (a GUI, any
-threaded caller, other systems) they are spawned, which is safe everywhere
-(:func:`worker_context`). A worker that dies (segfaulting decoder, OOM killer)
-breaks the pool; its files are then retried one at a time in a fresh pool so the culprit
-is identified and reported as failed while every other file is still indexed.
+"""Incremental, crash-safe ingestion of a folder into an index.
 
 :func:`ingest` is the incremental update: scan → drop removed files → extract new and
-changed files → write them in batches, each batch one chunk file + one SQLite
-transaction (:meth:`engine.store.IndexStore.write_batch`). A run stopped at any moment
-(cancel, Ctrl-C, ``kill -9``) keeps every finished batch; the next run sees the rest as
-new or changed and completes the index.
+changed files (:func:`engine.index.extract.extract_parallel`, in worker processes) → write
+them in batches, each batch one chunk file + one SQLite transaction
+(:meth:`engine.index.store.IndexStore.write_batch`). A run stopped at any moment (cancel,
+Ctrl-C, ``kill -9``) keeps every finished batch; the next run sees the rest as new or
+changed and completes the index.
 """
 
 from __future__ import annotations
@@ -21,13 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat as stat_mod
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +23,22 @@ from engine.io.scan import FileStat, scan_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
-    from engine.index.store import IndexStore, PackedFeatures
+    from engine.index.store import IndexStore
+
+from engine.index.extract import (  # re-exported: their home before the split
+    CRASH_REASON,
+    INGEST_FILES_PER_TASK,
+    ExtractResult,
+    default_jobs,
+    extract_parallel,
+    keep_heap_warm,
+    outcome,
+    worker_context,
+)
 
 __all__ = [
+    "CRASH_REASON",
+    "INGEST_FILES_PER_TASK",
     "ExtractResult",
     "IngestProgress",
     "IngestSummary",
@@ -45,39 +46,9 @@ __all__ = [
     "extract_parallel",
     "feature_key",
     "ingest",
+    "keep_heap_warm",
     "worker_context",
 ]
-
-CRASH_REASON = "the decoder crashed on this file (worker process died)"
-
-
-@dataclass(frozen=True)
-class ExtractResult:
-    """Outcome of extracting one file.
-
-    Attributes
-    ----------
-    path : str
-    features : Features, PackedFeatures or None
-        ``None`` when ``error`` is set or ``same_content`` is true; packed (the store's
-        8-bit codes) when :func:`extract_parallel` was asked to ``pack``.
-    error : str or None
-        Human-readable reason the file could not be indexed.
-    size, mtime_ns : int
-        File stat taken BEFORE reading it (a later edit is seen as a change next run).
-    content_hash : str or None
-        :func:`engine.scan.content_hash` of the file, ``None`` if it could not be read.
-    same_content : bool
-        The hash equals the known hash given for this path: extraction was skipped.
-    """
-
-    path: str
-    features: Features | PackedFeatures | None
-    error: str | None
-    size: int = 0
-    mtime_ns: int = 0
-    content_hash: str | None = None
-    same_content: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,411 +103,6 @@ class IngestSummary:
 
 
 # --------------------------------------------------------------------------- workers
-
-
-def default_jobs() -> int:
-    """Number of worker processes: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-#: files per worker task of :func:`ingest` (see ``extract_parallel(files_per_task=...)``)
-INGEST_FILES_PER_TASK = 4
-
-#: glibc ``mallopt`` parameters (malloc.h) and the values our workers use.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-_WORKER_MMAP_THRESHOLD = 32 * 1024 * 1024  # the largest glibc accepts on 64-bit
-_WORKER_TRIM_THRESHOLD = 512 * 1024 * 1024
-
-
-def keep_heap_warm() -> bool:
-    """Let this process reuse freed memory instead of returning it to the OS (glibc).
-
-    Decoding and SIFT allocate and free the same large buffers for every image (the
-    upsampled Gaussian and DoG pyramids, ~100 MB at 1024 pixels a side). glibc serves
-    blocks above its mmap threshold with fresh ``mmap`` calls and trims the heap on free,
-    so every image page-faults all of those pages in again: on UKBench 1 M minor faults
-    for 500 images, ~35 % of the extraction's CPU time (42 against 27 ms per image in
-    one process). Raising the mmap and trim thresholds keeps the buffers in the heap
-    for the next image. The index's own work in the calling process (fitting the
-    vocabulary trees, encoding every image's pyramids in batches of megabytes) gains
-    as much: on UKBench its CPU time falls from 6.5-7.8 to 4.6-5.8 s, its page faults
-    from 110,000-435,000 to 18,000-31,000.
-
-    All threads also share one malloc arena. glibc otherwise gives each thread that
-    allocates its own arena, whose heaps are unmapped as soon as they are empty, whatever
-    the trim threshold; the model-fitting and encoding threads of a first index then
-    fault their blocks in again and again. With one arena a first UKBench index makes
-    35,000-39,000 page faults in the calling process instead of 70,000-75,000 (14,000 of
-    them are the imports) and spends 0.5-0.6 instead of 0.7-1.1 s in the kernel.
-    Numpy's allocations are large and few, so sharing the arena's lock costs nothing
-    measurable.
-
-    Numpy is also told not to ask for transparent huge pages (``madvise(MADV_HUGEPAGE)``
-    on every array of 4 MB or more, its default): where the kernel grants them on
-    request only (``/sys/kernel/mm/transparent_hugepage/enabled`` = ``madvise``, the
-    usual setting), faulting them in costs more kernel time than the fewer TLB misses
-    save. On this project's 2-core machine a first UKBench index's process spent 0.31
-    instead of 0.73 s in the kernel (3.47 against 3.71 s of CPU, medians of 6 alternating
-    pairs), and a query process at 10,000 images loaded its index in 1.2-1.5 instead of
-    3.0-3.4 s, queries no slower.
-
-    Process-wide and for good (glibc has no way back to its dynamic thresholds), the
-    heap then stays at its peak until the process exits: only for processes that exist
-    to do this work -- the extraction workers, the ``simile`` command line (every
-    sub-command) and the GUI's indexing process, not the GUI itself or a library user's
-    process. Returns False where it does not apply (not glibc).
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not hasattr(os, "sched_getaffinity"):  # glibc / Linux only
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # pragma: no cover - musl and others
-        return False
-    ok = mallopt(_M_MMAP_THRESHOLD, _WORKER_MMAP_THRESHOLD)
-    ok &= mallopt(_M_TRIM_THRESHOLD, _WORKER_TRIM_THRESHOLD)
-    ok &= mallopt(_M_ARENA_MAX, 1)
-    _numpy_huge_pages(False)
-    return bool(ok)
-
-
-def _numpy_huge_pages(enable: bool) -> bool:
-    """Set whether numpy advises huge pages for its large arrays; returns the old setting
-    (numpy's own switch, also read from ``NUMPY_MADVISE_HUGEPAGE`` at import)."""
-    try:
-        from numpy._core import multiarray
-    except ImportError:  # pragma: no cover - numpy < 2
-        from numpy.core import multiarray
-    return bool(multiarray._set_madvise_hugepage(bool(enable)))
-
-
-_QT_MODULES = ("PySide6", "PyQt6", "PySide2", "PyQt5")
-
-
-def worker_context() -> Any:
-    """The ``multiprocessing`` context :func:`extract_parallel` starts its workers with.
-
-    ``fork`` on Linux when this process runs no other Python thread and has not loaded a
-    Qt binding, else ``spawn``. A forked worker starts at once with every module already
-    imported, where a spawned one starts a fresh interpreter and imports numpy, OpenCV
-    and the engine again (UKBench: the decode + SIFT floor is 1.03-1.14x slower with
-    spawned workers, ``bench_ukbench.py --breakdown``). Forking is only safe when no
-    other thread can hold a lock at that moment (and Qt's threads are invisible to
-    :mod:`threading`); numpy's OpenBLAS threads are made fork-safe by OpenBLAS itself.
-    Checked again for every pool, so a pool restarted after a crash, while other threads
-    run, is spawned. OpenCV's own thread pool does not survive a fork: it is stopped
-    while the workers are forked. The index's writer lock is not inherited usefully: a
-    forked child closes its copy (:mod:`engine.store`).
-    """
-    import multiprocessing
-    import sys
-
-    qt = any(name in sys.modules for name in _QT_MODULES)
-    if sys.platform.startswith("linux") and threading.active_count() == 1 and not qt:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
-
-
-def _forked_pool(n_jobs: int, ctx: Any) -> ProcessPoolExecutor:
-    """A pool whose ``n_jobs`` workers are forked now, with OpenCV single-threaded.
-
-    OpenCV's thread pool (started by any parallel OpenCV call in this process) does not
-    survive a fork: a child that reconfigures it waits forever for threads it does not
-    have. Setting one thread stops the pool; the workers are forked meanwhile (a fork
-    pool starts all its processes at its first task) and the setting is then restored.
-    """
-    import sys
-
-    cv2 = sys.modules.get("cv2")
-    threads = cv2.getNumThreads() if cv2 is not None else None
-    if cv2 is not None:
-        cv2.setNumThreads(1)
-    try:
-        pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
-        pool.submit(int)  # forks every worker
-    finally:
-        if cv2 is not None:
-            cv2.setNumThreads(threads)
-    return pool
-
-
-def _init_worker() -> None:
-    """Worker set-up: leave Ctrl-C to the parent, one OpenCV thread per process, keep
-    freed memory for the next image (:func:`keep_heap_warm`)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    keep_heap_warm()
-    try:
-        import cv2
-
-        cv2.setNumThreads(1)
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def _describe(exc: BaseException) -> str:
-    from engine.io.imageio import ImageLoadError
-
-    if isinstance(exc, ImageLoadError):
-        return exc.reason
-    if isinstance(exc, MemoryError):
-        return "out of memory while decoding"
-    if isinstance(exc, OSError):
-        return f"cannot read file: {exc.strerror or exc}"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _stat_or_zero(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return 0, 0
-    return st.st_size, st.st_mtime_ns
-
-
-def _extract_one(
-    path: str,
-    known_hash: str | None,
-    feature_kwargs: Mapping[str, Any],
-    extractor: Callable[..., Features] | None,
-    pack: bool = False,
-) -> ExtractResult:
-    """Stat, read, hash and (unless the hash is known) extract one file; never raises.
-
-    The file is read once: the same bytes are hashed and handed to the extractor
-    (:func:`engine.features.extract_features` accepts encoded bytes). ``pack``: features
-    in the store's 8-bit codec where it applies (:class:`engine.store.PackedFeatures`).
-    """
-    from engine.io.imageio import MAX_FILE_BYTES, sniff_format
-
-    try:  # O_NONBLOCK: a FIFO put in the file's place never blocks the open
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        return ExtractResult(path, None, f"cannot read file: {exc.strerror or exc}")
-    with open(fd, "rb", closefd=True) as fh:
-        try:
-            st = os.fstat(fd)
-        except OSError as exc:
-            return ExtractResult(path, None, f"cannot read file: {exc.strerror or exc}")
-        size, mtime = st.st_size, st.st_mtime_ns
-        if not stat_mod.S_ISREG(st.st_mode):
-            return ExtractResult(path, None, "not a regular file", size, mtime)
-        if size > MAX_FILE_BYTES:
-            reason = (
-                f"file too large for an image ({size / 2**30:.1f} GiB; the limit is "
-                f"{MAX_FILE_BYTES / 2**30:.0f} GiB)"
-            )
-            return ExtractResult(path, None, reason, size, mtime)
-        try:
-            head = fh.read(32)
-            if extractor is None and sniff_format(head) is None:  # not read whole
-                reason = (
-                    "not a supported image: the file does not start like JPEG, PNG, GIF, "
-                    "BMP, TIFF or WebP"
-                    if head
-                    else "empty file (0 bytes)"
-                )
-                return ExtractResult(path, None, reason, size, mtime)
-            data = head + fh.read()
-        except OSError as exc:
-            reason = f"cannot read file: {exc.strerror or exc}"
-            return ExtractResult(path, None, reason, size, mtime)
-        except MemoryError:
-            return ExtractResult(path, None, "out of memory while reading the file", size, mtime)
-    chash = hashlib.blake2b(data, digest_size=16).hexdigest()  # == scan.content_hash(path)
-    if known_hash is not None and chash == known_hash:
-        return ExtractResult(path, None, None, st.st_size, st.st_mtime_ns, chash, True)
-    if extractor is None:
-        from engine.features.keypoints import extract_features as extractor
-    try:
-        feats = extractor(data, **feature_kwargs)
-        if pack:
-            from engine.index.store import PackedFeatures
-
-            feats = PackedFeatures.pack(feats)
-    except Exception as exc:  # bad input never stops the run
-        return ExtractResult(path, None, _describe(exc), st.st_size, st.st_mtime_ns, chash)
-    return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash)
-
-
-def _extract_many(
-    tasks: list[tuple[str, str | None]],
-    feature_kwargs: Mapping[str, Any],
-    extractor: Callable[..., Features] | None,
-    pack: bool = False,
-) -> list[ExtractResult]:
-    """:func:`_extract_one` of every ``(path, known_hash)``, in order (one worker task)."""
-    return [_extract_one(path, known, feature_kwargs, extractor, pack) for path, known in tasks]
-
-
-def _outcome(res: ExtractResult) -> tuple[str, str]:
-    """Progress ``(status, message)`` of one extraction result."""
-    if res.error is not None:
-        return "failed", res.error
-    if res.same_content:
-        return "unchanged", "content unchanged"
-    return "indexed", f"{len(res.features)} features"
-
-
-def extract_parallel(
-    paths: Iterable[str],
-    *,
-    jobs: int | None = None,
-    cancel: threading.Event | None = None,
-    feature_kwargs: Mapping[str, Any] | None = None,
-    known_hashes: Mapping[str, str] | None = None,
-    max_in_flight: int | None = None,
-    extractor: Callable[..., Features] | None = None,
-    mp_context: Any = None,
-    files_per_task: int = 1,
-    pack: bool = False,
-) -> Iterator[ExtractResult]:
-    """Extract features of ``paths`` in parallel, yielding results as they complete.
-
-    Parameters
-    ----------
-    paths : iterable of str
-        Files to process.
-    jobs : int, optional
-        Worker processes (default :func:`default_jobs`, capped at ``len(paths)``).
-        ``1`` runs in this process (no pool; used by tests and tiny updates).
-    cancel : threading.Event, optional
-        When set, no new file is submitted, pending ones are cancelled and the
-        iterator ends after at most ~0.2 s (results already finished are not yielded).
-    feature_kwargs : mapping, optional
-        Keyword arguments of :func:`engine.features.extract_features`.
-    known_hashes : mapping of str to str, optional
-        ``path -> content hash`` already indexed: a file whose hash matches is not
-        extracted (``same_content=True``).
-    max_in_flight : int, optional
-        Bound on submitted-but-unfinished files (default ``4 * jobs * files_per_task``),
-        which bounds memory whatever the number of paths.
-    extractor : callable, optional
-        Replacement for ``extract_features``, called as ``extractor(data: bytes, **kw)``
-        (a module-level function, so that worker processes can import it).
-    mp_context : multiprocessing context, optional
-        Default :func:`worker_context` (chosen when each pool starts). A pool restarted
-        after a crash is forked only if :func:`worker_context` allows it then, whatever
-        this says.
-    files_per_task : int
-        Files sent to a worker at once (their results come back together). Each task is
-        a round trip through the pool's queues and its manager thread, which on a busy
-        machine can leave a worker waiting: for decode + SIFT (~25 ms a photo) 4 files
-        per task cost about 0.4 s less on UKBench's 500 photos than 1 (a floor run with
-        ``ProcessPoolExecutor.map``'s chunks of 1 against 8). Files in flight when a
-        worker dies are retried one per task, so a crash is still pinned on its file.
-    pack : bool
-        Return features whose values are all in [0, 1] as
-        :class:`engine.store.PackedFeatures` (the store's 8-bit codes: what
-        :meth:`engine.store.IndexStore.write_batch` keeps of them anyway, a quarter of
-        the bytes to send between processes).
-
-    Yields
-    ------
-    ExtractResult
-        One per path (in completion order), unless cancelled.
-    """
-    todo = deque(paths)
-    kw = dict(feature_kwargs or {})
-    hashes = known_hashes or {}
-    n_jobs = default_jobs() if jobs is None else int(jobs)
-    if n_jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs!r}")
-    n_jobs = min(n_jobs, max(1, len(todo)))
-    if n_jobs == 1:
-        for path in todo:
-            if cancel is not None and cancel.is_set():
-                return
-            yield _extract_one(path, hashes.get(path), kw, extractor, pack)
-        return
-
-    per_task = max(1, int(files_per_task))
-    limit = max_in_flight or 4 * n_jobs * per_task
-    suspects: deque[str] = deque()  # files in flight when a worker died: retried alone
-    in_flight: dict[Future, list[str]] = {}
-    pool: ProcessPoolExecutor | None = None
-    finished = False
-
-    restarted = False
-
-    def new_pool() -> ProcessPoolExecutor:
-        nonlocal restarted
-        ctx = mp_context
-        if ctx is None or (restarted and ctx.get_start_method() == "fork"):
-            ctx = worker_context()  # after a crash the broken pool's threads may hold locks
-        restarted = True
-        if ctx.get_start_method() == "fork":
-            return _forked_pool(n_jobs, ctx)
-        return ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_init_worker)
-
-    def submit(chunk: list[str]) -> None:
-        tasks = [(path, hashes.get(path)) for path in chunk]
-        in_flight[pool.submit(_extract_many, tasks, kw, extractor, pack)] = chunk
-
-    try:
-        while todo or suspects or in_flight:
-            if cancel is not None and cancel.is_set():
-                return
-            if pool is None:
-                pool = new_pool()
-            broken = False
-            try:
-                if suspects:
-                    if not in_flight:
-                        submit([suspects[0]])
-                        suspects.popleft()
-                else:
-                    n_files = sum(map(len, in_flight.values()))
-                    while todo and n_files < limit:
-                        # no more than a fair share of what is left per task, so that
-                        # every worker gets files to the end
-                        size = min(per_task, limit - n_files, -(-len(todo) // n_jobs))
-                        submit([todo[i] for i in range(size)])
-                        for _ in range(size):
-                            todo.popleft()
-                        n_files += size
-            except BrokenProcessPool:
-                broken = True
-            # a crash now is this file's fault
-            alone = len(in_flight) == 1 and len(next(iter(in_flight.values()))) == 1
-            done, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
-            for fut in done:
-                chunk = in_flight.pop(fut)
-                try:
-                    results = fut.result()
-                except BrokenProcessPool:
-                    broken = True
-                    if alone:  # record the stat so it is retried only once changed
-                        size, mtime_ns = _stat_or_zero(chunk[0])
-                        yield ExtractResult(chunk[0], None, CRASH_REASON, size, mtime_ns)
-                    else:
-                        suspects.extend(chunk)
-                    continue
-                except Exception as exc:  # e.g. an unpicklable result
-                    results = [ExtractResult(path, None, _describe(exc)) for path in chunk]
-                yield from results
-            if broken:
-                for chunk in in_flight.values():
-                    suspects.extend(chunk)
-                in_flight.clear()
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = None
-        finished = True
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=finished, cancel_futures=True)
-
-
-# --------------------------------------------------------------------------- ingest
 
 
 def feature_key(feature_kwargs: Mapping[str, Any] | None) -> str:
@@ -614,6 +180,74 @@ def ingest(
     kw = dict(feature_kwargs or {})
     fkey = feature_key(kw)
     folder = os.fspath(folder)
+    known, scan, n_removed = yield from _scan(store, folder, exclude)
+    work, stale, known_hashes, first = _plan(store, scan, known, fkey, spread)
+    total = len(work)
+    planned = on_plan is None
+    yield IngestProgress(
+        0,
+        total,
+        None,
+        "scanning",
+        f"{scan.n_images} images: {len(scan.new)} new, {len(scan.changed)} changed, "
+        f"{len(stale)} to re-extract, {len(scan.unchanged) - len(stale)} unchanged, "
+        f"{len(scan.removed)} removed",
+    )
+
+    done = 0
+    writer = _OrderedWriter(store, fkey, [w.path for w in work], batch_size)
+    results = extract_parallel(
+        [w.path for w in work],
+        jobs=jobs,
+        cancel=cancel,
+        feature_kwargs=kw,
+        known_hashes=known_hashes,
+        extractor=extractor,
+        files_per_task=INGEST_FILES_PER_TASK,
+        pack=True,  # stored in the 8-bit codec anyway
+    )
+
+    try:
+        for res in results:
+            if not planned:
+                planned = True
+                on_plan(first)
+            done += 1
+            writer.add(res, done)
+            yield IngestProgress(done, total, res.path, *outcome(res))
+    except GeneratorExit:
+        writer.finish(done)  # the consumer stopped iterating: keep what is finished
+        raise
+    finally:
+        results.close()
+    writer.finish(done)
+    cancelled = cancel is not None and cancel.is_set() and done < total
+    if not planned and not cancelled:
+        on_plan(first)
+    yield IngestProgress(done, total, None, "finalizing", "finalizing index")
+    if not cancelled:
+        store.compact()
+        store.set_setting("feature_kwargs", kw)
+    n_ok = store.count("ok")
+    failures = store.failures()
+    return IngestSummary(
+        indexed=writer.n_indexed,
+        unchanged=n_ok - writer.n_indexed,
+        removed=n_removed,
+        failed=failures,
+        total=n_ok + len(failures),
+        seconds=time.perf_counter() - t0,
+        cancelled=cancelled,
+        scan_errors=list(scan.errors),
+        skipped=list(scan.skipped),
+    )
+
+
+def _scan(
+    store: IndexStore, folder: str, exclude: Iterable[str | os.PathLike]
+) -> Generator[IngestProgress, None, tuple[dict[str, tuple[int, int]], Any, int]]:
+    """Scan ``folder`` against the catalogue and drop the files gone (progress events);
+    returns the catalogue's known stats, the scan and the number of rows removed."""
     yield IngestProgress(0, 0, None, "scanning", f"scanning {folder}")
     known = store.known_stats()
     scan = scan_folder(folder, known, exclude=[store.index_dir, *exclude])
@@ -623,7 +257,21 @@ def ingest(
     n_removed = store.remove(scan.removed) if scan.removed else 0
     if scan.removed:
         yield IngestProgress(0, 0, None, "removed", f"dropped {n_removed} deleted files")
+    return known, scan, n_removed
 
+
+def _plan(
+    store: IndexStore,
+    scan: Any,
+    known: Mapping[str, tuple[int, int]],
+    fkey: str,
+    spread: int,
+) -> tuple[list[FileStat], list[str], dict[str, str], list[str]]:
+    """The work of :func:`ingest` after a scan: the files to extract (new, changed, and
+    unchanged ones extracted with other settings: ``stale``), the known content hashes
+    of changed files (not extracted again when only their stat changed, unless the
+    settings changed too), and the ``spread`` evenly spaced files moved to the front
+    (``first``)."""
     keys = store.feature_keys()
     hashes = store.known_hashes()
     work: list[FileStat] = list(scan.new) + list(scan.changed)
@@ -643,103 +291,62 @@ def ingest(
         chosen = set(pick)
         work = [work[i] for i in pick] + [w for i, w in enumerate(work) if i not in chosen]
         first = [w.path for w in work[: len(pick)]]
-    planned = on_plan is None
-    yield IngestProgress(
-        0,
-        total,
-        None,
-        "scanning",
-        f"{scan.n_images} images: {len(scan.new)} new, {len(scan.changed)} changed, "
-        f"{len(stale)} to re-extract, {len(scan.unchanged) - len(stale)} unchanged, "
-        f"{len(scan.removed)} removed",
-    )
+    return work, stale, known_hashes, first
 
-    ok: list[tuple] = []
-    failed: list[tuple] = []
-    touched: list[tuple] = []
-    n_indexed = 0
 
-    def flush() -> None:
-        if ok or failed or touched:
-            store.write_batch(ok, failed, touched, fkey=fkey)
-            ok.clear()
-            failed.clear()
-            touched.clear()
+class _OrderedWriter:
+    """Writes the results of :func:`ingest` to the store in write batches, in the order
+    of the work list (the scan's, spread files first), not in the order workers finish
+    them: catalogue rows, and so every result that depends on row order, are then the
+    same for every run over the same folder."""
 
-    done = 0
-    # results are stored in the order of `work` (the scan's, spread files first), not in
-    # the order workers finish them: catalogue rows, and so every result that depends on
-    # row order, are then the same for every run over the same folder
-    position = {w.path: i for i, w in enumerate(work)}
-    waiting: dict[int, ExtractResult] = {}
-    results = extract_parallel(
-        [w.path for w in work],
-        jobs=jobs,
-        cancel=cancel,
-        feature_kwargs=kw,
-        known_hashes=known_hashes,
-        extractor=extractor,
-        files_per_task=INGEST_FILES_PER_TASK,
-        pack=True,  # stored in the 8-bit codec anyway
-    )
+    def __init__(self, store: IndexStore, fkey: str, order: list[str], batch_size: int) -> None:
+        self.store = store
+        self.fkey = fkey
+        self.position = {path: i for i, path in enumerate(order)}
+        self.total = len(order)
+        self.batch_size = batch_size
+        self.waiting: dict[int, ExtractResult] = {}
+        self.next_pos = 0
+        self.ok: list[tuple] = []
+        self.failed: list[tuple] = []
+        self.touched: list[tuple] = []
+        self.n_indexed = 0
 
-    def take(res: ExtractResult) -> None:
-        nonlocal n_indexed
-        status, _ = _outcome(res)
+    def add(self, res: ExtractResult, done: int) -> None:
+        """A result as it arrives (``done``: results so far, this one included)."""
+        self.waiting[self.position[res.path]] = res
+        while self.next_pos in self.waiting:
+            self._take(self.waiting.pop(self.next_pos), done)
+            self.next_pos += 1
+
+    def finish(self, done: int) -> None:
+        """Take the results still waiting for earlier ones (finished out of order when
+        the run stops: kept too) and write everything taken."""
+        for i in sorted(self.waiting):
+            self._take(self.waiting.pop(i), done)
+        self.flush()
+
+    def _take(self, res: ExtractResult, done: int) -> None:
+        status, _ = outcome(res)
         if status == "failed":
-            failed.append((res.path, res.size, res.mtime_ns, res.content_hash, res.error))
+            self.failed.append((res.path, res.size, res.mtime_ns, res.content_hash, res.error))
         elif status == "unchanged":
-            touched.append((res.path, res.size, res.mtime_ns))
+            self.touched.append((res.path, res.size, res.mtime_ns))
         else:
-            ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
-            n_indexed += 1
+            self.ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
+            self.n_indexed += 1
         # the last files go in quarter batches, so that a caller encoding what is
         # stored (Collection.update) has less left for after the last image
-        limit = batch_size if total - done >= batch_size else max(1, batch_size // 4)
-        if len(ok) + len(failed) + len(touched) >= limit:
-            flush()
+        batch = self.batch_size
+        limit = batch if self.total - done >= batch else max(1, batch // 4)
+        if len(self.ok) + len(self.failed) + len(self.touched) >= limit:
+            self.flush()
 
-    def take_waiting() -> None:  # finished out of order when the run stops: kept too
-        for i in sorted(waiting):
-            take(waiting.pop(i))
-
-    next_pos = 0
-    try:
-        for res in results:
-            if not planned:
-                planned = True
-                on_plan(first)
-            done += 1
-            waiting[position[res.path]] = res
-            while next_pos in waiting:
-                take(waiting.pop(next_pos))
-                next_pos += 1
-            yield IngestProgress(done, total, res.path, *_outcome(res))
-    except GeneratorExit:
-        take_waiting()
-        flush()  # the consumer stopped iterating: keep what is finished
-        raise
-    finally:
-        results.close()
-    take_waiting()
-    flush()
-    cancelled = cancel is not None and cancel.is_set() and done < total
-    if not planned and not cancelled:
-        on_plan(first)
-    yield IngestProgress(done, total, None, "finalizing", "finalizing index")
-    if not cancelled:
-        store.compact()
-        store.set_setting("feature_kwargs", kw)
-    n_ok = store.count("ok")
-    failures = store.failures()
-    return IngestSummary(
-        indexed=n_indexed,
-        unchanged=n_ok - n_indexed,
-        removed=n_removed,
-        failed=failures,
-        total=n_ok + len(failures),
-        seconds=time.perf_counter() - t0,
-        cancelled=cancelled,
-        scan_errors=list(scan.errors),
-        skipped=list(scan.skipped),
-    )
+    def flush(self) -> None:
+        """Write the results taken so far: one chunk file and one transaction."""
+        if self.ok or self.failed or self.touched:
+            self.store.write_batch(self.ok, self.failed, self.touched, fkey=self.fkey)
+            self.ok.clear()
+            self.failed.clear()
+            self.touched.clear()

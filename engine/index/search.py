@@ -1,7 +1,4 @@
-"""Search structures of a collection: exact histogram-intersection scoring, hashed
-candidate generation and same-object verification.
-
-The pieces, and the papers they come from:
+"""Exact scoring of a collection's pyramids: weighted histogram intersection.
 
 - :class:`IntersectionIndex` -- exact scoring of one query against any subset of the
   collection by a weighted histogram intersection ``sum_b min(q_b, x_b)``. A pyramid
@@ -11,25 +8,22 @@ The pieces, and the papers they come from:
   guided pyramid (thesis ch. 4) with idf-weighted bins and L1-normalised pyramids, which
   is also the hierarchical scoring of Nistér & Stewénius; the ``uniform`` method the
   normalised uniform-bin pyramid match (Eq. 3.12).
-- Candidates for large collections come from the densified WTA codes of tf-idf bags of
-  words (Chen & Shrivastava Eq. 7) and the random-hyperplane bits of the pyramid-match
-  embedding (thesis Eqs. 5.8-5.11), ranked by agreement (``engine.collection``; banded
-  inverted indexes, :class:`engine.lsh.BandedIndex`, for near-duplicates); candidates
-  are then scored exactly here.
-- :func:`verify_pair` -- explicit correspondences (nearest neighbours with Lowe's ratio
-  test) checked by a robust homography (:mod:`engine.geometry`): the "same object"
-  re-ranking of the ``hybrid`` method.
+- :func:`histograms_from_codes`, :func:`code_values` -- the values of those histograms
+  (pyramid-match or idf weights); :func:`fit_key_idf` -- the idf of every bin.
+
+Candidates for large collections (hashes and an inverted file) are chosen by
+:mod:`engine.index.candidates` and then scored exactly here; the same-object
+verification (:func:`verify_pair`, re-exported here) lives in :mod:`engine.index.verify`.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from engine.core.blas import single_threaded_blas
-from engine.index.geometry import verify
+from engine.index.verify import Verification, descriptor_matches, verify_pair
 
 __all__ = [
     "IntersectionIndex",
@@ -81,7 +75,7 @@ def histograms_from_codes(
     idf_keys: np.ndarray | None = None,
     idf_unknown: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Turn :class:`engine.pyramid.PyramidCodes` into weighted sparse histograms.
+    """Turn :class:`engine.kernels.pyramid.PyramidCodes` into weighted sparse histograms.
 
     Parameters
     ----------
@@ -236,6 +230,23 @@ class IntersectionIndex:
             uk, cols = self._columns
             self._keys = uk[cols]
         return self._keys
+
+    @property
+    def holds_keys(self) -> bool:
+        """Whether the ``(nnz,)`` keys are held (else :attr:`keys` gathers them from the
+        columns on first use)."""
+        return self._keys is not None
+
+    @property
+    def stored_columns(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The columns the index holds -- given, or computed by :meth:`columns` before --
+        else None; unlike :meth:`columns` it never computes them.
+
+        Returns
+        -------
+        ((K,) int64 sorted unique keys, (nnz,) int32 column of every entry) or None
+        """
+        return self._columns
 
     def row_keys(self, rows: slice) -> np.ndarray:
         """Keys of an entry range without materialising :attr:`keys`."""
@@ -603,100 +614,3 @@ def _merged_columns(parts: list[IntersectionIndex], big: int) -> tuple[np.ndarra
             np.take(rank, cols, out=out[at : at + cols.size], mode="clip")
         at += cols.size
     return merged, out
-
-
-# --------------------------------------------------------------------------- verification
-def descriptor_matches(
-    desc_a: np.ndarray, desc_b: np.ndarray, *, ratio: float = 0.8
-) -> np.ndarray:
-    """Nearest-neighbour correspondences passing Lowe's ratio test.
-
-    Parameters
-    ----------
-    desc_a : (Ma, D) float32, rows of unit L2 norm (SIFT / RootSIFT)
-    desc_b : (Mb, D) float32
-    ratio : float
-        Keep ``a_i -> b_j`` when ``d(a_i, b_j) < ratio * d(a_i, second nearest b)``.
-
-    Returns
-    -------
-    pairs : (P, 2) int64
-        Indices into ``desc_a`` and ``desc_b``.
-    """
-    ma, mb = desc_a.shape[0], desc_b.shape[0]
-    if ma == 0 or mb < 2:
-        return np.zeros((0, 2), np.int64)
-    sim = desc_a @ desc_b.T  # cosine = 1 - d^2 / 2 for unit vectors
-    ar = np.arange(ma)
-    best = sim.argmax(axis=1)
-    s1 = sim[ar, best].copy()
-    sim[ar, best] = -np.inf
-    s2 = sim.max(axis=1)
-    d1 = np.maximum(2.0 - 2.0 * s1, 0.0)
-    d2 = np.maximum(2.0 - 2.0 * s2, 0.0)
-    keep = d1 < (ratio * ratio) * d2
-    ia = np.flatnonzero(keep)
-    return np.stack([ia, best[ia]], axis=1).astype(np.int64)
-
-
-@dataclass(frozen=True)
-class Verification:
-    """Outcome of :func:`verify_pair`.
-
-    Attributes
-    ----------
-    pairs : (P, 2) int64
-        Putative correspondences (indices into the two feature sets).
-    inliers : (P,) bool
-        Pairs consistent with the fitted homography.
-    n_inliers : int
-    """
-
-    pairs: np.ndarray
-    inliers: np.ndarray
-    n_inliers: int
-
-
-def verify_pair(
-    desc_a: np.ndarray,
-    xy_a: np.ndarray,
-    desc_b: np.ndarray,
-    xy_b: np.ndarray,
-    *,
-    ratio: float = 0.85,
-    threshold: float | None = None,
-    image_size: tuple[int, int] | None = None,
-) -> Verification:
-    """Same-object check: ratio-test correspondences, then a robust homography.
-
-    Parameters
-    ----------
-    desc_a, desc_b : (M, D) float32
-    xy_a, xy_b : (M, 2) float32
-    ratio : float
-        Lowe ratio.
-    threshold : float, optional
-        Reprojection threshold in pixels; default 1.5 % of the larger side of
-        ``image_size`` (at least 3 px), 6 px without a size.
-    image_size : (width, height), optional
-        Size of image b.
-
-    Returns
-    -------
-    Verification
-    """
-    pairs = descriptor_matches(desc_a, desc_b, ratio=ratio)
-    if threshold is None:
-        threshold = max(3.0, 0.015 * max(image_size)) if image_size else 6.0
-    g = verify(xy_a[pairs[:, 0]], xy_b[pairs[:, 1]], model="homography", threshold=threshold)
-    n = g.n_inliers
-    if n:
-        # many-to-one matches inflate the count: count distinct points on both sides, and
-        # require the inliers to cover some area of image b (not a collapsed cluster)
-        ia, ib = pairs[g.inliers, 0], pairs[g.inliers, 1]
-        n = min(np.unique(ia).size, np.unique(ib).size)
-        side = max(image_size) if image_size else float(np.ptp(xy_b, axis=0).max() or 1.0)
-        spread = np.ptp(xy_b[ib], axis=0).min() if ib.size else 0.0
-        if spread < 0.05 * side:
-            n = 0
-    return Verification(pairs, g.inliers if n else np.zeros(len(pairs), bool), int(n))

@@ -33,7 +33,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from engine.features.keypoints import extract_features
-from engine.index.ingest import _init_worker, ingest
+from engine.index.extract import init_worker
+from engine.index.ingest import ingest
 from engine.index.store import IndexStore
 from engine.io.scan import scan_folder
 
@@ -52,7 +53,7 @@ def _floor(paths: list[str], jobs: int) -> tuple[float, float]:
         n = sum(len(extract_features(p)) for p in paths)
     else:
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as pool:
+        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=init_worker) as pool:
             n = sum(len(f) for f in pool.map(extract_features, paths, chunksize=4))
     dt, dc = time.perf_counter() - t, _cpu() - c
     print(f"  floor  jobs={jobs}: wall {dt:7.2f} s  cpu {dc:7.2f} s  ({n} features)", flush=True)

@@ -8,7 +8,7 @@ Run::
 
 1. Floor: decode + SIFT (``extract_features`` with the index's settings) of every image,
    in the same number of processes as indexing, set up as the indexing workers are
-   (``engine.ingest._init_worker``: one OpenCV thread, heap kept warm) but forked, so the
+   (``engine.index.extract.init_worker``: one OpenCV thread, heap kept warm) but forked, so the
    floor pays no interpreter start-up; in a fresh interpreter each time, so that it does
    not depend on what this process did before.
    ``--breakdown``: also the floor with spawned workers (as the GUI's indexing process
@@ -57,19 +57,19 @@ def extract(kw, path):
 if __name__ == "__main__":  # (spawned workers import this file: nothing heavy above)
     import engine.features.keypoints  # forked workers inherit it
     from engine.collection import FEATURE_KWARGS
-    from engine.index.ingest import _init_worker
+    from engine.index.extract import init_worker
 
     files = open(sys.argv[1]).read().split("\\n")
     jobs = int(sys.argv[2])
     job = partial(extract, FEATURE_KWARGS)
     t = time.perf_counter()
     if jobs <= 1:
-        _init_worker()
+        init_worker()
         for f in files:
             job(f)
     else:
         ctx = multiprocessing.get_context(sys.argv[3])
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker) as ex:
+        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=init_worker) as ex:
             list(ex.map(job, files, chunksize=8))
     c = os.times()
     print(time.perf_counter() - t, c.children_user + c.children_system)
@@ -78,7 +78,7 @@ if __name__ == "__main__":  # (spawned workers import this file: nothing heavy a
 
 def floor_seconds(files: list[Path], jobs: int, start: str = "fork") -> tuple[float, float]:
     """Decode + SIFT of ``files`` (``extract_features`` with the index's settings) in
-    ``jobs`` processes set up as the indexing workers are (``_init_worker``: one OpenCV
+    ``jobs`` processes set up as the indexing workers are (``init_worker``: one OpenCV
     thread, heap kept warm), forked from an interpreter that has imported everything, as
     the index's are from the ``simile`` command line and this benchmark
     (``engine.ingest.worker_context``), so neither pays an interpreter start-up.

@@ -10,14 +10,22 @@ import cv2
 import numpy as np
 import pytest
 
+import engine.index.candidates as cand
+import engine.index.codes as codes
+import engine.index.fit as fit
+import engine.index.methods as methods
+import engine.workflows.duplicates as dup
 from engine.collection import (
     METHODS,
     Collection,
     DuplicateGroup,
     Hit,
+    available_methods,
     default_index_dir,
+    register_method,
 )
-from engine.index.search import histograms_from_codes
+from engine.index.encode import DATA_STATE, encode
+from engine.index.search import IntersectionIndex, code_values, histograms_from_codes
 from engine.io.imageio import load_image
 
 GROUPS = ("astronaut", "brick", "coffee")
@@ -113,9 +121,44 @@ def test_method_errors(indexed):
         col.query(p, method="nope")
     with pytest.raises(ValueError, match="top"):
         col.query(p, top=0)
+    # "learned" is listed but provided by a higher layer: a collection handed only the
+    # built-in methods says where it comes from; once engine.workflows.feedback is
+    # imported (it registers the method) it asks for a learned model
+    bare = Collection(col.folder, col.store, methods=methods.BUILTIN_METHODS)
+    with pytest.raises(LookupError, match=r"engine\.workflows\.feedback"):
+        bare.query(p, method="learned")
+    import engine.workflows.feedback  # noqa: F401
+
     with pytest.raises(LookupError, match="simile learn"):
         col.query(p, method="learned")
-    assert "learned" in METHODS
+    assert "learned" in METHODS and available_methods()[: len(METHODS)] == METHODS
+
+
+def test_collection_is_handed_its_methods(indexed):
+    """Collection.query dispatches to the methods it was handed (default: the registry,
+    read at each query), with the query exactly as given."""
+    col, _, _ = indexed
+    p = col.paths()[0]
+    calls = []
+
+    def fake(collection, image, top):
+        calls.append((collection, image, top))
+        return [Hit(Path(image), 0.5)]
+
+    handed = Collection(col.folder, col.store, methods={**methods.BUILTIN_METHODS, "fake": fake})
+    assert handed.query(p, method="fake", top=3) == [Hit(p, 0.5)]
+    assert calls == [(handed, p, 3)]
+    assert handed.query(p, method="vocabulary", top=2) == col.query(p, method="vocabulary", top=2)
+    with pytest.raises(ValueError, match="method"):
+        col.query(p, method="fake")  # not registered: the default registry does not have it
+    late = Collection(col.folder, col.store)  # handed the registry
+    register_method("fake", fake)  # registered after the collection was opened
+    try:
+        assert available_methods() == (*METHODS, "fake")
+        assert late.query(p, method="fake", top=1) == [Hit(p, 0.5)]
+    finally:
+        methods.REGISTRY.unregister("fake")
+    assert "fake" not in available_methods()
 
 
 def test_matrices(indexed):
@@ -155,8 +198,6 @@ def test_save_load_array(indexed):
 
 
 def test_duplicates(tmp_path, demo_folder, monkeypatch):
-    import engine.collection as ec
-
     for name in ("camera.jpg", "camera_jpeg.jpg", "coins.jpg", "rocket.jpg", "grass.jpg"):
         shutil.copy(demo_folder / name, tmp_path / name)
     shutil.copy(demo_folder / "coins.jpg", tmp_path / "coins_copy.jpg")
@@ -165,15 +206,15 @@ def test_duplicates(tmp_path, demo_folder, monkeypatch):
         groups = col.duplicates()
         # blocks of pairs checked on threads, through a feature cache smaller than a
         # block: the same groups and scores as one block with every image cached
-        monkeypatch.setattr(ec, "_DUPLICATE_BLOCK", 3)
-        monkeypatch.setattr(ec, "_DUPLICATE_CACHE", 2)
+        monkeypatch.setattr(dup, "DUPLICATE_BLOCK", 3)
+        monkeypatch.setattr(dup, "DUPLICATE_CACHE", 2)
         small = col.duplicates()
-        monkeypatch.setattr(ec, "_DUPLICATE_BLOCK", 10_000)
-        monkeypatch.setattr(ec, "_DUPLICATE_CACHE", 10_000)
-        monkeypatch.setattr(ec, "_thread_map", lambda fn, items: [fn(x) for x in items])
+        monkeypatch.setattr(dup, "DUPLICATE_BLOCK", 10_000)
+        monkeypatch.setattr(dup, "DUPLICATE_CACHE", 10_000)
+        monkeypatch.setattr(dup, "thread_map", lambda fn, items: [fn(x) for x in items])
         one = col.duplicates()
-        monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", 0)  # neighbours from the WTA bands,
-        monkeypatch.setattr(ec, "MIN_CANDIDATES", 2)  # few enough that the bands decide
+        monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", 0)  # neighbours from the WTA bands,
+        monkeypatch.setattr(cand, "MIN_CANDIDATES", 2)  # few enough that the bands decide
         hashed = col.duplicates()
     assert [(g.paths, g.scores) for g in small] == [(g.paths, g.scores) for g in one]
     assert [(g.paths, g.scores) for g in hashed] == [(g.paths, g.scores) for g in one]
@@ -264,17 +305,15 @@ def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
     """A reader loads the saved search data in arrays it owns -- the vocabulary pyramids
     by column, without the (nnz,) keys; the uniform ones by key, without columns -- and
     answers every method -- exhaustive and hashed -- exactly as the writer does."""
-    import engine.collection as ec
-
     col, _, _ = indexed
     other = Collection.open(col.folder, col.index_dir, readonly=True)
     try:
-        _, data = other._ensure()
-        assert data.vocab._keys is None and data.vocab.values.flags.owndata
-        assert data.uniform._columns is None and data.uniform.keys.flags.owndata
+        _, data = other.searcher.ensure()
+        assert not data.vocab.holds_keys and data.vocab.values.flags.owndata
+        assert data.uniform.stored_columns is None and data.uniform.keys.flags.owndata
         assert data.uniform.values.flags.owndata
-        for limit in (ec.EXHAUSTIVE_LIMIT, 0):  # 0: every method takes hashed candidates
-            monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", limit)
+        for limit in (cand.EXHAUSTIVE_LIMIT, 0):  # 0: every method takes hashed candidates
+            monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", limit)
             for method in ("vocabulary", "uniform", "wta"):
                 for p in col.paths()[:3]:
                     a = col.query(p, method=method, top=5)
@@ -282,18 +321,16 @@ def test_reopened_index_is_compact_and_answers_the_same(indexed, monkeypatch):
                     assert [h.path for h in a] == [h.path for h in b]
                     np.testing.assert_allclose([h.score for h in a], [h.score for h in b])
         assert other.kernel_matrix("uniform").shape == (len(col), len(col))
-        assert data.uniform._columns is None  # no query needed collection-wide columns
+        assert data.uniform.stored_columns is None  # no query needed collection-wide columns
     finally:
         other.close()
 
 
 @pytest.mark.parametrize("top_bits", [0, 8, 40])
 def test_key_major_order_is_the_exact_sort(top_bits):
-    """The packed sort of _batch_codes orders entries by (key, set) and marks the start
+    """The packed sort of batch_codes orders entries by (key, set) and marks the start
     of every group as the exact two-key sort does, also when keys share their top bits
     within a set or across sets in the opposite order (it must fall back then)."""
-    import engine.collection as ec
-
     rng = np.random.default_rng(top_bits)
     n_sets, E = 13, 3000
     top = rng.integers(0, 6, E).astype(np.uint64) << np.uint64(60)  # few distinct top bits
@@ -310,8 +347,8 @@ def test_key_major_order_is_the_exact_sort(top_bits):
     for name, sk in cases.items():
         entry_set = rng.integers(0, n_sets, E).astype(np.int64)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ec, "_PACK_KEY_BITS", top_bits)
-            order, ks, new, rs = ec._key_major_order(sk, entry_set, 4)
+            mp.setattr(codes, "PACK_KEY_BITS", top_bits)
+            order, ks, new, rs = codes.key_major_order(sk, entry_set, 4)
         want = np.lexsort((entry_set, sk))
         np.testing.assert_array_equal(order, want, err_msg=name)
         np.testing.assert_array_equal(ks, sk[want], err_msg=name)
@@ -329,22 +366,20 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
     one-point sets, a single set, an empty batch, and a point far outside the fitted
     range (its cells do not fit the grouped path's sort key) included; both with the
     (set, bin) groups of the nested binnings and with the sort of all entries."""
-    import engine.collection as ec
-
     if not packed:  # the exact two-key sort (used when packed keys would collide)
-        monkeypatch.setattr(ec, "_PACK_KEY_BITS", 65)
-    monkeypatch.setattr(ec, "_GROUPED_MIN_POINTS", 1)  # these batches are small
+        monkeypatch.setattr(codes, "PACK_KEY_BITS", 65)
+    monkeypatch.setattr(codes, "GROUPED_MIN_POINTS", 1)  # these batches are small
     calls = []
-    nested = ec._nested_groups
+    nested = codes.nested_groups
 
     def spy(*args):
         out = nested(*args)
         calls.append(out is not None)
         return out if grouped else None
 
-    monkeypatch.setattr(ec, "_nested_groups", spy)
+    monkeypatch.setattr(codes, "nested_groups", spy)
     col, _, _ = indexed
-    models, _ = col._ensure()
+    models, _ = col.searcher.ensure()
     d = [col.features(p).descriptors for p in col.paths()[:3]]
     far = d[1][:5].copy()
     far[0] *= 1e6
@@ -358,12 +393,12 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
     ]
     for sets in batches:
         for pm, weights in ((models.vocab, False), (models.uniform, True)):
-            got = ec._batch_codes(pm, sets, weights=weights)
+            got = codes.batch_codes(pm, sets, weights=weights)
             # the stacked sets read from the store give the same codes
             X = np.concatenate(sets) if sets else np.zeros((0, pm.dim_), np.float32)
-            stack = ec._Stack(X, np.array([len(s) for s in sets], np.int64))
+            stack = codes.StackedSets(X, np.array([len(s) for s in sets], np.int64))
             assert [len(s) for s in stack.sets()] == [len(s) for s in sets]
-            same = ec._batch_codes(pm, stack, weights=weights)
+            same = codes.batch_codes(pm, stack, weights=weights)
             assert vars(same).keys() == vars(got).keys()
             for name, value in vars(got).items():
                 np.testing.assert_array_equal(getattr(same, name), value, err_msg=name)
@@ -381,7 +416,7 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
             np.testing.assert_array_equal(got.ukeys, np.unique(ref.key))
             np.testing.assert_array_equal(got.ukeys[got.col], got.key)
             if weights:  # what the uniform score reads
-                ix = ec._intersection_index(got, ec.code_values(got, weighting="pm"))
+                ix = codes.intersection_index(got, code_values(got, weighting="pm"))
                 want = histograms_from_codes(ref, weighting="pm")
                 for a, b in zip((ix.indptr, ix.keys, ix.values), want, strict=True):
                     np.testing.assert_array_equal(a, b)
@@ -392,15 +427,15 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
     # uniform grids (batch codes computed twice: from the list and from the stack)
     assert calls.count(False) == len(models.uniform.binnings_) * 2
     # a query-sized batch sorts all pairs (grouping costs more there)
-    monkeypatch.setattr(ec, "_GROUPED_MIN_POINTS", 4096)
+    monkeypatch.setattr(codes, "GROUPED_MIN_POINTS", 4096)
     n_calls = len(calls)
-    ec._batch_codes(models.uniform, [d[0]], weights=True)
+    codes.batch_codes(models.uniform, [d[0]], weights=True)
     assert len(calls) == n_calls
     # a query of an indexed image is encoded as the index encoded it
-    _, data = col._ensure()
+    _, data = col.searcher.ensure()
     path = col.paths()[1]
-    q = col._query_encoding(models, col.features(path), frozenset())
-    want = data.vocab.row(col._row_of_id[int(data.ids[1])])
+    q = col.searcher.query_encoding(models, col.features(path), frozenset())
+    want = data.vocab.row(col.searcher.row_of_id[int(data.ids[1])])
     for a, b in zip(q.vocab.row(0), want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
@@ -409,7 +444,7 @@ def test_more_hyperplanes_migrate_the_stored_bits(tmp_path, demo_folder, monkeyp
     """When rh_bits asks for more bits than the index holds, a writer re-hashes the
     stored pyramids (no feature is read) and saves them; the old bits are a prefix of
     the new ones; a reader keeps what is stored."""
-    import engine.collection as ec
+    import engine.index.searcher as searcher_module
 
     folder = tmp_path / "p"
     folder.mkdir()
@@ -418,27 +453,29 @@ def test_more_hyperplanes_migrate_the_stored_bits(tmp_path, demo_folder, monkeyp
             shutil.copy(demo_folder / name, folder / name)
     with Collection.open(folder) as col:
         _run(col.update(jobs=1))
-        old = col._data.rh.copy()
-        assert col._models.rh.n_bits == ec.rh_bits(len(col)) == old.shape[1] * 8
-    monkeypatch.setattr(ec, "rh_bits", lambda n: 1024)
+        old = col.searcher.data.rh.copy()
+        assert col.searcher.models.rh.n_bits == cand.rh_bits(len(col)) == old.shape[1] * 8
+    monkeypatch.setattr(cand, "rh_bits", lambda n: 1024)
     with Collection.open(folder, readonly=True) as reader:
-        _, data = reader._ensure()
+        _, data = reader.searcher.ensure()
         np.testing.assert_array_equal(data.rh, old)  # readers never re-hash
     with Collection.open(folder) as col:
-        models, data = col._ensure()
+        models, data = col.searcher.ensure()
         assert models.rh.n_bits == old.shape[1] * 8  # only update() migrates
-        monkeypatch.setattr(Collection, "_sets", lambda self, ids: pytest.fail("read features"))
+        monkeypatch.setattr(
+            searcher_module, "stacked", lambda store, ids: pytest.fail("read features")
+        )
         summary, _ = _run(col.update(jobs=1))
         assert summary.unchanged == len(col)
-        models, data = col._ensure()
+        models, data = col.searcher.ensure()
         assert models.rh.n_bits == 1024 and data.rh.shape == (len(col), 128)
         np.testing.assert_array_equal(data.rh[:, : old.shape[1]], old)
         # the query side hashes with the same hyperplanes: an image finds its own bits
-        q = col._query_encoding(models, col.features(col.paths()[2]), frozenset({"rh"}))
+        q = col.searcher.query_encoding(models, col.features(col.paths()[2]), frozenset({"rh"}))
         assert (np.unpackbits(q.rh ^ data.rh[2]).mean()) < 0.02
     monkeypatch.undo()
     with Collection.open(folder, readonly=True) as reader:
-        models, data = reader._ensure()
+        models, data = reader.searcher.ensure()
         assert models.rh.n_bits == 1024 and data.rh.shape[1] == 128
 
 
@@ -447,49 +484,46 @@ def test_scored_fraction_follows_method_and_candidate_kind(indexed, monkeypatch,
     """Hashed queries score CANDIDATE_FRACTION of the collection exactly; ``uniform``
     scores CANDIDATE_FRACTION_UNIFORM unless its candidates come from the fused ranking
     (whose inverted file already finds the uniform neighbours at the smaller fraction)."""
-    import engine.collection as ec
-
     col, _, _ = indexed
     n = len(col)
-    monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", 0)
-    monkeypatch.setattr(ec, "MIN_CANDIDATES", 1)
-    monkeypatch.setattr(ec, "CANDIDATE_FRACTION", 0.25)
-    monkeypatch.setattr(ec, "CANDIDATE_FRACTION_UNIFORM", 0.75)
-    monkeypatch.setattr(ec, "CANDIDATE_KIND", kind)
-    col._bands = {}
-    models, data = col._ensure()
+    monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", 0)
+    monkeypatch.setattr(cand, "MIN_CANDIDATES", 1)
+    monkeypatch.setattr(cand, "CANDIDATE_FRACTION", 0.25)
+    monkeypatch.setattr(cand, "CANDIDATE_FRACTION_UNIFORM", 0.75)
+    monkeypatch.setattr(cand, "CANDIDATE_KIND", kind)
+    searcher = col.searcher
+    searcher.cache = {}
+    models, data = searcher.ensure()
     feats = col.features(col.paths()[0])
     for method in ("vocabulary", "wta", "uniform"):
         frac = 0.75 if method == "uniform" and kind != "fused" else 0.25
-        rows, scores = col._search(models, data, feats, method, 1)
-        assert col._last_scored == int(np.ceil(frac * n)), (method, kind)
+        rows, scores = methods.BUILTIN_METHODS[method].search(searcher, models, data, feats, 1)
+        assert searcher.last_scored == int(np.ceil(frac * n)), (method, kind)
         assert rows.size == 1 and np.isfinite(scores).all()
-    col._bands = {}
+    searcher.cache = {}
 
 
 def test_uniform_cascade_keeps_the_exact_best(indexed, monkeypatch):
     """Many hashed candidates for ``uniform`` pass through the cosine -> vocabulary ->
     uniform cascade; each stage is exact on what it keeps, so an image of the collection
     still finds itself first, with its exhaustive uniform score."""
-    import engine.collection as ec
-
     col, _, _ = indexed
     n = len(col)
     exhaustive = {p: col.query(p, method="uniform", top=n) for p in col.paths()[:4]}
-    monkeypatch.setattr(ec, "EXHAUSTIVE_LIMIT", 0)
-    monkeypatch.setattr(ec, "CANDIDATE_KIND", "hashes")
-    monkeypatch.setattr(ec, "CANDIDATE_FRACTION_UNIFORM", 1.0)
-    monkeypatch.setattr(ec, "UNIFORM_RERANK", 2)
-    monkeypatch.setattr(ec, "UNIFORM_PRESCORE", 2)
+    monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", 0)
+    monkeypatch.setattr(cand, "CANDIDATE_KIND", "hashes")
+    monkeypatch.setattr(cand, "CANDIDATE_FRACTION_UNIFORM", 1.0)
+    monkeypatch.setattr(methods, "UNIFORM_RERANK", 2)
+    monkeypatch.setattr(methods, "UNIFORM_PRESCORE", 2)
     assert n > 2 * 4  # top=1: 4 re-scored rows, the cosine step narrows n to 4
     calls = []
-    real = ec.IntersectionIndex.score
+    real = IntersectionIndex.score
 
     def spy(self, k, v, rows=None):
         calls.append(None if rows is None else len(rows))
         return real(self, k, v, rows)
 
-    monkeypatch.setattr(ec.IntersectionIndex, "score", spy)
+    monkeypatch.setattr(IntersectionIndex, "score", spy)
     for p, ref in exhaustive.items():
         calls.clear()
         hits = col.query(p, method="uniform", top=1)
@@ -501,12 +535,10 @@ def test_uniform_cascade_keeps_the_exact_best(indexed, monkeypatch):
 
 def _encoded_from_store(col):
     """The search data recomputed from the stored features with the collection's models."""
-    from engine.collection import _encode
-
-    models = col._models
+    models = col.searcher.models
     ids = col.store.ids("ok")
     sets = [f.descriptors for _, f in col.store.iter_features(ids)]
-    return _encode(models, ids, sets)
+    return encode(models, ids, sets)
 
 
 def _assert_same_data(a, b):
@@ -519,36 +551,34 @@ def _assert_same_data(a, b):
             uk, cols = x.columns()  # merged batch by batch: still the sorted unique keys
             assert np.array_equal(uk[cols], y.keys) and np.all(np.diff(uk) > 0)
         else:  # by key, no columns
-            assert x._columns is None and np.array_equal(x.keys, y.keys)
+            assert x.stored_columns is None and np.array_equal(x.keys, y.keys)
     assert abs(a.bow - b.bow).max() < 1e-6
     assert np.array_equal(a.wta, b.wta) and np.array_equal(a.rh, b.rh)
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeypatch, jobs):
-    from engine import collection as C
-
-    monkeypatch.setattr(C, "PREFIT_SPREAD", 4)
-    monkeypatch.setattr(C, "SAMPLE_DESCRIPTORS", 1500)  # a sample from the spread files only
+    monkeypatch.setattr(fit, "PREFIT_SPREAD", 4)
+    monkeypatch.setattr(fit, "SAMPLE_DESCRIPTORS", 1500)  # a sample from the spread files only
     names = sorted(n for n in os.listdir(demo_folder) if n.endswith(".jpg"))[:12]
     for name in names:
         shutil.copy(demo_folder / name, tmp_path / name)
     # a featureless image (usable, no features) is encoded during extraction too
     cv2.imwrite(str(tmp_path / "flat.png"), np.full((64, 64), 128, np.uint8))
     calls = {"fit": [], "prepared": []}
-    fit, finish = C._fit_binnings, C._Prefit.finish
+    fit_binnings, finish = fit.fit_binnings, fit.Prefit.finish
 
     def spy_fit(sets, n_images, **kw):
         calls["fit"].append(threading.current_thread().name)
-        return fit(sets, n_images, **kw)
+        return fit_binnings(sets, n_images, **kw)
 
     def spy_finish(self):
         out = finish(self)
         calls["prepared"].append(out)
         return out
 
-    monkeypatch.setattr(C, "_fit_binnings", spy_fit)
-    monkeypatch.setattr(C._Prefit, "finish", spy_finish)
+    monkeypatch.setattr(fit, "fit_binnings", spy_fit)
+    monkeypatch.setattr(fit.Prefit, "finish", spy_finish)
     models = []
     for k in range(2):  # two first builds of the same folder: the same models
         with Collection.open(tmp_path, index_dir=tmp_path / f"idx{k}") as col:
@@ -561,15 +591,16 @@ def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeyp
                 assert indexed[:4] == spread
             pre = calls["prepared"][-1]
             assert pre is not None and set(pre.ids) == set(col.store.ids("ok"))
-            assert np.array_equal(col._data.ids, col.store.ids("ok"))
-            _assert_same_data(col._data, _encoded_from_store(col))
+            data = col.searcher.data
+            assert np.array_equal(data.ids, col.store.ids("ok"))
+            _assert_same_data(data, _encoded_from_store(col))
             # the uniform pyramids were saved ahead, as a part of the data's state
             saved = json.loads((col.store.index_dir / "states/search.data.json").read_text())
             assert len(saved["__parts__"]) == 1
             with Collection.open(tmp_path, index_dir=tmp_path / f"idx{k}", readonly=True) as r:
-                _assert_same_data(r._ensure()[1], col._data)
+                _assert_same_data(r.searcher.ensure()[1], data)
             assert col.query(tmp_path / names[5], top=1)[0].path.name == names[5]
-            models.append(col._models.vocab.binnings_[0].centers(2))
+            models.append(col.searcher.models.vocab.binnings_[0].centers(2))
     # fitted once per build, on the prefit thread, never again in the refresh
     assert calls["fit"] == ["simile-prefit"] * 2
     assert np.array_equal(models[0], models[1])
@@ -578,9 +609,7 @@ def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeyp
 def test_prefit_leaves_changed_files_to_the_refresh(tmp_path, demo_folder, monkeypatch):
     """After an interrupted first build, a file that changed keeps its id while its
     features are replaced: the prefit thread must not encode its old features."""
-    from engine import collection as C
-
-    monkeypatch.setattr(C, "PREFIT_SPREAD", 3)
+    monkeypatch.setattr(fit, "PREFIT_SPREAD", 3)
     names = ["astronaut.jpg", "brick.jpg", "coffee.jpg", "brick_crop.jpg", "coffee_light.jpg"]
     for name in names[:3]:
         shutil.copy(demo_folder / name, tmp_path / name)
@@ -589,7 +618,7 @@ def test_prefit_leaves_changed_files_to_the_refresh(tmp_path, demo_folder, monke
         for ev in col.update(jobs=1, cancel=cancel):
             if ev.status == "indexed":
                 cancel.set()  # features of the first file stored, no models
-        assert not col.store.has_state(C._MODELS)
+        assert not col.store.has_state(fit.MODELS_STATE)
         first = col.store.paths("ok")
         assert len(first) == 1
         shutil.copy(demo_folder / "astronaut_light.jpg", first[0])  # same path, new content
@@ -597,23 +626,21 @@ def test_prefit_leaves_changed_files_to_the_refresh(tmp_path, demo_folder, monke
         for name in names[3:]:
             shutil.copy(demo_folder / name, tmp_path / name)
         summary, _ = _run(col.update(jobs=1))
-        assert summary.indexed == 5 and col.store.has_state(C._MODELS)
-        _assert_same_data(col._data, _encoded_from_store(col))
+        assert summary.indexed == 5 and col.store.has_state(fit.MODELS_STATE)
+        _assert_same_data(col.searcher.data, _encoded_from_store(col))
 
 
 def test_a_failing_prefit_leaves_the_work_to_the_refresh(tmp_path, demo_folder, monkeypatch):
-    from engine import collection as C
-
     def boom(self):
         raise RuntimeError("prefit failed")
 
-    monkeypatch.setattr(C._Prefit, "_fit", boom)
+    monkeypatch.setattr(fit.Prefit, "_fit", boom)
     for name in ["astronaut.jpg", "brick.jpg", "coffee.jpg"]:
         shutil.copy(demo_folder / name, tmp_path / name)
     with Collection.open(tmp_path) as col:
         summary, _ = _run(col.update(jobs=1))
-        assert summary.indexed == 3 and col.store.has_state(C._MODELS)
-        _assert_same_data(col._data, _encoded_from_store(col))
+        assert summary.indexed == 3 and col.store.has_state(fit.MODELS_STATE)
+        _assert_same_data(col.searcher.data, _encoded_from_store(col))
         assert col.query(tmp_path / "brick.jpg", top=1)[0].path.name == "brick.jpg"
 
 
@@ -621,23 +648,21 @@ def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, dem
     """Indexes written before the uniform pyramids were kept by key hold them as columns
     (``uniform.ukeys`` / ``uniform.cols``): such an index opens and answers as before, and
     the next update that adds an image writes them by key."""
-    import engine.collection as ec
-
     for name in ["astronaut.jpg", "astronaut_light.jpg", "brick.jpg", "brick_crop.jpg"]:
         shutil.copy(demo_folder / name, tmp_path / name)
     with Collection.open(tmp_path) as col:
         _run(col.update(jobs=1))
         want = {p: col.query(p, method="uniform", top=4) for p in col.paths()}
-        _, data = col._ensure()
+        _, data = col.searcher.ensure()
         st = data.to_state()
         assert "uniform.keys" in st and "uniform.cols" not in st
         uk, cols = data.uniform.columns()  # the layout of older indexes
         del st["uniform.keys"]
         st["uniform.ukeys"], st["uniform.cols"] = uk, cols
-        col.store.save_state(ec._DATA, st)
+        col.store.save_state(DATA_STATE, st)
     with Collection.open(tmp_path, readonly=True) as ro:
-        _, data = ro._ensure()
-        assert data.uniform._columns is not None and data.uniform._keys is None
+        _, data = ro.searcher.ensure()
+        assert data.uniform.stored_columns is not None and not data.uniform.holds_keys
         for p, hits in want.items():
             got = ro.query(p, method="uniform", top=4)
             assert [h.path for h in got] == [h.path for h in hits]
@@ -647,8 +672,8 @@ def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, dem
         summary, _ = _run(col.update(jobs=1))
         assert (summary.indexed, summary.unchanged) == (1, 4)
     with Collection.open(tmp_path, readonly=True) as ro:
-        _, data = ro._ensure()
-        assert data.uniform._columns is None and len(data.uniform) == 5
+        _, data = ro.searcher.ensure()
+        assert data.uniform.stored_columns is None and len(data.uniform) == 5
         assert ro.query(tmp_path / "coffee.jpg", method="uniform", top=1)[0].path.name == (
             "coffee.jpg"
         )

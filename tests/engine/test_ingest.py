@@ -499,10 +499,10 @@ def test_warm_processes_do_not_ask_numpy_for_huge_pages():
     # numpy advises transparent huge pages for large arrays by default; faulting them in
     # cost more kernel time than it saved on the indexing and query processes measured
     code = (
-        "from engine.index.ingest import _numpy_huge_pages, keep_heap_warm\n"
-        "_numpy_huge_pages(True)\n"
+        "from engine.index.extract import numpy_huge_pages, keep_heap_warm\n"
+        "numpy_huge_pages(True)\n"
         "keep_heap_warm()\n"
-        "print(_numpy_huge_pages(True))\n"  # the setting keep_heap_warm left
+        "print(numpy_huge_pages(True))\n"  # the setting keep_heap_warm left
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split()[-1] == ("False" if sys.platform.startswith("linux") else "True")

@@ -1,15 +1,12 @@
-"""engine.search: exact intersection scoring, pyramid histograms, correspondences."""
+"""engine.index.search (exact intersection scoring, pyramid histograms),
+engine.index.candidates (fused candidates) and engine.index.verify (correspondences)."""
 
 import numpy as np
 import pytest
 
-from engine.index.search import (
-    IntersectionIndex,
-    descriptor_matches,
-    fit_key_idf,
-    histograms_from_codes,
-    verify_pair,
-)
+from engine.index.candidates import WTA_FUSION_WEIGHT, bit_agreement, fused_candidates
+from engine.index.search import IntersectionIndex, fit_key_idf, histograms_from_codes
+from engine.index.verify import descriptor_matches, verify_pair
 from engine.kernels.pyramid import PyramidMatch
 
 
@@ -60,11 +57,11 @@ def test_concat_merges_the_parts_columns():
     empty = np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
     parts.insert(2, IntersectionIndex(*empty))  # a part without rows
     plain = IntersectionIndex.concat(parts)  # no part has columns: computed on demand
-    assert plain._columns is None
+    assert plain.stored_columns is None
     for p in parts:
         p.columns()
     merged = IntersectionIndex.concat(parts)
-    assert merged._columns is not None
+    assert merged.stored_columns is not None
     uk, cols = merged.columns()
     want_uk, want_cols = plain.columns()
     assert np.array_equal(uk, want_uk) and np.array_equal(cols, want_cols)
@@ -74,7 +71,7 @@ def test_concat_merges_the_parts_columns():
     np.testing.assert_allclose(merged.score(qk, qv), plain.score(qk, qv), rtol=1e-6)
     # a subset keeps the columns (possibly with unused ones) and scores the same
     sub = merged.subset(np.array([19, 0, 8]))
-    assert sub._columns is not None
+    assert sub.stored_columns is not None
     np.testing.assert_allclose(sub.score(qk, qv), plain.score(qk, qv)[[19, 0, 8]], rtol=1e-6)
 
 
@@ -222,14 +219,13 @@ def test_row_scoring_paths_match_bruteforce(monkeypatch, dense_max):
 
 
 def _hash_score(q, wta, rh):
-    from engine.collection import WTA_FUSION_WEIGHT, _bit_agreement
     from engine.hashing.wta import code_agreement
 
     def z(x):
         x = np.asarray(x, np.float64)
         return (x - x.mean()) / x.std()
 
-    return z(_bit_agreement(q.rh, rh)) + WTA_FUSION_WEIGHT * z(code_agreement(q.wta, wta)[0])
+    return z(bit_agreement(q.rh, rh)) + WTA_FUSION_WEIGHT * z(code_agreement(q.wta, wta)[0])
 
 
 def test_fused_candidates_hash_score_is_standardised_sum():
@@ -237,8 +233,6 @@ def test_fused_candidates_hash_score_is_standardised_sum():
     z(WTA agreement): a row agreeing on every bit comes first, a row agreeing on every
     WTA code is proposed, and the selection equals the full ranking's head."""
     from types import SimpleNamespace
-
-    from engine.collection import _fused_candidates
 
     rng = np.random.default_rng(0)
     n, m = 200, 64
@@ -248,7 +242,7 @@ def test_fused_candidates_hash_score_is_standardised_sum():
     q.wta[0] = wta[17]  # row 17 agrees perfectly on the WTA codes
     q.rh[0] = rh[42]  # row 42 agrees perfectly on the hyperplane bits
     data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh)
-    cand = _fused_candidates(q, data, 20)
+    cand = fused_candidates(q, data, 20)
     assert cand.shape == (20,) and np.unique(cand).size == 20
     assert cand[0] == 42 and 17 in cand.tolist()
     score = _hash_score(q, wta, rh)
@@ -256,7 +250,7 @@ def test_fused_candidates_hash_score_is_standardised_sum():
     np.testing.assert_array_equal(cand, want)
     # a row perfect on both beats a row perfect on the bits alone
     q.wta[0] = wta[42]
-    assert _fused_candidates(q, data, 5)[0] == 42
+    assert fused_candidates(q, data, 5)[0] == 42
 
 
 def test_fused_candidates_with_inverted_file_matches_full_ranking():
@@ -265,8 +259,6 @@ def test_fused_candidates_with_inverted_file_matches_full_ranking():
     from types import SimpleNamespace
 
     import scipy.sparse as sp
-
-    from engine.collection import _fused_candidates
 
     rng = np.random.default_rng(1)
     n, m, nw = 300, 64, 50
@@ -279,7 +271,7 @@ def test_fused_candidates_with_inverted_file_matches_full_ranking():
     q.wta[0] = wta[42]
     q.rh[0] = rh[42]
     data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh, bow=bow)
-    cand = _fused_candidates(q, data, 30, bow.T.tocsr())
+    cand = fused_candidates(q, data, 30, bow.T.tocsr())
     assert cand.shape == (30,) and np.unique(cand).size == 30
     assert {7, 42} == set(cand[:2].tolist())
     # reference: full stable rankings, fused rank = min over rankings (interleaved)
@@ -337,7 +329,7 @@ def test_compact_index_without_keys():
     indptr, keys, vals = _random_rows(rng, 60, n_keys=80)
     full = IntersectionIndex(indptr, keys, vals)
     compact = IntersectionIndex(indptr, None, vals, columns=full.columns())
-    assert compact._keys is None
+    assert not compact.holds_keys
     D = _dense(indptr, keys, vals, 80)
     np.testing.assert_allclose(compact.self_similarity(), D.sum(axis=1), rtol=1e-5)
     for i in (0, 5, 59):
@@ -346,9 +338,9 @@ def test_compact_index_without_keys():
     qk, qv = full.row(11)
     np.testing.assert_allclose(compact.score(qk, qv, rows), full.score(qk, qv, rows))
     sub = compact.subset(rows)
-    assert sub._keys is None
+    assert not sub.holds_keys
     np.testing.assert_allclose(sub.score(qk, qv), full.subset(rows).score(qk, qv))
-    assert compact._keys is None  # nothing above needed the keys
+    assert not compact.holds_keys  # nothing above needed the keys
     np.testing.assert_array_equal(compact.keys, keys)
     np.testing.assert_allclose(compact.score(qk, qv), full.score(qk, qv))
     with pytest.raises(ValueError, match="keys may be None"):
@@ -357,16 +349,15 @@ def test_compact_index_without_keys():
 
 @pytest.mark.parametrize("n_bytes", [32, 5])
 def test_bit_agreement_matches_unpacked_bits(n_bytes):
-    from engine.collection import _bit_agreement
 
     rng = np.random.default_rng(n_bytes)
     codes = rng.integers(0, 256, (50, n_bytes)).astype(np.uint8)
     q = codes[3:4].copy()
     q[0, 0] ^= 7
     want = 1.0 - np.unpackbits(codes ^ q, axis=1).sum(axis=1) / (8.0 * n_bytes)
-    np.testing.assert_allclose(_bit_agreement(q, codes), want)
-    np.testing.assert_allclose(_bit_agreement(q, codes[::2]), want[::2])  # not contiguous
-    assert _bit_agreement(q, codes)[3] == 1.0 - 3 / (8.0 * n_bytes)
+    np.testing.assert_allclose(bit_agreement(q, codes), want)
+    np.testing.assert_allclose(bit_agreement(q, codes[::2]), want[::2])  # not contiguous
+    assert bit_agreement(q, codes)[3] == 1.0 - 3 / (8.0 * n_bytes)
 
 
 def test_unique_values_is_np_unique():
@@ -433,5 +424,5 @@ def test_rows_scored_by_key_equal_the_exact_sum(monkeypatch, dense_max):
         np.testing.assert_allclose(got, want, rtol=1e-5)
         assert got[1] == 0.0 and got[0] > 0 and got[0] == got[4]
         np.testing.assert_allclose(by_col.score(q, qv, rows), got, rtol=1e-6)
-    assert by_key._columns is None  # scored without any collection-wide table
+    assert by_key.stored_columns is None  # scored without any collection-wide table
     assert by_key.score(q[:0], qv[:0], rows).sum() == 0

@@ -1,0 +1,284 @@
+"""Candidate search: which rows of a large collection a query scores exactly.
+
+Collections of up to ``EXHAUSTIVE_LIMIT`` images are scored exhaustively (exact); larger
+ones (and ``wta`` always) take candidates -- ``CANDIDATE_FRACTION`` of the collection
+(``CANDIDATE_FRACTION_UNIFORM`` for ``uniform`` from the hashes alone,
+:func:`candidate_fraction`), at least ``MIN_CANDIDATES`` -- and score those exactly.
+The candidates (``CANDIDATE_KIND = "fused"``, :func:`fused_candidates`) come from two
+rankings of the whole collection:
+
+- the hash score: the z-score of the bit agreement (:func:`bit_agreement`) of the
+  random-hyperplane bits of the pyramid-match embedding (Eqs. 5.8-5.11; :func:`rh_bits`
+  hyperplanes, chosen from the collection size: 1024 at 10,000 images) plus
+  ``WTA_FUSION_WEIGHT`` times the z-score of the code agreement of the densified-WTA
+  codes of the tf-idf bag of words -- a linear scan of 384 bytes per image;
+- the tf-idf cosine of the bags of words through an inverted file over the tree's
+  leaves (exact, not hashed: only the postings of the query's words are read).
+
+A row's rank is the better of its two ranks. On the 10k benchmark of generated views
+(``tests/benchmarks/bench_scale.py``, queries not in the collection) recall@10 against
+the exhaustive score is 1.00 (``vocabulary``) and 0.98 (``uniform``), 2 % scored; the
+hash score alone (``CANDIDATE_KIND = "hashes"``) 0.98 at 2 % and 0.96 at 5 %. The banded
+indexes (:func:`engine.hashing.lsh.choose_params`) remain available as
+``candidate_rows("wta" | "rh", ...)`` and are used by the near-duplicate search
+(:mod:`engine.workflows.duplicates`).
+
+The settings are module attributes read at call time (by this module and the search
+methods, :mod:`engine.index.methods`), so a benchmark or test changes them here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.index.encode import EncodedImages
+
+__all__ = [
+    "CANDIDATE_FRACTION",
+    "CANDIDATE_FRACTION_UNIFORM",
+    "CANDIDATE_KIND",
+    "EXHAUSTIVE_LIMIT",
+    "MIN_CANDIDATES",
+    "WTA_FUSION_WEIGHT",
+    "bit_agreement",
+    "candidate_fraction",
+    "candidate_rows",
+    "fused_candidates",
+    "rh_bits",
+    "zscore",
+]
+
+EXHAUSTIVE_LIMIT = 3000
+# fraction of the collection scored exactly (bench_scale.py, 10k views, recall@10 against
+# the exhaustive score): the fused candidates (the default) 1.00 for ``vocabulary`` and
+# 0.98 for ``uniform`` at 2 %; the hash score alone (CANDIDATE_KIND = "hashes") 0.98 for
+# ``vocabulary`` at 2 % but 0.94 for ``uniform`` (0.96 at 5 %, CANDIDATE_FRACTION_UNIFORM)
+CANDIDATE_FRACTION = 0.02
+CANDIDATE_FRACTION_UNIFORM = 0.05
+MIN_CANDIDATES = 100
+WTA_FUSION_WEIGHT = 0.25  # weight of the WTA agreement's z-score next to the bits'
+CANDIDATE_KIND = "fused"  # or "hashes" (WTA + hyperplanes only), "wta" / "rh" (banded index)
+
+
+def rh_bits(n_images: int) -> int:
+    """Number of random hyperplanes for a collection of ``n_images`` images.
+
+    The candidates are the rows whose bit agreement (with the WTA agreement) ranks best;
+    the standard deviation of the angle estimated from ``B`` bits is
+    ``pi sqrt(p (1 - p) / B)`` (thesis Eq. 5.11), so the more rows there are between the
+    true neighbours and the fraction scored, the more bits are needed. Measured on
+    10,000 generated views (``bench_scale.py``, recall@10 of the bits alone at 5 %
+    scored): 256 bits 0.78, 512 bits 0.92, 1024 bits 0.98, 2048 bits 0.995.
+
+    Parameters
+    ----------
+    n_images : int
+
+    Returns
+    -------
+    int
+        256 up to 1,000 images, 512 up to ``EXHAUSTIVE_LIMIT``, 1024 up to 30,000, else
+        2048.
+    """
+    n = int(n_images)
+    return 256 if n <= 1000 else 512 if n <= EXHAUSTIVE_LIMIT else 1024 if n <= 30_000 else 2048
+
+
+def candidate_rows(
+    kind: str, q: Any, data: EncodedImages, n_want: int, cache: dict[str, Any]
+) -> np.ndarray:
+    """Rows proposed by the hashes: ``kind`` "fused" (the query default, see
+    :func:`fused_candidates`), "hashes" (the same without the inverted file) or the banded
+    hash index of "wta" or "rh".
+
+    Parameters
+    ----------
+    kind : {"fused", "hashes", "wta", "rh"}
+    q : EncodedImages or namespace
+        One query row: its ``wta`` and ``rh`` codes and ``bow`` ("fused", "hashes"), or
+        only the codes of ``kind`` (a banded index).
+    data : EncodedImages
+        The collection, ``n`` rows.
+    n_want : int
+        Number of candidates (``<= n``).
+    cache : dict
+        Kept by the caller with ``data`` and emptied whenever ``data`` changes: the
+        inverted file (``"postings"``) and the banded indexes (``"wta"``, ``"rh"``) are
+        built there on first use.
+
+    Returns
+    -------
+    (n_want,) int64
+        Candidate rows, best first. A banded index ranks the rows by the bands they share
+        with the query (ties: lower row first); when fewer than ``n_want`` rows collide,
+        they come first (by row) and the rest are the best by code agreement.
+    """
+    from engine.hashing.lsh import band_keys, choose_params
+
+    n = len(data.ids)
+    if kind in ("fused", "hashes"):
+        postings = None
+        if kind == "fused":
+            if "postings" not in cache:
+                # inverted file of the bag of words: (n_words, n) CSR, one row of
+                # postings per visual word (about 50 MB at 10,000 images)
+                cache["postings"] = data.bow.T.tocsr()
+            postings = cache["postings"]
+        return fused_candidates(q, data, n_want, postings)
+    codes = data.wta if kind == "wta" else data.rh
+    qcodes = q.wta if kind == "wta" else q.rh
+    if kind not in cache:
+        # the banded inverted index of engine.hashing.lsh.BandedIndex (one sorted key array per
+        # table); its vote join is done here with one bincount for a single query
+        near, far = (0.35, 0.12) if kind == "wta" else (0.25, 0.02)
+        p = choose_params(n, codes.shape[1], 0.95, s_near=near, s_far=far)
+        keys = band_keys(codes, p.n_tables, p.band_size)  # (n, T)
+        order = np.argsort(keys, axis=0, kind="stable")
+        skeys = np.take_along_axis(keys, order, axis=0).T.copy()
+        cache[kind] = (p, skeys, order.T.copy())
+    p, skeys, sids = cache[kind]
+    qk = band_keys(qcodes[:1], p.n_tables, p.band_size)[0]
+    hits = [
+        sids[t, np.searchsorted(skeys[t], qk[t]) : np.searchsorted(skeys[t], qk[t], "right")]
+        for t in range(p.n_tables)
+    ]
+    votes = np.bincount(np.concatenate(hits), minlength=n) if n else np.zeros(0, np.int64)
+    ids = np.flatnonzero(votes)
+    ids = ids[np.lexsort((ids, -votes[ids]))]  # most shared bands first, then id
+    if ids.size > n_want:
+        ids = ids[:n_want]
+    elif ids.size < n_want:
+        # too few colliding: fill with the best by code agreement (bulk, cheap)
+        from engine.hashing.wta import code_agreement
+
+        agree = code_agreement(qcodes, codes)[0] if kind == "wta" else bit_agreement(qcodes, codes)
+        agree[ids] = np.inf
+        more = np.argsort(-agree, kind="stable")[:n_want]
+        ids = more
+    return np.asarray(ids, np.int64)
+
+
+def candidate_fraction(method: str, kind: str) -> float:
+    """Fraction of the collection scored exactly for ``method`` with candidates of
+    ``kind``: ``CANDIDATE_FRACTION``, except ``uniform`` with candidates from the hashes
+    alone or a banded index (``CANDIDATE_FRACTION_UNIFORM``). The fused ranking's inverted
+    file brings the uniform neighbours early (10k views: recall@10 0.981 at 2 %, the same
+    as at 5 %); the hash score alone needs more rows (0.943 at 2 %, 0.957 at 5 %).
+
+    Parameters
+    ----------
+    method : str
+        A search method's name.
+    kind : str
+        ``CANDIDATE_KIND`` of the search.
+
+    Returns
+    -------
+    float
+    """
+    if method == "uniform" and kind != "fused":
+        return CANDIDATE_FRACTION_UNIFORM
+    return CANDIDATE_FRACTION
+
+
+def fused_candidates(
+    q: EncodedImages, data: EncodedImages, n_want: int, postings: sp.csr_matrix | None = None
+) -> np.ndarray:
+    """Candidate rows from the two hashes and (optionally) an inverted file.
+
+    Every row gets a hash score: the z-score (over the collection) of the bit agreement
+    of its random-hyperplane bits of the pyramid-match embedding (thesis Eq. 5.11:
+    ``P[h(x) = h(y)] = 1 - arccos(K~(x, y)) / pi`` per bit) plus ``WTA_FUSION_WEIGHT``
+    times the z-score of the code agreement of its densified-WTA codes of the tf-idf bag
+    of words (Chen & Shrivastava Eq. 7; the agreement estimates the WTA collision
+    probability, Yagnik et al. Eq. 6). Both agreements are unbiased estimates of a
+    similarity of the pair, so their standardised sum averages the two estimators' noise
+    (measured on 10k views, 5 % scored: bits alone 0.978, WTA alone 0.86, the sum 0.989).
+
+    With ``postings`` a second ranking joins: the tf-idf cosine of the bags of words
+    over the tree's leaves, exact, through the inverted file (Nistér & Stewénius; only
+    the postings of the query's words are read). A row's fused rank is then the best of
+    its two ranks (ties: the inverted file first), i.e. about the best ``n_want / 2``
+    rows of each ranking are returned; without ``postings`` (``CANDIDATE_KIND =
+    "hashes"``) the best ``n_want`` rows by hash score.
+
+    The agreements are a linear scan of compact codes, ``n x (m + bits / 8)`` bytes
+    (384 bytes per image at 1024 bits: about 2 ms of CPU at 10,000 images), much cheaper
+    than the exact scoring they prune.
+
+    Parameters
+    ----------
+    q : EncodedImages
+        One query row with ``wta``, ``rh`` codes and ``bow``.
+    data : EncodedImages
+        The collection, ``n`` rows.
+    n_want : int
+        Number of candidates (``<= n``).
+    postings : (n_words, n) scipy.sparse.csr_matrix, optional
+        ``data.bow.T`` in CSR form (the inverted file).
+
+    Returns
+    -------
+    (n_want,) int64
+        Candidate rows, best first (ties: lower row first).
+    """
+    from engine.hashing.wta import code_agreement
+
+    n = len(data.ids)
+    n_want = min(int(n_want), n)
+    score = zscore(bit_agreement(q.rh[:1], data.rh))
+    score += WTA_FUSION_WEIGHT * zscore(code_agreement(q.wta[:1], data.wta)[0])
+    rankings = [score]
+    if postings is not None:
+        # the query's postings only, then one pass over them (CSC mat-vec): cheaper than
+        # a sparse-sparse product (which sizes its output in a first pass)
+        qb = q.bow[:1].tocsr()
+        sub = postings[qb.indices]
+        rankings.append(np.asarray(sub.T @ qb.data.astype(np.float32), np.float64))
+    k = len(rankings)
+    none = np.iinfo(np.int64).max
+    fused = np.full(n, none, np.int64)
+    slots = np.arange(n_want, dtype=np.int64) * k
+    for j, agree in enumerate(rankings):
+        # only the best n_want of each ranking can enter the fused best n_want
+        top = np.argpartition(-agree, n_want - 1)[:n_want] if n_want < n else np.arange(n)
+        top = top[np.lexsort((top, -agree[top]))]  # by score, ties: lower row first
+        # fused rank = best rank; equal ranks interleaved, the last ranking first
+        fused[top] = np.minimum(fused[top], slots + (k - 1 - j))
+    sel = np.flatnonzero(fused != none)
+    return sel[np.argsort(fused[sel])][:n_want].astype(np.int64)
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    """(n,) float64 ``(x - mean) / std`` of (n,) ``x`` (``std`` 0 -> only the mean
+    removed)."""
+    x = np.asarray(x, np.float64)
+    sd = float(x.std())
+    return (x - x.mean()) / (sd if sd > 0 else 1.0)
+
+
+def bit_agreement(q: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Fraction of equal bits between packed bit rows (thesis Eq. 5.11: each bit agrees
+    with probability ``1 - theta / pi``).
+
+    Parameters
+    ----------
+    q : (1, B) uint8
+        The query's packed bits (only its first row is read).
+    codes : (n, B) uint8
+
+    Returns
+    -------
+    (n,) float64
+    """
+    nb = codes.shape[1]
+    if nb % 8 == 0 and codes.flags.c_contiguous:  # 64 bits at a time (hardware popcount)
+        x = np.bitwise_xor(codes.view(np.uint64), np.ascontiguousarray(q[:1]).view(np.uint64))
+    else:
+        x = np.bitwise_xor(codes, q[:1])
+    diff = np.bitwise_count(x).sum(axis=1, dtype=np.int64)
+    return 1.0 - diff / (8.0 * nb)

@@ -1,0 +1,417 @@
+"""The search data of images: what a collection holds per image to be searched, and how
+a batch of images is encoded with the fitted models (:mod:`engine.index.fit`).
+
+Per image (:class:`EncodedImages`, one row each, saved as the store's ``search.data``
+state):
+
+- the idf-weighted, L1-normalised vocabulary pyramid (``vocabulary`` scores; the
+  hierarchical scoring of Nistér & Stewénius on every tree level), with the collection's
+  columns;
+- the uniform pyramid with the pyramid match's bin weights (``uniform`` scores, thesis
+  Eq. 3.12), by key;
+- the tf-idf bag of words over the tree's leaves and its densified WTA codes
+  (Chen & Shrivastava Eq. 7);
+- the random-hyperplane bits of the pyramid-match embedding of the vocabulary pyramid
+  (thesis Eqs. 5.8-5.11).
+
+:func:`encode` computes these for a batch of images (or a query: only the parts it
+needs); :func:`stacked` reads a batch's stored descriptors in one pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from engine.index.codes import StackedSets, batch_codes, intersection_index
+from engine.index.search import IntersectionIndex, code_values
+from engine.index.threads import thread_map
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.index.fit import SearchModels
+    from engine.index.store import IndexStore
+    from engine.kernels.pyramid import SparseEmbedding
+
+__all__ = [
+    "ALL_PARTS",
+    "DATA_STATE",
+    "ENCODE_BATCH",
+    "EncodedImages",
+    "bow_from_codes",
+    "descriptor_sets",
+    "embedding",
+    "encode",
+    "pyramid_state",
+    "rehash_bits",
+    "stacked",
+    "uniform_index",
+]
+
+#: Name of the search data's state in the store.
+DATA_STATE = "search.data"
+# images per encoding batch. Smaller batches keep the sorts and gathers of encoding in
+# cache, next to the extraction workers: a first UKBench index with 64 took 10.1 s
+# against 10.8 s with 256 (7 alternating pairs; the parent 0.6 s less CPU, the workers
+# less too) and beat 32 in 3 of 3 pairs
+ENCODE_BATCH = 64
+
+
+@dataclass
+class EncodedImages:
+    """Per-image search data of a batch of images (rows in ``ids`` order).
+
+    Attributes
+    ----------
+    ids : (n,) int64
+        Store ids (-1 for a query).
+    vocab : IntersectionIndex
+        idf-weighted, L1-normalised vocabulary pyramids (with their columns).
+    uniform : IntersectionIndex
+        Uniform pyramids (pyramid-match weights, thesis Eq. 3.10), unnormalised, by key.
+    bow : (n, n_words) float32 scipy.sparse.csr_matrix
+        tf-idf bags of words over the tree's leaves, L2-normalised rows.
+    wta : (n, m) uint8
+        Densified WTA codes of ``bow`` (Chen & Shrivastava Eq. 7).
+    rh : (n, n_bits / 8) uint8
+        Packed random-hyperplane bits of the vocabulary pyramids' pyramid-match
+        embedding (thesis Eqs. 5.8-5.11).
+    """
+
+    ids: np.ndarray
+    vocab: IntersectionIndex
+    uniform: IntersectionIndex
+    bow: sp.csr_matrix
+    wta: np.ndarray
+    rh: np.ndarray
+
+    def to_state(self, *, uniform: bool = True) -> dict[str, Any]:
+        """Arrays and scalars of the data (``uniform=False``: without the uniform
+        pyramids, saved apart by :func:`pyramid_state`)."""
+        st: dict[str, Any] = {"ids": self.ids}
+        st.update(pyramid_state("vocab", self.vocab))
+        if uniform:
+            st.update(pyramid_state("uniform", self.uniform))
+        st["bow.indptr"] = self.bow.indptr.astype(np.int64)
+        st["bow.indices"] = self.bow.indices.astype(np.int64)
+        st["bow.data"] = self.bow.data.astype(np.float32)
+        st["bow.n_words"] = int(self.bow.shape[1])
+        st["wta"] = self.wta
+        st["rh"] = self.rh
+        return st
+
+    @classmethod
+    def from_state(cls, st: dict[str, Any], *, consume: bool = False) -> EncodedImages:
+        """Rebuild from :meth:`to_state`.
+
+        The vocabulary pyramids are saved with their columns and loaded without their
+        ``(nnz,) int64`` keys (queries score candidate rows through the columns alone, see
+        :class:`engine.index.search.IntersectionIndex`); the uniform pyramids are saved and loaded
+        by key (:func:`uniform_index`; indexes written before that hold their columns,
+        which load as the vocabulary pyramids' do). Arrays that do not own their memory
+        (``np.load`` of an npz returns views of the read buffer) are copied into numpy's own
+        allocations: the random gathers of exact scoring are about twice as fast there
+        (measured: 19 -> 9 ms per query at 10,000 images). With ``consume`` the arrays are
+        popped from ``st`` one by one, so each buffer is freed as soon as it is copied and
+        the peak memory of loading stays near the size of the index.
+        """
+        get = st.pop if consume else st.get
+
+        def own(key: str, dtype: type) -> np.ndarray:
+            a = np.asarray(get(key), dtype)
+            return a if a.flags.owndata else a.copy()
+
+        ids = own("ids", np.int64)
+        ixs = {}
+        for name in ("vocab", "uniform"):
+            has_cols = f"{name}.cols" in st
+            if has_cols:
+                get(f"{name}.keys", None)  # not kept
+                keys = None
+                columns = (own(f"{name}.ukeys", np.int64), own(f"{name}.cols", np.int32))
+            else:
+                keys, columns = own(f"{name}.keys", np.int64), None
+            ixs[name] = IntersectionIndex(
+                own(f"{name}.indptr", np.int64),
+                keys,
+                own(f"{name}.values", np.float32),
+                columns=columns,
+            )
+        bow = sp.csr_matrix(
+            (
+                own("bow.data", np.float32),
+                own("bow.indices", np.int64),
+                own("bow.indptr", np.int64),
+            ),
+            shape=(ids.shape[0], int(st["bow.n_words"])),
+        )
+        return cls(
+            ids, ixs["vocab"], ixs["uniform"], bow, own("wta", np.uint8), own("rh", np.uint8)
+        )
+
+    def subset(self, rows: np.ndarray) -> EncodedImages:
+        """Rows ``rows`` ((k,) int64 positions), in that order."""
+        return EncodedImages(
+            self.ids[rows],
+            self.vocab.subset(rows),
+            self.uniform.subset(rows),
+            self.bow[rows],
+            self.wta[rows],
+            self.rh[rows],
+        )
+
+    @staticmethod
+    def concat(
+        parts: list[EncodedImages], uniform: IntersectionIndex | None = None
+    ) -> EncodedImages:
+        """Rows of ``parts`` one after the other (``uniform``: their uniform pyramids,
+        already concatenated)."""
+        if len(parts) == 1 and uniform is None:  # no copy (a loaded index keeps its arrays)
+            return parts[0]
+        if uniform is None:
+            # the two pyramids' merges (sorts and copies, without the GIL) side by side
+            vocab, uniform = thread_map(
+                IntersectionIndex.concat, [[p.vocab for p in parts], [p.uniform for p in parts]]
+            )
+        else:
+            vocab = IntersectionIndex.concat([p.vocab for p in parts])
+        return EncodedImages(
+            np.concatenate([p.ids for p in parts]),
+            vocab,
+            uniform,
+            sp.vstack([p.bow for p in parts], format="csr"),
+            np.concatenate([p.wta for p in parts]),
+            np.concatenate([p.rh for p in parts]),
+        )
+
+
+def pyramid_state(name: str, ix: IntersectionIndex) -> dict[str, np.ndarray]:
+    """State arrays of pyramids ``name`` (``"vocab"`` or ``"uniform"``) of
+    :class:`EncodedImages`.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``<name>.indptr`` (n + 1,) int64 and ``<name>.values`` (nnz,) float32, then the
+        keys: ``<name>.keys`` (nnz,) int64 when the pyramids hold no columns (the uniform
+        ones), else ``<name>.ukeys`` (K,) int64 and ``<name>.cols`` (nnz,) int32 (the keys
+        are ``ukeys[cols]``, not stored again).
+    """
+    st = {f"{name}.indptr": ix.indptr, f"{name}.values": ix.values}
+    columns = ix.stored_columns
+    if columns is None:  # (the uniform pyramids: see uniform_index)
+        st[f"{name}.keys"] = ix.keys
+    else:
+        uk, cols = columns  # the keys are ukeys[cols]: not stored again
+        st[f"{name}.ukeys"], st[f"{name}.cols"] = uk, cols
+    return st
+
+
+def stacked(store: IndexStore, ids: np.ndarray) -> StackedSets:
+    """Stored descriptors of images ``ids``, in that order, stacked (descriptors only: no
+    keypoint is read, and no set is validated again -- the store holds finite values).
+
+    Parameters
+    ----------
+    store : IndexStore
+    ids : (n,) int64
+        Store ids.
+
+    Returns
+    -------
+    StackedSets
+        ``X`` (N, D) float32 and ``sizes`` (n,) int64.
+    """
+    X, indptr = store.stacked_descriptors(ids)
+    return StackedSets(X, np.diff(indptr))
+
+
+def descriptor_sets(store: IndexStore, ids: np.ndarray) -> list[np.ndarray]:
+    """Stored descriptors of images ``ids`` ((n,) int64), in that order: a list of
+    (M_i, D) float32 arrays (views of one stacked array)."""
+    return stacked(store, ids).sets()
+
+
+def uniform_index(
+    models: SearchModels, sets: Sequence[np.ndarray] | StackedSets
+) -> IntersectionIndex:
+    """Uniform-bin pyramids of a batch as the search data holds them: by key, without
+    columns. Their bins are millions, most in one image, so collection-wide columns cost
+    a merge of every key whenever batches are concatenated (3,050 Caltech-101 images:
+    1.2-1.9 s on the critical path of a first index's last step; 10,000 images, adding one
+    image: 2.1 s against 0.38 s) and buy nothing at query time: candidate rows are matched
+    to the query's keys directly (:class:`~engine.index.search.IntersectionIndex`).
+
+    Parameters
+    ----------
+    models : SearchModels
+        Fitted models (``models.uniform`` is read).
+    sets : list of (M_i, D) float32 or StackedSets
+
+    Returns
+    -------
+    IntersectionIndex
+        One row per set: the pyramid-match values ``count * (w_b - w_parent(b)) / T``
+        (thesis Eq. 3.10 averaged over ``T`` shifts), by key, without columns.
+    """
+    codes = batch_codes(models.uniform, sets, weights=True)
+    return intersection_index(codes, code_values(codes, weighting="pm"), columns=False)
+
+
+#: The optional parts of :func:`encode` (all of them: what the index holds).
+ALL_PARTS = frozenset({"uniform", "wta", "rh"})
+
+
+def encode(
+    models: SearchModels,
+    ids: np.ndarray,
+    sets: Sequence[np.ndarray] | StackedSets | None,
+    codes: SimpleNamespace | None = None,
+    parts: frozenset[str] = ALL_PARTS,
+    uniform: IntersectionIndex | None = None,
+) -> EncodedImages:
+    """Encode a batch of images with fitted models.
+
+    Parameters
+    ----------
+    models : SearchModels
+        Fitted models, with their idf weights (:func:`engine.index.fit.fit_weights`).
+    ids : (n,) int64
+        Store ids of the images (``[-1]`` for a query).
+    sets : list of (M_i, D) float32, StackedSets or None
+        Their descriptors; None only when ``codes`` and (or ``parts`` without
+        ``"uniform"``) ``uniform`` are given.
+    codes : SimpleNamespace, optional
+        Their vocabulary pyramids (:func:`~engine.index.codes.batch_codes`), when
+        already computed.
+    parts : frozenset of str
+        Which of the optional encodings to compute (``"uniform"``, ``"wta"``, ``"rh"``): a
+        query needs only some; the others are left empty (zeros).
+    uniform : IntersectionIndex, optional
+        Their uniform pyramids, already encoded (:func:`uniform_index`).
+
+    Returns
+    -------
+    EncodedImages
+        The vocabulary pyramids' values are ``count * idf_b``, L1-normalised per image
+        (bins unknown to the fit get ``models.idf_unknown``).
+    """
+    if codes is None:
+        codes = batch_codes(models.vocab, sets)
+    values = code_values(
+        codes,
+        weighting="idf",
+        idf=models.idf,
+        idf_keys=models.idf_keys,
+        idf_unknown=models.idf_unknown,
+    )
+    vocab = intersection_index(codes, values)
+    n = len(ids)
+    if uniform is None and "uniform" in parts:
+        uniform = uniform_index(models, sets)
+    elif uniform is None:
+        uniform = IntersectionIndex(np.zeros(n + 1, np.int64), np.zeros(0), np.zeros(0))
+    bow = (
+        bow_from_codes(models, codes)
+        if parts == ALL_PARTS or "wta" in parts
+        else sp.csr_matrix((n, len(models.leaf_keys)), dtype=np.float32)
+    )
+    wta = np.zeros((n, models.dwta.n_codes), np.uint8)
+    if "wta" in parts and n:
+        wta = models.dwta.hash(bow)
+    # random hyperplanes over the embedding of the idf-weighted pyramid (Eqs. 5.8-5.11:
+    # values are square roots, so dot products approximate the weighted intersection)
+    rh = np.zeros((n, models.rh.n_bits // 8), np.uint8)
+    if "rh" in parts and n:
+        if models.rh.n_cached == 0 and len(models.idf_keys):
+            # hyperplane coordinates of every bin known at fit time (once, ~0.7 s at
+            # 1024 bits x 21k bins): hashing a query's pyramid is then one sparse row
+            # times the cache (4 * n_bits bytes per bin, 86 MB at 10,000 images)
+            models.rh.cache(models.idf_keys)
+        rh = models.rh.hash(embedding(vocab))
+    return EncodedImages(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
+
+
+def embedding(ix: IntersectionIndex) -> SparseEmbedding:
+    """Sparse vectors whose dot product approximates the intersection: sqrt of the values
+    (thesis Eqs. 5.8-5.11), with the index's columns, which spare the hash a sort of the
+    keys.
+
+    Parameters
+    ----------
+    ix : IntersectionIndex
+        ``n`` rows.
+
+    Returns
+    -------
+    engine.kernels.pyramid.SparseEmbedding
+        ``n`` rows, values (nnz,) float32.
+    """
+    from engine.kernels.pyramid import SparseEmbedding
+
+    keys = ix.keys if ix.holds_keys else ix.row_keys(slice(None))  # keys not kept
+    return SparseEmbedding(
+        ix.indptr, keys, np.sqrt(ix.values).astype(np.float32), columns=ix.columns()
+    )
+
+
+def rehash_bits(models: SearchModels, data: EncodedImages, n_bits: int) -> None:
+    """Switch to ``n_bits`` hyperplanes: new model and bits of every stored row (from the
+    stored pyramids alone; the bits of hyperplane ``b`` depend only on ``(seed, b, key)``,
+    so the first bits are unchanged).
+
+    Parameters
+    ----------
+    models : SearchModels
+        ``models.rh`` is replaced (same seed) and its bin cache filled.
+    data : EncodedImages
+        ``data.rh`` is replaced by the (n, n_bits / 8) uint8 bits.
+    n_bits : int
+    """
+    from engine.hashing.lsh import RandomHyperplaneHash
+
+    models.rh = RandomHyperplaneHash(n_bits, random_state=models.rh.random_state)
+    models.rh.cache(models.idf_keys)
+    n = len(data.ids)
+    data.rh = np.zeros((n, n_bits // 8), np.uint8)
+    for s0 in range(0, n, 2048):
+        part = data.vocab.subset(np.arange(s0, min(n, s0 + 2048)))
+        data.rh[s0 : s0 + part.indptr.size - 1] = models.rh.hash(embedding(part))
+
+
+def bow_from_codes(models: SearchModels, codes: SimpleNamespace) -> sp.csr_matrix:
+    """tf-idf bag of words over the tree's leaves (level 0 of the vocabulary pyramid;
+    Nistér & Stewénius: ``tf * idf``, L2-normalised).
+
+    Parameters
+    ----------
+    models : SearchModels
+        ``leaf_keys`` (the columns) and ``leaf_idf`` are read; leaves unknown to them
+        are dropped.
+    codes : SimpleNamespace
+        Vocabulary pyramids of ``n`` images (:func:`~engine.index.codes.batch_codes`).
+
+    Returns
+    -------
+    (n, len(models.leaf_keys)) float32 scipy.sparse.csr_matrix
+    """
+    n = len(codes.sizes)
+    nw = len(models.leaf_keys)
+    leaf = np.flatnonzero(codes.level == 0)
+    k = codes.key[leaf]
+    pos = np.minimum(np.searchsorted(models.leaf_keys, k), max(nw - 1, 0))
+    ok = models.leaf_keys[pos] == k if nw else np.zeros(k.shape, bool)
+    rows = codes.row[leaf][ok]
+    cols = pos[ok]
+    tf = codes.count[leaf][ok] / np.maximum(codes.sizes[rows], 1)
+    data = tf * models.leaf_idf[cols]
+    bow = sp.csr_matrix((data.astype(np.float32), (rows, cols)), shape=(n, nw))
+    bow.sum_duplicates()
+    lens = np.diff(bow.indptr)
+    norms = np.sqrt(np.bincount(np.repeat(np.arange(n), lens), weights=bow.data**2, minlength=n))
+    bow.data = (bow.data / np.repeat(np.where(norms > 0, norms, 1.0), lens)).astype(np.float32)
+    return bow

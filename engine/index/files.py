@@ -1,0 +1,171 @@
+"""Crash-safe files and lossless paths of the index store.
+
+Every file of an index is written to a temporary name in the same directory, flushed,
+fsynced and atomically renamed into place (:func:`atomic_write`) before the catalogue
+transaction that references it commits. The store's own file names follow fixed patterns
+(:data:`TMP_RE`, :data:`CHUNK_RE`, :data:`STATE_NPZ_RE`): the clean-up deletes nothing
+else. Paths are kept losslessly whatever bytes the file system hands us
+(:func:`db_path`, :func:`py_path`) and shown to a person with :func:`display_path`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CHUNK_RE",
+    "NAME_RE",
+    "STATE_NPZ_RE",
+    "TMP_RE",
+    "TMP_SUFFIX",
+    "atomic_write",
+    "check_name",
+    "db_path",
+    "display_path",
+    "fsync_dir",
+    "norm_path",
+    "py_path",
+    "resolved_path",
+    "tmp_path",
+    "unlink",
+]
+
+#: Names of arrays, states and their files: no path separators, no leading dot.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+#: Suffix of the temporary files of :func:`atomic_write`.
+TMP_SUFFIX = ".tmp"
+# the names the store itself writes (the clean-up touches nothing else): temporary
+# files, feature chunks and state array files, each with a 12-hex-digit token
+TOKEN = r"[0-9a-f]{12}"
+TMP_RE = re.compile(rf"^\.[A-Za-z0-9_][A-Za-z0-9_.-]*\.{TOKEN}\.tmp$")
+CHUNK_RE = re.compile(rf"^c\d{{13}}-{TOKEN}\.npy$")
+STATE_NPZ_RE = re.compile(rf"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.{TOKEN}\.npz$")
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (no-op where directories cannot be opened)."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def tmp_path(final: Path) -> Path:
+    """A fresh temporary name beside ``final``: ``.<name>.<12 hex digits>.tmp``
+    (:data:`TMP_RE`)."""
+    return final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+
+
+def atomic_write(final: Path, write: Any) -> None:
+    """Write through ``write(fileobj)`` to a temp file, fsync, and rename onto ``final``."""
+    tmp = tmp_path(final)
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    fsync_dir(final.parent)
+
+
+def unlink(path: str) -> int:
+    """Delete ``path``; returns 1, or 0 when it could not be deleted (gone already, or
+    still mapped by a reader on Windows: retried by the next clean-up)."""
+    try:
+        os.unlink(path)
+        return 1
+    except OSError:  # e.g. still mapped by a reader on Windows; retried next time
+        return 0
+
+
+def db_path(path: str) -> str | bytes:
+    """The catalogue form of a path: the ``str`` when it is valid UTF-8, else its raw
+    bytes (``os.fsencode``), stored as a BLOB, so no file name can stop a folder."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
+def py_path(value: str | bytes) -> str:
+    """Inverse of :func:`db_path`: the same ``str`` the file system gave us."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def norm_path(path: str | os.PathLike) -> str | bytes:
+    """The catalogue form of ``path``: the ``str`` as given, or its raw bytes when it is
+    not valid UTF-8 (:func:`db_path`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike (of str or bytes)
+
+    Returns
+    -------
+    str or bytes
+        What the catalogue's ``images.path`` column holds for this file.
+    """
+    text = path if isinstance(path, str) else os.fspath(Path(os.fsdecode(path)))
+    return db_path(text)
+
+
+def resolved_path(path: str | os.PathLike) -> str | bytes | None:
+    """``realpath(path)`` (catalogue form) when it differs from ``path``: lookups fall
+    back to it, since indexes written before links were kept as links hold resolved
+    paths. ``None`` when it does not differ."""
+    raw = os.fspath(path)
+    real = os.path.realpath(raw)
+    return db_path(real) if real != raw else None
+
+
+def display_path(path: str | os.PathLike) -> str:
+    """``path`` for showing to a person: undecodable bytes of a file name become
+    U+FFFD (the name stays exact everywhere else).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    str
+        Valid UTF-8 text.
+    """
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """``name`` when it is a valid array or state name (:data:`NAME_RE`, no ``..``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``what`` and the rule.
+    """
+    if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
+        raise ValueError(
+            f"{what} must match [A-Za-z0-9_][A-Za-z0-9_.-]* (max 128 chars), got {name!r}"
+        )
+    return name

@@ -1,0 +1,372 @@
+"""The search methods of a collection, as objects with one interface, and their registry.
+
+A search method is any callable ``method(collection, image, top) -> list[Hit]``
+(:class:`SearchMethod`): ``image`` is the query exactly as given to
+:meth:`engine.collection.Collection.query` (path, array or
+:class:`engine.features.Features`), so a method may use its own features. The built-in
+methods use the collection's :class:`~engine.index.searcher.Searcher`
+(``collection.searcher``):
+
+``hybrid`` (default, :class:`HybridSearch`)
+    ``vocabulary`` scores, then the best ``VERIFY_TOP`` hits are checked for the same
+    object: ratio-test correspondences and a robust homography
+    (:func:`engine.index.verify.verified_scores`); verified hits are ranked first by
+    ``score + 1 + inliers / (inliers + 40)``. Best on typical photo folders (objects,
+    places, near-duplicates); see ``tests/benchmarks/bench_ukbench.py``.
+``vocabulary`` (:class:`PyramidSearch`)
+    Vocabulary-guided pyramid match with idf bin weights, L1-normalised (thesis ch. 4;
+    the scoring of Nistér & Stewénius): category / object similarity, no geometry.
+``uniform`` (:class:`UniformSearch`)
+    Normalised uniform-bin pyramid match (thesis Eq. 3.12) on PCA-SIFT.
+``wta`` (:class:`WTASearch`)
+    Always candidate-based: candidates from the densified-WTA hash of the tf-idf bag of
+    words (fused with the hyperplane hash and the inverted file), scored exactly by the
+    ``vocabulary`` score.
+``learned``
+    Not built in: a higher layer provides it (:mod:`engine.workflows.feedback` registers
+    it with :func:`register_method` when imported). Until then it is listed but a query
+    with it raises ``LookupError``.
+
+Large collections are searched through candidates (:mod:`engine.index.candidates`);
+hashed ``uniform`` scores its candidates by the exact vocabulary pyramid match first and
+only the best ``UNIFORM_RERANK`` by the (4x larger) uniform pyramids (more than
+``2 x UNIFORM_PRESCORE`` candidates are first narrowed to ``UNIFORM_PRESCORE`` by their
+tf-idf cosine).
+
+The registry (:data:`REGISTRY`) holds the built-in methods and those registered by
+higher layers; a :class:`~engine.collection.Collection` is handed it (or another
+mapping of methods) and never imports the modules that provide its methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from engine.index import candidates
+from engine.index.verify import VERIFY_TOP, verified_scores
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.features.keypoints import Features
+    from engine.index.encode import EncodedImages
+    from engine.index.fit import SearchModels
+    from engine.index.searcher import Searcher
+
+__all__ = [
+    "BUILTIN_METHODS",
+    "METHODS",
+    "REGISTRY",
+    "UNIFORM_PRESCORE",
+    "UNIFORM_RERANK",
+    "Hit",
+    "HybridSearch",
+    "MethodRegistry",
+    "PyramidSearch",
+    "SearchMethod",
+    "UniformSearch",
+    "WTASearch",
+    "available_methods",
+    "register_method",
+]
+
+#: Method names of :meth:`engine.collection.Collection.query`, ``learned`` included
+#: (provided by a higher layer).
+METHODS = ("hybrid", "vocabulary", "uniform", "wta", "learned")
+UNIFORM_RERANK = 40  # hashed ``uniform``: candidates re-scored by the uniform pyramid
+UNIFORM_PRESCORE = 150  # ... chosen among this many by the vocabulary pyramid
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: an image of the collection and its score (higher = more similar).
+
+    Attributes
+    ----------
+    path : Path
+    score : float
+    """
+
+    path: Path
+    score: float
+
+
+class SearchMethod(Protocol):
+    """The interface of every search method."""
+
+    def __call__(self, collection: Any, image: Any, top: int) -> list[Hit]:
+        """The ``top`` images of ``collection`` most similar to ``image``, best first.
+
+        Parameters
+        ----------
+        collection : engine.collection.Collection
+        image : path, (H, W[, 3]) uint8 ndarray or Features
+            The query as given to :meth:`~engine.collection.Collection.query`.
+        top : int
+            Number of hits, ``>= 1``.
+
+        Returns
+        -------
+        list of Hit
+
+        Raises
+        ------
+        LookupError
+            The method's model is missing (the message says how to make it).
+        """
+        ...
+
+
+class PyramidSearch:
+    """The ``vocabulary`` method, and the steps every built-in method shares.
+
+    A query is encoded with the collection's models; a collection of more than
+    ``EXHAUSTIVE_LIMIT`` images (or a method that is ``always_hashed``) takes candidate
+    rows from the hashes, the others are scored exhaustively; the scores (:meth:`score`)
+    of the best rows are sorted (ties: lower row first) and re-ranked (:meth:`rerank`).
+    """
+
+    name = "vocabulary"
+    #: the optional parts of the query's encoding that :meth:`score` reads
+    parts: frozenset[str] = frozenset()
+    #: candidates whatever the collection's size
+    always_hashed = False
+
+    def __call__(self, collection: Any, image: Any, top: int) -> list[Hit]:
+        """:class:`SearchMethod` on ``collection.searcher``."""
+        searcher = collection.searcher
+        models, data = searcher.ensure()
+        feats, _row = searcher.query_features(image)
+        rows, scores = self.search(searcher, models, data, feats, int(top))
+        paths = searcher.row_paths
+        return [Hit(paths[r], float(s)) for r, s in zip(rows, scores, strict=True)]
+
+    def search(
+        self,
+        searcher: Searcher,
+        models: SearchModels,
+        data: EncodedImages,
+        feats: Features,
+        top: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of ``data`` most similar to ``feats`` and their scores, best first.
+
+        Parameters
+        ----------
+        searcher : Searcher
+            Its caches and ``last_scored`` (the rows scored exactly) are used.
+        models : SearchModels
+        data : EncodedImages
+            ``n`` rows.
+        feats : Features
+            The query's features.
+        top : int
+
+        Returns
+        -------
+        rows : (k,) int64
+        scores : (k,) float64
+            ``k = min(top, rows scored)``.
+        """
+        n = len(data.ids)
+        frac = candidates.candidate_fraction(self.name, candidates.CANDIDATE_KIND)
+        n_cand = min(n, max(candidates.MIN_CANDIDATES, top, int(np.ceil(frac * n))))
+        hashed = self.always_hashed or n > candidates.EXHAUSTIVE_LIMIT
+        parts = set(self.parts)
+        if hashed:
+            parts |= {"wta", "rh"}
+        q = searcher.query_encoding(models, feats, frozenset(parts))
+        if not hashed:
+            rows = None
+        else:
+            # rank fusion of WTA codes, hyperplane bits and the bag-of-words inverted file
+            # (bench_scale.py: recall@10 1.00 / 0.98 at 2 % scored on 10k generated views)
+            rows = searcher.candidates(candidates.CANDIDATE_KIND, q, data, n_cand)
+        searcher.last_scored = n if rows is None else int(rows.size)
+        rows, scores = self.score(searcher, q, data, rows, top)
+        all_rows = np.arange(n) if rows is None else rows
+        k = min(self.shortlist(top), scores.size)
+        best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
+        best = best[np.lexsort((all_rows[best], -scores[best]))]
+        return self.rerank(searcher, data, feats, all_rows[best], scores[best], top)
+
+    def score(
+        self,
+        searcher: Searcher,
+        q: EncodedImages,
+        data: EncodedImages,
+        rows: np.ndarray | None,
+        top: int,
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """Exact scores of ``rows`` (None: all) for the query ``q``: the rows scored
+        (None: all) and their (c,) float64 scores. Here the idf-weighted vocabulary
+        pyramid intersection."""
+        qk, qv = q.vocab.row(0)
+        return rows, data.vocab.score(qk, qv, rows)
+
+    def shortlist(self, top: int) -> int:
+        """How many of the best rows :meth:`rerank` receives."""
+        return top
+
+    def rerank(
+        self,
+        searcher: Searcher,
+        data: EncodedImages,
+        feats: Features,
+        rows: np.ndarray,
+        scores: np.ndarray,
+        top: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The final ``top`` of the shortlist ``rows`` (sorted by ``scores``)."""
+        return rows[:top], scores[:top]
+
+
+class WTASearch(PyramidSearch):
+    """The ``wta`` method: always candidate-based, scored by the vocabulary pyramid."""
+
+    name = "wta"
+    always_hashed = True
+
+
+class UniformSearch(PyramidSearch):
+    """The ``uniform`` method: normalised uniform-bin pyramid match (thesis Eq. 3.12)."""
+
+    name = "uniform"
+    parts = frozenset({"uniform"})
+
+    def score(
+        self,
+        searcher: Searcher,
+        q: EncodedImages,
+        data: EncodedImages,
+        rows: np.ndarray | None,
+        top: int,
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """``K(q, x) / sqrt(K(q, q) K(x, x))`` of the uniform pyramids; many candidates
+        are first narrowed by cheaper exact scores (see the module docstring)."""
+        n_re = max(UNIFORM_RERANK, 4 * top)
+        if rows is not None and rows.size > n_re:
+            # cascade: the uniform pyramids are ~4x larger than the vocabulary ones,
+            # so the candidates are first scored by the exact vocabulary pyramid
+            # match and only its best n_re rows by the uniform one (10k views:
+            # recall@10 0.957 with 40, 0.958 with 50, 0.955 with 30 re-scored).
+            # Many candidates (the hash score alone: 5 %) are first narrowed by the
+            # tf-idf cosine of their bags of words (a third of the entries of the
+            # vocabulary pyramid, one sparse mat-vec): 10k views, 500 candidates,
+            # best 150 by cosine, best 40 of them by vocabulary: recall@10 0.957 as
+            # without the cosine step, 1.3 ms less.
+            n_pre = max(UNIFORM_PRESCORE, n_re)
+            if rows.size > 2 * n_pre and q.bow.nnz:
+                qb = q.bow[:1].toarray().ravel()
+                cos = np.asarray(data.bow[rows] @ qb).ravel()
+                rows = np.sort(rows[np.argpartition(-cos, n_pre - 1)[:n_pre]])
+            qk, qv = q.vocab.row(0)
+            pre = data.vocab.score(qk, qv, rows)
+            keep = np.argpartition(-pre, n_re - 1)[:n_re]
+            rows = np.sort(rows[keep])
+        qk, qv = q.uniform.row(0)
+        raw = data.uniform.score(qk, qv, rows)
+        self_sim = searcher.uniform_self_similarity(data)
+        sx = self_sim if rows is None else self_sim[rows]
+        den = np.sqrt(sx * float(qv.sum()))
+        return rows, np.where(den > 0, raw / np.where(den > 0, den, 1.0), 0.0)
+
+
+class HybridSearch(PyramidSearch):
+    """The ``hybrid`` method: ``vocabulary`` scores, the best ``VERIFY_TOP`` re-ranked by
+    geometric verification (:func:`engine.index.verify.verified_scores`)."""
+
+    name = "hybrid"
+
+    def shortlist(self, top: int) -> int:
+        return max(top, VERIFY_TOP)
+
+    def rerank(
+        self,
+        searcher: Searcher,
+        data: EncodedImages,
+        feats: Features,
+        rows: np.ndarray,
+        scores: np.ndarray,
+        top: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        scores = verified_scores(feats, searcher.store, data.ids[rows], scores.copy())
+        order = np.lexsort((rows, -scores))
+        rows, scores = rows[order], scores[order]
+        return rows[:top], scores[:top]
+
+
+#: The methods every collection has.
+BUILTIN_METHODS: dict[str, SearchMethod] = {
+    m.name: m for m in (HybridSearch(), PyramidSearch(), UniformSearch(), WTASearch())
+}
+
+
+class MethodRegistry(Mapping[str, SearchMethod]):
+    """Search methods by name: the built-in ones and those registered by higher layers
+    (a registered method replaces a built-in one of the same name).
+
+    Parameters
+    ----------
+    builtin : mapping of str to SearchMethod
+    """
+
+    def __init__(self, builtin: Mapping[str, SearchMethod]) -> None:
+        self._builtin = dict(builtin)
+        self._registered: dict[str, SearchMethod] = {}
+
+    def register(self, name: str, fn: SearchMethod | Callable[..., list[Hit]]) -> None:
+        """Add (or replace) method ``name``."""
+        self._registered[name] = fn
+
+    def unregister(self, name: str) -> None:
+        """Remove registered method ``name`` (a built-in one stays)."""
+        self._registered.pop(name, None)
+
+    def registered(self) -> tuple[str, ...]:
+        """Names of the registered methods, in registration order."""
+        return tuple(self._registered)
+
+    def __getitem__(self, name: str) -> SearchMethod:
+        if name in self._registered:
+            return self._registered[name]
+        return self._builtin[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._builtin
+        yield from (name for name in self._registered if name not in self._builtin)
+
+    def __len__(self) -> int:
+        return len(self._builtin.keys() | self._registered.keys())
+
+
+#: The default methods of every :class:`~engine.collection.Collection`.
+REGISTRY = MethodRegistry(BUILTIN_METHODS)
+
+
+def register_method(name: str, fn: SearchMethod | Callable[..., list[Hit]]) -> None:
+    """Add a search method to :data:`REGISTRY`: ``fn(collection, image, top) -> list[Hit]``.
+
+    ``image`` is the query exactly as given to :meth:`Collection.query
+    <engine.collection.Collection.query>` (path, array or
+    :class:`engine.features.Features`), so a method may use its own features.
+
+    :mod:`engine.workflows.feedback` registers ``"learned"`` this way when it is
+    imported; ``fn`` should raise ``LookupError`` with a helpful message when its model
+    is missing.
+
+    Parameters
+    ----------
+    name : str
+    fn : SearchMethod
+    """
+    REGISTRY.register(name, fn)
+
+
+def available_methods() -> tuple[str, ...]:
+    """Names accepted by :meth:`Collection.query <engine.collection.Collection.query>`:
+    :data:`METHODS`, then the other registered ones."""
+    return METHODS + tuple(name for name in REGISTRY.registered() if name not in METHODS)

@@ -1,0 +1,430 @@
+"""A collection's search models and data in memory, kept in step with its store.
+
+:class:`Searcher` is what the search methods (:mod:`engine.index.methods`) and the
+near-duplicate search (:mod:`engine.workflows.duplicates`) work on: the fitted models
+(:class:`~engine.index.fit.SearchModels`), the per-image search data
+(:class:`~engine.index.encode.EncodedImages`) and the path of every row, with the
+caches built from them (inverted file, banded hash indexes, uniform self-similarities).
+
+:meth:`Searcher.update` brings the catalogue and the stored features up to date with the
+folder (:func:`engine.index.ingest.ingest`), then refreshes the search data
+(:meth:`Searcher.refresh`):
+
+- the models are fitted on the first index and refitted only when the collection has
+  grown to more than ``REFIT_GROWTH`` times the images they were fitted on, or the
+  features changed (:mod:`engine.index.fit`); otherwise new images are only encoded with
+  the existing models (idf weights stay those of the fit; bins never seen at fit time get
+  the largest idf). On a first index the models are fitted while the features are still
+  being extracted (:class:`~engine.index.fit.Prefit`): only the collection-wide weights
+  (idf), the hashes and the final write remain after the last image.
+- An index written with fewer hyperplanes than :func:`~engine.index.candidates.rh_bits`
+  asks for is re-hashed from its stored pyramids (no feature is re-read; 30 s at 10,000
+  images).
+
+Everything is stored with the store's state API (arrays + JSON, no pickle) in one atomic
+write at the end of an update. An interrupted run keeps the catalogue of what was
+finished; opening such an index encodes the images the search data does not yet hold in
+memory, so queries always cover everything that is held.
+
+A reader (e.g. the query process) loads the search data without the ``(nnz,) int64`` bin
+keys of the pyramids (:class:`~engine.index.search.IntersectionIndex` scores candidate
+rows through the persisted compact columns): about 1.05 GB resident at 10,000 images,
+including the cached hyperplane coordinates of every vocabulary bin (86 MB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Generator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from engine.core.blas import single_threaded_blas
+from engine.features.keypoints import Features, extract_features
+from engine.index import candidates, fit
+from engine.index.codes import batch_codes
+from engine.index.encode import (
+    ALL_PARTS,
+    DATA_STATE,
+    ENCODE_BATCH,
+    EncodedImages,
+    encode,
+    pyramid_state,
+    rehash_bits,
+    stacked,
+)
+from engine.index.ingest import IngestProgress, IngestSummary, ingest
+from engine.index.search import IntersectionIndex
+from engine.index.threads import thread_map
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.index.store import IndexStore
+
+__all__ = ["FEATURE_KWARGS", "Searcher"]
+
+FEATURE_KWARGS: dict[str, Any] = {}  # extract_features defaults: RootSIFT, <= 500, side <= 1024
+
+
+class Searcher:
+    """The search models and data of one store, in memory, and what is built from them.
+
+    Parameters
+    ----------
+    store : IndexStore
+        The collection's store (its catalogue, features and saved states).
+    folder : Path
+        The photo folder it indexes (absolute).
+
+    Attributes
+    ----------
+    store : IndexStore
+    folder : Path
+    models : SearchModels or None
+        The fitted models, once loaded (:meth:`ensure`).
+    data : EncodedImages or None
+        The search data of every usable image, rows in ascending store id.
+    generation : int or None
+        The store's generation ``data`` was made from (:meth:`ensure` reloads on change).
+    row_paths : list of Path
+        Path of every row of ``data``.
+    row_of_id : dict of int to int
+        Row of every store id in ``data``.
+    cache : dict
+        Structures built from ``data`` on first use (inverted file, banded indexes; see
+        :func:`~engine.index.candidates.candidate_rows`), emptied when ``data`` changes.
+    uniform_self : (n,) float64 or None
+        Uniform pyramid match of every row with itself, once computed
+        (:meth:`uniform_self_similarity`).
+    last_scored : int
+        Rows scored exactly by the last query (benchmarks).
+    lock : threading.RLock
+        Held while the models and data are replaced.
+    """
+
+    def __init__(self, store: IndexStore, folder: Path) -> None:
+        self.store = store
+        self.folder = folder
+        self.models: fit.SearchModels | None = None
+        self.data: EncodedImages | None = None
+        self.generation: int | None = None
+        self.row_paths: list[Path] = []
+        self.row_of_id: dict[int, int] = {}
+        self.cache: dict[str, Any] = {}
+        self.uniform_self: np.ndarray | None = None
+        self.lock = threading.RLock()
+        self.last_scored = 0
+
+    # ------------------------------------------------------------------ indexing
+    def update(
+        self, *, jobs: int | None = None, cancel: threading.Event | None = None
+    ) -> Generator[IngestProgress, None, IngestSummary]:
+        """Bring the index up to date with the folder: a generator of progress, returning
+        the summary (see :meth:`engine.collection.Collection.update`)."""
+        # a first index fits its models while the features are still being extracted
+        store = self.store
+        prefit = None if store.has_state(fit.MODELS_STATE) else fit.Prefit(store)
+        try:
+            summary = yield from ingest(
+                store,
+                self.folder,
+                jobs=jobs,
+                cancel=cancel,
+                feature_kwargs=FEATURE_KWARGS,
+                spread=fit.PREFIT_SPREAD if prefit is not None else 0,
+                on_plan=prefit.plan if prefit is not None else None,
+            )
+        except BaseException:
+            if prefit is not None:
+                prefit.cancel()
+            raise
+        if cancel is not None and cancel.is_set():
+            if prefit is not None:
+                prefit.cancel()
+            return summary
+        yield IngestProgress(0, 0, None, "finalizing", "fitting models and hashing")
+        t0 = time.perf_counter()
+        prepared = prefit.finish() if prefit is not None else None
+        self.refresh(save=True, cancel=cancel, prepared=prepared)
+        seconds = summary.seconds + (time.perf_counter() - t0)
+        return dataclasses.replace(
+            summary,
+            seconds=seconds,
+            cancelled=bool(cancel is not None and cancel.is_set()),
+        )
+
+    def refresh(
+        self,
+        *,
+        save: bool,
+        cancel: threading.Event | None = None,
+        prepared: SimpleNamespace | None = None,
+    ) -> None:
+        """Make the in-memory models and data cover exactly the store's usable images.
+
+        Parameters
+        ----------
+        save : bool
+            Save what changed (a writer's update); readers never write.
+        cancel : threading.Event, optional
+            Once set (with ``save``), no further batch is encoded: what is encoded so
+            far is kept.
+        prepared : SimpleNamespace, optional
+            Models and encoded batches from :meth:`engine.index.fit.Prefit.finish`, used
+            when the models are to be fitted.
+        """
+        with self.lock:
+            store = self.store
+            ids = store.ids("ok")
+            models, data = self.models, self.data
+            if models is None and store.has_state(fit.MODELS_STATE):
+                models, data = self._load_saved()
+            if ids.size == 0:
+                self._install(None, None, ids)
+                return
+            uniform_part = None  # (uniform pyramids, their state file) written early
+            changed = False
+            if self._needs_refit(models, ids):
+                models, data, uniform_part = self._refit(ids, prepared, save)
+                changed = True
+            elif (
+                data is not None
+                and save
+                and not store.readonly
+                and models.rh.n_bits < candidates.rh_bits(ids.size)
+            ):
+                # more hyperplanes for a grown collection (or an index written before
+                # rh_bits): re-hash the stored pyramids, no feature is read; done by
+                # update() only, readers use the stored bits
+                rehash_bits(models, data, candidates.rh_bits(ids.size))
+                changed = True
+            data, covered = self._cover(models, data, ids, save, cancel)
+            changed = changed or covered
+            if save and changed and not store.readonly:
+                store.save_state(fit.MODELS_STATE, models.to_state())
+                if uniform_part is not None and uniform_part[0] is data.uniform:
+                    store.save_state(
+                        DATA_STATE, data.to_state(uniform=False), parts=[uniform_part[1]]
+                    )
+                else:  # rows changed since (a part that no state names: the store's gc deletes it)
+                    store.save_state(DATA_STATE, data.to_state())
+            self._install(models, data, data.ids)
+
+    def _load_saved(self) -> tuple[fit.SearchModels | None, EncodedImages | None]:
+        """The saved models and data (None, None when unreadable: they are refitted)."""
+        store = self.store
+        try:
+            models = fit.SearchModels.from_state(store.load_state(fit.MODELS_STATE))
+            data = (
+                EncodedImages.from_state(store.load_state(DATA_STATE), consume=True)
+                if store.has_state(DATA_STATE)
+                else None
+            )
+        except (KeyError, ValueError):
+            models, data = None, None
+        return models, data
+
+    def _needs_refit(self, models: fit.SearchModels | None, ids: np.ndarray) -> bool:
+        """No models, a collection grown past ``REFIT_GROWTH``, or other features."""
+        refit = models is None or ids.size > fit.REFIT_GROWTH * max(models.n_fit, 1)
+        if not refit:
+            # check feature dimension of one image
+            feats = self.store.get_features(int(ids[0]))
+            refit = feats.descriptors.shape[1] != models.dim and len(feats) > 0
+        return refit
+
+    def _refit(
+        self, ids: np.ndarray, prepared: SimpleNamespace | None, save: bool
+    ) -> tuple[fit.SearchModels, EncodedImages, tuple[IntersectionIndex, str] | None]:
+        """Fit the models (or take the prefit's) and encode every image ``ids``: the
+        models, the data, and the uniform pyramids with their state part when they were
+        written ahead."""
+        store = self.store
+        pre = prepared
+        if pre is not None and not np.isin(pre.ids, ids).all():
+            pre = None  # cannot happen within one run; refit from scratch then
+        if pre is not None:
+            from engine.hashing.lsh import RandomHyperplaneHash
+
+            models = pre.models
+            models.rh = RandomHyperplaneHash(candidates.rh_bits(ids.size), random_state=0)
+            models.n_fit = int(ids.size)
+            rest = ids[~np.isin(ids, pre.ids)]
+            pre_parts = list(zip(pre.batches, pre.codes, pre.uniform, strict=True))
+        else:
+            n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
+            sample = stacked(store, fit.sample_ids(ids, n_feat)).sets()
+            models = fit.fit_binnings(sample, ids.size)
+            rest = ids
+            pre_parts = []
+        batches = [rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)]
+        merging = None
+        if pre_parts and not batches:
+            # (a first index: every image was encoded during extraction) their
+            # uniform pyramids need no collection-wide weight: merged, and written
+            # (most of the data's bytes), while the idf and the rest are computed
+            from concurrent.futures import ThreadPoolExecutor
+
+            def merge_uniform(parts: list[IntersectionIndex]):
+                ix = IntersectionIndex.concat(parts)
+                part = None
+                if save and not store.readonly:
+                    part = store.write_state_part(DATA_STATE, pyramid_state("uniform", ix))
+                return ix, part
+
+            merger = ThreadPoolExecutor(1, thread_name_prefix="simile-merge")
+            merging = merger.submit(merge_uniform, [u for _, _, u in pre_parts])
+            merger.shutdown(wait=False)
+        all_codes = thread_map(lambda b: batch_codes(models.vocab, stacked(store, b)), batches)
+        fit.fit_weights(models, [c for _, c, _ in pre_parts] + all_codes)
+        parts = thread_map(lambda p: encode(models, p[0], None, p[1], uniform=p[2]), pre_parts)
+        parts += thread_map(
+            lambda k: encode(models, batches[k], stacked(store, batches[k]), all_codes[k]),
+            range(len(batches)),
+        )
+        all_codes.clear()  # (freed before the concatenation)
+        del pre_parts
+        uniform = uniform_part = None
+        if merging is not None:
+            uniform, part = merging.result()
+            if part is not None:
+                uniform_part = (uniform, part)
+        return models, EncodedImages.concat(parts, uniform=uniform), uniform_part
+
+    def _cover(
+        self,
+        models: fit.SearchModels,
+        data: EncodedImages | None,
+        ids: np.ndarray,
+        save: bool,
+        cancel: threading.Event | None,
+    ) -> tuple[EncodedImages, bool]:
+        """``data`` made to hold exactly the rows of ``ids``, in ascending id order:
+        rows of images gone dropped, new images encoded; and whether anything changed."""
+        changed = False
+        if data is not None:
+            keep = np.flatnonzero(np.isin(data.ids, ids))
+            if keep.size != data.ids.size:
+                data = data.subset(keep)
+                changed = True
+        have = data.ids if data is not None else np.zeros(0, np.int64)
+        new_ids = ids[~np.isin(ids, have)]
+        parts = [data] if data is not None and len(data.ids) else []
+        new_batches = [new_ids[s : s + ENCODE_BATCH] for s in range(0, new_ids.size, ENCODE_BATCH)]
+
+        def encode_new(batch: np.ndarray) -> EncodedImages | None:
+            if cancel is not None and cancel.is_set() and save:
+                return None  # cancelled: what is encoded so far is kept
+            return encode(models, batch, stacked(self.store, batch))
+
+        encoded = [e for e in thread_map(encode_new, new_batches) if e is not None]
+        parts.extend(encoded)
+        changed = changed or bool(encoded)
+        data = EncodedImages.concat(parts) if parts else encode(models, new_ids[:0], [])
+        # rows in ascending id order (= store order)
+        order = np.argsort(data.ids, kind="stable")
+        if not np.array_equal(order, np.arange(order.size)):
+            data = data.subset(order)
+        return data, changed
+
+    def _install(
+        self, models: fit.SearchModels | None, data: EncodedImages | None, ids: np.ndarray
+    ) -> None:
+        self.models, self.data = models, data
+        self.generation = self.store.generation
+        recs = {r.id: r.path for r in self.store.records("ok")}
+        self.row_paths = [Path(recs[int(i)]) for i in ids]
+        self.row_of_id = {int(i): r for r, i in enumerate(ids)}
+        self.cache = {}
+        self.uniform_self = None
+
+    def ensure(self) -> tuple[fit.SearchModels, EncodedImages]:
+        """The models and data, (re)loaded when the store changed since.
+
+        Raises
+        ------
+        LookupError
+            The index holds no usable image.
+        """
+        with self.lock:
+            if self.data is None or self.generation != self.store.generation:
+                self.refresh(save=False)
+            if self.models is None or self.data is None:
+                raise LookupError(
+                    f"the index of {self.folder} holds no usable image; run 'simile index'"
+                )
+            return self.models, self.data
+
+    def paths(self) -> list[Path]:
+        """Usable images in row order (the store's order when the data is not current)."""
+        with self.lock:
+            if self.generation != self.store.generation:
+                return [Path(p) for p in self.store.paths("ok")]
+            return list(self.row_paths)
+
+    # ------------------------------------------------------------------ queries
+    def query_features(self, image: Any) -> tuple[Features, int | None]:
+        """Features of a query (path, image array or Features) and its row in the
+        collection (None if outside)."""
+        if isinstance(image, Features):
+            return image, None
+        if isinstance(image, np.ndarray):
+            return extract_features(image, **FEATURE_KWARGS), None
+        path = Path(os.path.abspath(os.fspath(image)))
+        rec = self.store.record(path)
+        if rec is not None and rec.status == "ok":
+            return self.store.get_features(rec.id), self.row_of_id.get(rec.id)
+        return extract_features(path, **FEATURE_KWARGS), None
+
+    def query_encoding(
+        self, models: fit.SearchModels, feats: Features, parts: frozenset[str] = ALL_PARTS
+    ) -> EncodedImages:
+        """A query's search data (one row, id -1): its vocabulary pyramid and the
+        optional ``parts`` (``"uniform"``, ``"wta"``, ``"rh"``)."""
+        d = feats.descriptors
+        if len(d) and d.shape[1] != models.dim:
+            raise ValueError(
+                f"query features have {d.shape[1]} dimensions, the index {models.dim}"
+            )
+        d = d.reshape(-1, models.dim)
+        return encode(models, np.array([-1]), [d], parts=parts)
+
+    def candidates(self, kind: str, q: Any, data: EncodedImages, n_want: int) -> np.ndarray:
+        """:func:`~engine.index.candidates.candidate_rows` with this searcher's cache."""
+        return candidates.candidate_rows(kind, q, data, n_want, self.cache)
+
+    def uniform_self_similarity(self, data: EncodedImages) -> np.ndarray:
+        """(n,) float64 uniform pyramid match of every row with itself (computed once)."""
+        if self.uniform_self is None:
+            self.uniform_self = data.uniform.self_similarity()
+        return self.uniform_self
+
+    # ------------------------------------------------------------------ matrices
+    def kernel_matrix(self, method: str = "vocabulary") -> np.ndarray:
+        """(n, n) float64 normalised affinities of all images (see
+        :meth:`engine.collection.Collection.kernel_matrix`)."""
+        if method not in ("vocabulary", "uniform"):
+            raise ValueError(f"method must be 'vocabulary' or 'uniform', got {method!r}")
+        _, data = self.ensure()
+        ix = data.vocab if method == "vocabulary" else data.uniform
+        with single_threaded_blas():
+            K = ix.pairwise()
+        d = np.diag(K).copy()
+        if method == "uniform":
+            den = np.sqrt(np.outer(d, d))
+            K = np.where(den > 0, K / np.where(den > 0, den, 1.0), 0.0)
+        np.fill_diagonal(K, (d > 0).astype(np.float64))
+        return K
+
+    def bow_vector(self, image: Any) -> sp.csr_matrix:
+        """(1, n_words) float32 tf-idf bag of words of any image (see
+        :meth:`engine.collection.Collection.bow_vector`)."""
+        models, _ = self.ensure()
+        feats, _row = self.query_features(image)
+        return self.query_encoding(models, feats).bow
