@@ -80,6 +80,7 @@ def ranked_relevance(
     query_labels: np.ndarray | None = None,
     *,
     exclude_self: bool = True,
+    queries_are_items: bool = False,
 ) -> np.ndarray:
     """Relevance of each query's database ranking, best first.
 
@@ -93,6 +94,10 @@ def ranked_relevance(
         Query labels; defaults to ``labels`` (requires ``Q == N``: query ``i`` is item ``i``).
     exclude_self : bool
         With the square protocol, drop item ``i`` from query ``i``'s ranking.
+    queries_are_items : bool
+        Query ``i`` is database item ``i`` (the ``Q <= N`` queries are the first
+        database items) also when ``query_labels`` is given, so that ``exclude_self``
+        applies to it.
 
     Returns
     -------
@@ -118,8 +123,10 @@ def ranked_relevance(
         raise ValueError(f"query_labels must have shape ({q},), got {query_labels.shape}")
     if np.isnan(scores).any():
         raise ValueError("scores contains NaN")
+    if queries_are_items and q > n:
+        raise ValueError(f"queries_are_items: {q} queries cannot be among {n} items")
     order = np.argsort(-scores, axis=1, kind="stable")
-    if square and exclude_self:
+    if exclude_self and (square or queries_are_items):
         keep = order != np.arange(q)[:, None]
         order = order[keep].reshape(q, n - 1)
     return labels[order] == query_labels[:, None]
@@ -156,12 +163,47 @@ def precision_at_k(
     query_labels: np.ndarray | None = None,
     *,
     exclude_self: bool = True,
+    queries_are_items: bool = False,
+    pooled: bool = False,
 ) -> float:
-    """Mean fraction of relevant items among each query's top ``k`` (:func:`ranked_relevance`)."""
+    """Mean fraction of relevant items among each query's top ``k`` (:func:`ranked_relevance`).
+
+    Parameters
+    ----------
+    scores : (Q, N) float
+        Similarities, higher = more similar.
+    labels : (N,) int
+        Database labels.
+    k : int
+        Rank cut-off; a ranking shorter than ``k`` is counted whole.
+    query_labels : (Q,) int, optional
+        Query labels (default ``labels``, square protocol).
+    exclude_self, queries_are_items : bool
+        As in :func:`ranked_relevance`.
+    pooled : bool
+        Count the relevant items of all queries' top ``k`` first and divide once
+        (``hits / (Q k)``) instead of averaging the per-query precisions. The same
+        mean, rounded once instead of per query (the form :mod:`engine.learn` used).
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``; 0 without queries.
+    """
     if k <= 0:
         raise ValueError(f"k must be > 0, got {k!r}")
-    rel = ranked_relevance(scores, labels, query_labels, exclude_self=exclude_self)
-    return float(rel[:, :k].mean(axis=1).mean()) if rel.shape[0] else 0.0
+    rel = ranked_relevance(
+        scores,
+        labels,
+        query_labels,
+        exclude_self=exclude_self,
+        queries_are_items=queries_are_items,
+    )
+    if not rel.shape[0]:
+        return 0.0
+    if pooled:
+        return float(np.mean(rel[:, :k]))
+    return float(rel[:, :k].mean(axis=1).mean())
 
 
 def average_precision(relevant: np.ndarray) -> np.ndarray:
@@ -195,15 +237,23 @@ def mean_average_precision(
     query_labels: np.ndarray | None = None,
     *,
     exclude_self: bool = True,
+    queries_are_items: bool = False,
 ) -> float:
     """Mean average precision over the queries that have at least one relevant item.
 
     With ``group_labels(names, 100)`` and the default ``exclude_self=True`` this is
     the INRIA Holidays protocol (the query is removed from its own ranking).
-    Returns NaN when no query has a relevant item.
+    Returns NaN when no query has a relevant item. ``queries_are_items``: as in
+    :func:`ranked_relevance`.
     """
     ap = average_precision(
-        ranked_relevance(scores, labels, query_labels, exclude_self=exclude_self)
+        ranked_relevance(
+            scores,
+            labels,
+            query_labels,
+            exclude_self=exclude_self,
+            queries_are_items=queries_are_items,
+        )
     )
     ap = ap[~np.isnan(ap)]
     return float(ap.mean()) if ap.size else float("nan")

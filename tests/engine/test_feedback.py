@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine.cluster.discovery import CategoryChannel, _collection_rows
+from engine.cluster import CategoryChannel, collection_rows
 from engine.collection import Collection
 from engine.index.store import ReadOnlyIndexError
 from engine.kernels.vocabulary import bag_of_words
@@ -102,12 +102,12 @@ def test_learn_from_subfolders_then_query(collection, method):
         != CategoryChannel(collection.store).key
     )
     assert not any(
-        CategoryChannel(collection.store).has(h) for h in _collection_rows(collection)[1]
+        CategoryChannel(collection.store).has(h) for h in collection_rows(collection)[1]
     )
     assert model.n_words == rep.tree.n_leaves == rep.idf.size
     assert (rep.tree.branching, rep.tree.levels) == (16, 4)
     channel = _channel(collection.store, LEARN_FEATURES)
-    assert all(channel.has(h) for h in _collection_rows(collection)[1])
+    assert all(channel.has(h) for h in collection_rows(collection)[1])
     q = next(p for p in collection.paths() if p.name == "chelsea.jpg")
     hits = collection.query(q, method="learned", top=10)
     assert len(hits) == 10 and len({h.path for h in hits}) == 10
@@ -135,7 +135,7 @@ def test_model_state_round_trip(collection, tmp_path):
     np.testing.assert_allclose(A.toarray(), ref.toarray(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(again.similarity(A, A), model.similarity(A, A), rtol=1e-6)
     # the stored bags of the collection are those a query of the same image gets
-    hashes = _collection_rows(collection)[1]
+    hashes = collection_rows(collection)[1]
     assert again.image_bags[0].tolist() == hashes
     channel = _channel(collection.store, LEARN_FEATURES)
     fresh = again.representation.bags([channel.raw(h)[0] for h in hashes])
@@ -209,7 +209,7 @@ def test_read_only_index_and_images_added_after_learning(tmp_path, demo_folder):
         shutil.copy(demo_folder / new.name, new)
         for _ in coll.update(jobs=1):
             pass
-        new_hash = dict(zip(*_collection_rows(coll), strict=True))[new]
+        new_hash = dict(zip(*collection_rows(coll), strict=True))[new]
     finally:
         coll.close()
     idx = root / ".simile"
@@ -246,7 +246,7 @@ def test_cancel_during_dense_features_stores_no_model(tmp_path, demo_folder):
             load_model(coll)
         # the features finished before the cancel stay cached: learning resumes from them
         channel = _channel(coll.store, LEARN_FEATURES)
-        assert sum(channel.has(h) for h in _collection_rows(coll)[1]) < len(coll.paths())
+        assert sum(channel.has(h) for h in collection_rows(coll)[1]) < len(coll.paths())
         assert run_learn(coll, source="subfolders", jobs=1) is not None
     finally:
         coll.close()
@@ -324,7 +324,7 @@ def test_cli_learn_end_to_end(tmp_path, demo_folder, capsys):
 
 
 def test_full_resolution_dense_features_and_symlinked_folder(tmp_path, demo_folder):
-    from engine.cluster.discovery import category_features
+    from engine.cluster import category_features
     from engine.workflows.feedback import _labels_of
 
     img = demo_folder / "chelsea.jpg"

@@ -105,3 +105,62 @@ def test_validation_errors():
         M.mean_average_precision(np.full((2, 2), np.nan), np.zeros(2))
     with pytest.raises(ValueError, match="k must"):
         M.precision_at_k(np.zeros((2, 2)), np.zeros(2), k=0)
+
+
+def test_queries_are_items_drops_self_from_rectangular_rankings():
+    rng = np.random.default_rng(4)
+    db = rng.integers(0, 3, 12)
+    s = rng.random((5, 12))  # the queries are items 0..4
+    rel = M.ranked_relevance(s, db, db[:5], queries_are_items=True)
+    assert rel.shape == (5, 11)
+    for q in range(5):
+        keep = np.arange(12) != q
+        order = np.argsort(-s[q, keep], kind="stable")
+        np.testing.assert_array_equal(rel[q], db[keep][order] == db[q])
+    # without the flag the given query labels keep every item in the ranking
+    assert M.ranked_relevance(s, db, db[:5]).shape == (5, 12)
+    assert M.ranked_relevance(s, db, db[:5], queries_are_items=True, exclude_self=False).shape == (
+        5,
+        12,
+    )
+    with pytest.raises(ValueError, match="queries_are_items"):
+        M.ranked_relevance(s.T, db[:5], db, queries_are_items=True)
+
+
+def test_pooled_precision_is_the_same_mean_rounded_once():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 4, 30)
+    s = rng.random((30, 30))
+    for k in (1, 3, 10, 100):
+        per_query = M.precision_at_k(s, y, k)
+        pooled = M.precision_at_k(s, y, k, pooled=True)
+        rel = M.ranked_relevance(s, y)[:, :k]
+        assert pooled == rel.sum() / rel.size  # one division of the hit count
+        assert pooled == pytest.approx(per_query, abs=1e-12)
+
+
+def test_learn_argument_order_calls_the_same_measures():
+    # engine.learn keeps precision_at_k / mean_average_precision with query labels
+    # first; they are these measures (queries = the first Q items, pooled hits).
+    import engine.learn as L
+
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 4, 30)
+    s = rng.random((30, 30))
+    for ex in (False, True):
+        assert L.mean_average_precision(s, y, exclude_self=ex) == M.mean_average_precision(
+            s, y, exclude_self=ex
+        )
+        assert L.precision_at_k(s, y, y, 10, exclude_self=ex) == M.precision_at_k(
+            s, y, 10, exclude_self=ex, pooled=True
+        )
+        # rectangular: the 8 queries are the first 8 items
+        r = s[:8]
+        expected = M.ranked_relevance(r, y, y[:8], exclude_self=ex, queries_are_items=True)
+        assert L.precision_at_k(r, y[:8], y, 4, exclude_self=ex) == np.mean(expected[:, :4])
+        ap = M.average_precision(expected)
+        assert L.mean_average_precision(r, y[:8], y, exclude_self=ex) == np.mean(ap[~np.isnan(ap)])
+    # k beyond the ranking counts the whole ranking
+    assert L.precision_at_k(s, y, y, 1000, exclude_self=True) == M.precision_at_k(
+        s, y, 29, pooled=True
+    )

@@ -553,3 +553,19 @@ def test_non_ascii_index_dir(tmp_path):
         s.write_batch(ok=[("/fotos/café.jpg", 1, 1, None, _feats(3))])
     with IndexStore.open(tmp_path / "índice 索引", readonly=True) as r:
         assert r.paths() == ["/fotos/café.jpg"] and len(r.get_features("/fotos/café.jpg")) == 3
+
+
+def test_store_module_still_exports_its_pieces():
+    # the store's pieces moved to engine.index.{catalog,chunks,files,lock,states,
+    # store_errors}; engine.index.store exports what it did before
+    from engine.index import catalog, chunks, files, store_errors
+
+    for name in store_mod.__all__:
+        assert hasattr(store_mod, name), name
+    assert store_mod.PackedFeatures is chunks.PackedFeatures
+    assert store_mod.display_path is files.display_path
+    assert store_mod.IndexLockedError is store_errors.IndexLockedError
+    assert store_mod.SCHEMA_VERSION == catalog.SCHEMA_VERSION == 1
+    assert IndexStore.norm_path("/a/b") == "/a/b"
+    bad = os.fsdecode(b"/a/caf\xe9")
+    assert IndexStore.norm_path(bad) == b"/a/caf\xe9"
