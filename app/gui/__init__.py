@@ -1,7 +1,9 @@
 """Simile's PySide6 desktop window (entry point: :func:`app.gui.main.run_gui`).
 
-Qt-free state lives in :mod:`app.gui.state`; models, views and the single
-threading helper (:mod:`app.gui.workers`) are Qt.
+Qt-free state lives in :mod:`app.gui.session` (the session model: everything a
+window shows, its events, the one staleness rule for background results and the guard
+on file actions) and :mod:`app.gui.state` (settings, ETA, export); item models, views
+and the single threading helper (:mod:`app.gui.workers`) are Qt.
 """
 
 import sys

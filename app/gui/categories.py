@@ -56,7 +56,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.models import PATH_ROLE, ThumbnailDelegate, _ThumbModel, item_data, strength_colour
+from app.gui.models import PATH_ROLE, ThumbModel, ThumbnailDelegate, item_data, strength_colour
+from app.gui.session import ActionRefused
 from app.gui.state import plain_error
 from app.gui.thumbnails import array_to_qimage
 from app.gui.views import register_view
@@ -82,6 +83,9 @@ K_MAX = 12
 MASK_PARTNERS = 8
 MOVE_ANCHORS = 8
 MASK_SIDE = 640
+EMPTY_TEXT = "Open a folder, then group its photos."
+MASK_HINT = ("Double-click a photo (or right-click ▸ Show feature mask) to see which of its "
+             "features made it belong to its group.")  # fmt: skip
 #: A group with more members than this is split on Nystrom columns of
 #: :data:`SPLIT_LANDMARKS` sampled members instead of its exact (m, m) affinities.
 SPLIT_NYSTROM_MIN = 3000
@@ -223,7 +227,8 @@ def export_grouping(dest, grouping: Grouping, mode: str = "links") -> int:
         ``mode="csv"``: the CSV file (columns ``path, group, name, prototype, outlier``).
         Otherwise a folder that receives one sub-folder per group (``"01 Name"``).
     mode : {"links", "copies", "csv"}
-        Symbolic links to the originals, copies of them, or a CSV table.
+        Symbolic links to the originals (to their absolute paths as listed, never to where
+        a symlinked photo points), copies of them, or a CSV table.
     """
     if mode not in ("links", "copies", "csv"):
         raise ValueError(f"mode must be 'links', 'copies' or 'csv', got {mode!r}")
@@ -252,8 +257,8 @@ def export_grouping(dest, grouping: Grouping, mode: str = "links") -> int:
             while target.exists() or target.is_symlink():  # never overwrite anything
                 target = sub / f"{src.stem}_{n}{src.suffix}"
                 n += 1
-            if mode == "links":
-                os.symlink(src.resolve(), target)
+            if mode == "links":  # to the photo as the folder shows it (a link stays a link)
+                os.symlink(os.path.abspath(src), target)
             else:
                 shutil.copy2(src, target)
             written += 1
@@ -461,7 +466,7 @@ def compute_mask(coll, path: str, partners: list[str]) -> MaskData:
     where a feature is unmatched); the mask is their median, scaled to max 1.
     """
     from engine.cluster import category_mask
-    from engine.imageio import load_image
+    from engine.io.imageio import load_image
 
     partners = [q for q in partners if q != path][:MASK_PARTNERS]
     fi, mask = category_mask(coll, path, partners, max_partners=MASK_PARTNERS)
@@ -492,7 +497,7 @@ def draw_mask(data: MaskData) -> QPixmap:
 
 
 # ============================================================================ Qt models/views
-class GroupModel(_ThumbModel):
+class GroupModel(ThumbModel):
     """The members of one group (already ordered), draggable to other groups."""
 
     def __init__(self, thumbs, group: int, parent=None) -> None:
@@ -725,8 +730,7 @@ class MaskPanel(QFrame):
         self.setMinimumWidth(320)
         self.title = QLabel("<b>Feature mask</b>")
         self.title.setWordWrap(True)
-        self.image = QLabel("Double-click a photo (or right-click ▸ Show feature mask) to see "
-                            "which of its features made it belong to its group.")  # fmt: skip
+        self.image = QLabel(MASK_HINT)
         self.image.setWordWrap(True)
         self.image.setObjectName("hint")
         self.image.setMinimumHeight(220)
@@ -744,8 +748,15 @@ class MaskPanel(QFrame):
 
     def set_busy(self, text: str) -> None:
         self._pm = None
+        self.data = None
         self.image.setPixmap(QPixmap())
         self.image.setText(text)
+
+    def clear(self) -> None:
+        """Nothing shown (another folder was opened)."""
+        self.set_busy(MASK_HINT)
+        self.title.setText("<b>Feature mask</b>")
+        self.legend.setText("")
 
     def set_mask(self, data: MaskData, group_name: str) -> None:
         self.data = data
@@ -779,7 +790,12 @@ class MaskPanel(QFrame):
 
 
 class CategoriesView(QWidget):
-    """The Categories tab (see the module docstring)."""
+    """The Categories tab (see the module docstring).
+
+    Renders :class:`app.gui.session.GroupingModel` (``window.session.grouping``): the
+    grouping, the person's constraints, the busy state and the feature mask live there;
+    this widget starts the jobs, forwards edits and draws the model's events.
+    """
 
     grouping_shown = Signal()
     mask_shown = Signal()
@@ -787,16 +803,9 @@ class CategoriesView(QWidget):
     def __init__(self, window) -> None:
         super().__init__()
         self.window = window
-        self.collection = None
-        self.grouping: Grouping | None = None
-        self.K: np.ndarray | None = None
-        self.must: list[tuple[str, str]] = []
-        self.cannot: list[tuple[str, str]] = []
+        self.session = window.session
+        self.model = self.session.grouping
         self.rows: list[GroupRow] = []
-        self._busy = False
-        self._token = 0
-        self._mask_token = 0
-        self._pending_move: tuple[list[str], int] | None = None
         self.delegate = GroupDelegate(window.thumbs, 104, self)
 
         self.k_combo = QComboBox()
@@ -804,6 +813,9 @@ class CategoriesView(QWidget):
         for k in range(2, 21):
             self.k_combo.addItem(f"{k} groups", k)
         self.k_combo.setToolTip("How many groups to make (automatic: the largest eigengap)")
+        self.k_combo.currentIndexChanged.connect(
+            lambda i: self.model.set_k_choice(self.k_combo.itemData(i))
+        )
         self.k_combo.activated.connect(lambda *_: self.regroup())
         self.group_btn = QPushButton("Group photos")
         self.group_btn.setToolTip("Group the folder again (keeps your moves as constraints)")
@@ -833,8 +845,7 @@ class CategoriesView(QWidget):
         self.cancel_btn.setToolTip("Stop the grouping or split that is running")
         self.cancel_btn.clicked.connect(self.cancel_job)
         self.cancel_btn.hide()
-        self._worker = None
-        self.reason = QLabel("Open a folder, then group its photos.")
+        self.reason = QLabel(EMPTY_TEXT)
         self.reason.setObjectName("hint")
         self.reason.setWordWrap(True)
         top = QHBoxLayout()
@@ -876,19 +887,86 @@ class CategoriesView(QWidget):
             " background: #1f2023; }"
         )
         self._update_buttons()
-        window.collection_opened.connect(self.set_collection)
+        self.model.events.connect_slots(self)
+        self.session.events.collection_opened.connect(self._on_collection_opened)
+        self.session.events.collection_closed.connect(lambda _e: self._update_buttons())
+
+    # -- what the model holds ------------------------------------------------------------------
+    @property
+    def collection(self):
+        return self.session.collection
+
+    @property
+    def grouping(self) -> Grouping | None:
+        return self.model.grouping
+
+    @property
+    def K(self) -> np.ndarray | None:
+        return self.model.K
+
+    @property
+    def must(self) -> list[tuple[str, str]]:
+        return self.model.must
+
+    @property
+    def cannot(self) -> list[tuple[str, str]]:
+        return self.model.cannot
+
+    @property
+    def _busy(self) -> bool:
+        return self.model.busy
+
+    # -- model events --------------------------------------------------------------------------
+    def _on_grouping(self, event) -> None:
+        renamed = getattr(event, "renamed", None)
+        if renamed is not None and event.grouping is not None:
+            for row in self.rows:
+                if row.group != renamed:
+                    row.fill(event.grouping)  # the other rows' "Merge with" menus
+            return
+        self._render_grouping(event.grouping)
+
+    def _on_constraints(self, _event) -> None:
+        self._update_buttons()
+
+    def _on_busy(self, event) -> None:
+        self.progress.setVisible(event.busy)
+        self.cancel_btn.setVisible(event.busy)
+        if event.busy:
+            self.progress.setRange(0, 0)
+            self.reason.setText(event.text)
+        elif event.text:
+            self.reason.setText(event.text)
+        self._update_buttons()
+
+    def _on_progress(self, event) -> None:
+        self.reason.setText(event.text)
+        if event.total > 0:
+            self.progress.setRange(0, event.total)
+            self.progress.setValue(event.done)
+
+    def _on_k_choice(self, event) -> None:
+        i = self.k_combo.findData(event.k)
+        if i >= 0 and i != self.k_combo.currentIndex():
+            self.k_combo.setCurrentIndex(i)
+
+    def _on_mask(self, event) -> None:
+        if event.data is not None:
+            self.mask.set_mask(event.data, event.group_name)
+        elif event.path is None:
+            self.mask.clear()
+        else:
+            self.mask.set_busy(event.text)
 
     # -- collection --------------------------------------------------------------------------
-    def set_collection(self, coll) -> None:
-        self._token += 1
-        self.collection = coll
-        self.K = None
-        self.must, self.cannot = [], []
-        self._busy = False
-        self.progress.hide()
-        self._set_grouping(None)
+    def _on_collection_opened(self, _event) -> None:
+        """The folder's index is (re)opened: restore its saved grouping, or group it when
+        the tab is visible."""
+        self.session.jobs.cancel("grouping", drop=True)
+        self.session.supersede("grouping")
+        self.model.clear()
         self._restore()
-        if self.grouping is None and self.isVisible():
+        if self.model.grouping is None and self.isVisible():
             self.regroup()
         self._update_buttons()
 
@@ -899,6 +977,8 @@ class CategoriesView(QWidget):
 
     def _restore(self) -> None:
         coll = self.collection
+        if coll is None:
+            return
         try:
             raw = coll.store.get_kv(KV_KEY)
         except Exception as exc:  # an old index or a closed store: just group again
@@ -909,11 +989,9 @@ class CategoriesView(QWidget):
         try:
             d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
             paths = [str(p) for p in coll.paths()]
-            self.must = [tuple(p) for p in d.get("must", [])]
-            self.cannot = [tuple(p) for p in d.get("cannot", [])]
+            self.model.set_constraints(d.get("must", []), d.get("cannot", []))
             k = d.get("k", "auto")
-            i = self.k_combo.findData(k)
-            self.k_combo.setCurrentIndex(max(0, i))
+            self.model.set_k_choice(k if self.k_combo.findData(k) >= 0 else "auto")
             if sorted(d["paths"]) != sorted(paths):
                 return  # the folder changed: group again (constraints and k are kept)
             pos = {p: i for i, p in enumerate(d["paths"])}
@@ -927,34 +1005,30 @@ class CategoriesView(QWidget):
                 str(d.get("k_reason", "")),
             )
             g.names = {int(a): b for a, b in d.get("names", {}).items() if b}
-            self._set_grouping(g)
+            self.model.set_grouping(g)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             log.debug("saved grouping unusable: %s", exc)
             return
-        token = self._token
-
-        def got(K) -> None:  # affinities for later edits, computed off the GUI thread
-            if token == self._token:
-                self.K = K
-
+        # affinities for later edits, computed off the GUI thread (a grouping job started
+        # meanwhile supersedes them)
         self.window.run_worker(
-            affinity_job, coll, connect={"returned": got}, pass_cancel=True,
+            affinity_job, coll, pass_cancel=True, token=self.session.begin("grouping"),
+            connect={"returned": self.model.set_affinities},
             context="Computing affinities failed",
         )  # fmt: skip
 
     def _save(self) -> None:
-        if self.collection is None or self.grouping is None:
+        m = self.model
+        if self.collection is None or m.grouping is None:
             return
         try:
-            self.collection.store.set_kv(
-                KV_KEY, self.grouping.to_json(self.must, self.cannot, self.k_combo.currentData())
-            )
+            self.collection.store.set_kv(KV_KEY, m.grouping.to_json(m.must, m.cannot, m.k_choice))
         except Exception as exc:  # read-only index: names live for this session only
             log.debug("could not save the grouping: %s", exc)
 
     # -- grouping ----------------------------------------------------------------------------
     def k_choice(self):
-        return self.k_combo.currentData()
+        return self.model.k_choice
 
     def regroup(self, k=None) -> None:
         """Group the collection in the background (``k``: None = the chooser's value)."""
@@ -962,95 +1036,77 @@ class CategoriesView(QWidget):
         if self.collection is None or win.is_indexing():
             win.show_error("Photos can be grouped once the folder is indexed.", kind="warning")
             return
-        k = self.k_choice() if k is None else k
-        old = self.grouping
+        m = self.model
+        k = m.k_choice if k is None else k
+        old = m.grouping
 
         def done(result) -> None:
             _paths, K, g = result
-            self.K = K
             if old is not None:
                 g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
-            self._set_grouping(g)
+            m.set_grouping(g, K=K)
             self._save()
             self.grouping_shown.emit()
 
         self._run_job(
             "Grouping…", "Grouping the photos failed", done,
-            group_job, self.collection, self.K, k, list(self.must), list(self.cannot),
+            group_job, self.collection, m.K, k, list(m.must), list(m.cannot),
         )  # fmt: skip
 
     def _run_job(self, text: str, fail_text: str, on_done, func, *args) -> None:
         """Run a generator job of this view in a worker: busy state (rows and buttons
-        disabled), progress bar and text, a Cancel button; ``on_done(result)`` on success."""
-        self._token += 1
-        token = self._token
-        self._busy = True
-        self._update_buttons()
-        self.progress.setRange(0, 0)
-        self.progress.show()
-        self.cancel_btn.show()
-        self.reason.setText(text)
+        disabled), progress bar and text, a Cancel button; ``on_done(result)`` on success.
+        Its results are dropped once cancelled, superseded or another folder opened."""
+        s, m = self.session, self.model
+        token = s.begin("grouping")
+        m.set_busy(True, text)
 
-        def progress(item) -> None:
-            if token == self._token:
-                msg, done, total = item
-                self.reason.setText(msg)
-                if total > 0:
-                    self.progress.setRange(0, total)
-                    self.progress.setValue(done)
+        def finish() -> None:
+            s.jobs.finish(token)
+            m.set_busy(False)
 
         def done(result) -> None:
-            if token == self._token:
-                self._finish()
-                on_done(result)
+            finish()
+            on_done(result)
 
         def failed(exc) -> None:
-            if token == self._token:
-                self._finish()
-                self.reason.setText(f"{fail_text}.")
-                self.window.show_error(plain_error(exc, fail_text))
+            finish()
+            self.reason.setText(f"{fail_text}.")
+            self.window.show_error(plain_error(exc, fail_text))
 
-        self._worker = self.window.run_worker(
-            func, *args,
-            connect={"yielded": progress, "returned": done, "errored": failed},
-            pass_cancel=True,
+        self.window.run_worker(
+            func, *args, pass_cancel=True, token=token, job=text,
+            connect={"yielded": lambda item: m.report(*item), "returned": done,
+                     "errored": failed},
         )  # fmt: skip
 
     def cancel_job(self) -> None:
         """Stop the running grouping or split; the shown grouping stays as it was."""
         if not self._busy:
             return
-        if self._worker is not None:
-            self._worker.quit()
-        self._token += 1  # whatever the worker still delivers is ignored
-        self._finish()
-        self._set_grouping(self.grouping)
+        self.session.jobs.cancel("grouping", drop=True)  # what it still delivers is ignored
+        self.model.set_busy(False)
+        self._render_grouping(self.grouping)
         self.window.status_label.setText("Cancelled; the groups are unchanged.")
-
-    def _finish(self) -> None:
-        self._busy = False
-        self._worker = None
-        self.progress.hide()
-        self.cancel_btn.hide()
-        self._update_buttons()
 
     def _update_buttons(self) -> None:
         has = self.collection is not None
-        self.group_btn.setEnabled(has and not self._busy)
-        self.k_combo.setEnabled(has and not self._busy)
+        busy = self.model.busy
+        self.group_btn.setEnabled(has and not busy)
+        self.k_combo.setEnabled(has and not busy)
         self.export_btn.setEnabled(self.grouping is not None)
-        self.reset_btn.setEnabled(bool(self.must or self.cannot) and not self._busy)
+        self.reset_btn.setEnabled(bool(self.must or self.cannot) and not busy)
         for r in self.rows:
-            r.setEnabled(not self._busy)
+            r.setEnabled(not busy)
 
-    def _set_grouping(self, g: Grouping | None) -> None:
-        self.grouping = g
+    def _render_grouping(self, g: Grouping | None) -> None:
         while len(self.rows) > (g.k if g is not None else 0):
             row = self.rows.pop()
             self.rows_lay.removeWidget(row)
+            row.hide()
             row.deleteLater()
         if g is None:
-            self.reason.setText("Open a folder, then group its photos.")
+            self.reason.setText(EMPTY_TEXT)
             self._update_buttons()
             return
         while len(self.rows) < g.k:
@@ -1069,28 +1125,11 @@ class CategoriesView(QWidget):
 
     # -- edits -------------------------------------------------------------------------------
     def rename_group(self, group: int, name: str) -> None:
-        g = self.grouping
-        if g is None or not 0 <= group < g.k:
-            return
-        name = name.strip()
-        if name:
-            g.names[group] = name
-        else:
-            g.names.pop(group, None)
-        for row in self.rows:
-            if row.group != group:
-                row.fill(g)  # the other rows' "Merge with" menus show the new name
-        self._save()
+        if self.model.rename(group, name):
+            self._save()
 
     def _add_constraints(self, must, cannot) -> None:
-        for a, b in must:
-            self.cannot = [c for c in self.cannot if set(c) != {a, b}]
-            if (a, b) not in self.must and (b, a) not in self.must:
-                self.must.append((a, b))
-        for a, b in cannot:
-            self.must = [c for c in self.must if set(c) != {a, b}]
-            if (a, b) not in self.cannot and (b, a) not in self.cannot:
-                self.cannot.append((a, b))
+        self.model.add_constraints(must, cannot)
 
     def move_photo(self, path: str, group: int) -> None:
         """The user says ``path`` belongs to ``group``: add the constraints, group again
@@ -1133,8 +1172,7 @@ class CategoriesView(QWidget):
 
         def done(result) -> None:
             idx, halves, flow, protos, outl = result
-            cur = self.grouping
-            if cur is not g:  # pragma: no cover - guarded by the busy state
+            if self.grouping is not g:  # pragma: no cover - guarded by the busy state
                 return
             labels = g.labels.copy()
             labels[idx[halves == 1]] = g.k
@@ -1181,14 +1219,13 @@ class CategoriesView(QWidget):
             tops = [next(i for i in g.members(h) if i in src) for h in halves]
             if len(tops) == 2:
                 self._add_constraints([], [(g.paths[tops[0]], g.paths[tops[1]])])
-        self._set_grouping(g)
+        self.model.set_grouping(g)
         self._save()
         self.grouping_shown.emit()
 
     def forget_constraints(self) -> None:
-        self.must, self.cannot = [], []
+        self.model.set_constraints([], [])
         self._save()
-        self._update_buttons()
         self.regroup()
 
     # -- photo actions -----------------------------------------------------------------------
@@ -1222,27 +1259,21 @@ class CategoriesView(QWidget):
             return
         grp = g.group_of(path)
         partners = [g.paths[i] for i in g.members(grp) if g.paths[i] != path]
-        self._mask_token += 1
-        token = self._mask_token
-        self.mask.set_busy(f"Matching {Path(path).name} with its group…")
+        token = self.session.begin("mask")
+        self.model.mask_started(path, f"Matching {Path(path).name} with its group…")
 
         def done(data) -> None:
-            if token == self._mask_token:
-                self.mask.set_mask(data, g.name(grp))
-                self.mask_shown.emit()
+            self.model.set_mask(data, g.name(grp))
+            self.mask_shown.emit()
 
         def failed(exc) -> None:
-            if token == self._mask_token:
-                self.mask.set_busy("The feature mask could not be computed.")
-                self.window.show_error(plain_error(exc, f"Feature mask of {Path(path).name}"))
+            self.model.mask_started(path, "The feature mask could not be computed.")
+            self.window.show_error(plain_error(exc, f"Feature mask of {Path(path).name}"))
 
         self.window.run_worker(
-            compute_mask,
-            self.collection,
-            str(path),
-            partners,
+            compute_mask, self.collection, str(path), partners, token=token,
             connect={"returned": done, "errored": failed},
-        )
+        )  # fmt: skip
 
     def export_dialog(self, mode: str) -> None:
         if self.grouping is None:
@@ -1260,15 +1291,24 @@ class CategoriesView(QWidget):
             self.export(fname, mode)
 
     def export(self, dest, mode: str) -> int | None:
+        """Write the grouping shown (:func:`export_grouping`); links and copies only of
+        photos the session allows (inside the open folder, in the groups shown)."""
+        g = self.grouping
+        if g is None:
+            return None
+        if mode in ("links", "copies"):
+            verb = "link" if mode == "links" else "copy"
+            try:
+                self.session.authorize_all(verb, g.paths, among="grouping")
+            except ActionRefused:
+                return None  # the session said why (status bar)
         try:
-            n = export_grouping(dest, self.grouping, mode)
+            n = export_grouping(dest, g, mode)
         except (OSError, ValueError) as exc:
             self.window.show_error(plain_error(exc, "Export failed"))
             return None
         what = {"links": "links", "copies": "copies", "csv": "rows"}[mode]
-        self.window.status_label.setText(
-            f"Exported {n} {what} of {self.grouping.k} groups to {dest}"
-        )
+        self.window.status_label.setText(f"Exported {n} {what} of {g.k} groups to {dest}")
         return n
 
 

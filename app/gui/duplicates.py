@@ -1,7 +1,9 @@
 """Near-duplicate groups: threshold, side-by-side comparison, suggested best copy.
 
 Nothing is ever deleted silently: the only destructive action is “Move to trash”,
-after a confirmation, through ``QFile.moveToTrash``.
+after a confirmation, through ``QFile.moveToTrash`` — and only for a photo the session
+allows (:meth:`app.gui.session.Session.authorize`: inside the open folder as written, in
+the duplicate groups shown).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.session import ActionRefused, Session
 from app.gui.thumbnails import array_to_qimage
 
 __all__ = ["CopyInfo", "DuplicatesView", "describe_copies", "sharpness"]
@@ -76,7 +79,7 @@ def _best(infos: list[CopyInfo]) -> int:
 
 def describe_copies(paths, scores=None) -> tuple[list[CopyInfo], int]:
     """Worker side: size, resolution and sharpness of each copy, and the best one."""
-    from engine.imageio import image_size, load_image
+    from engine.io.imageio import image_size, load_image
 
     infos = []
     for k, p in enumerate(paths):
@@ -165,7 +168,12 @@ class _Card(QFrame):
 
 
 class DuplicatesView(QWidget):
-    """Groups on the left, the selected group's copies side by side on the right."""
+    """Groups on the left, the selected group's copies side by side on the right.
+
+    Renders :class:`app.gui.session.DuplicatesModel` (``session.duplicates``): it keeps no
+    groups of its own, and every trash request is authorised by the session first (the
+    path must be inside the open folder and in the groups shown).
+    """
 
     find_requested = Signal(float)  # threshold
     group_selected = Signal(int)
@@ -173,9 +181,13 @@ class DuplicatesView(QWidget):
     trashed = Signal(str)
     message = Signal(str)
 
-    def __init__(self, default_threshold: float = 0.5, parent=None) -> None:
+    EMPTY_TEXT = "Open a folder, then find duplicates."
+
+    def __init__(
+        self, default_threshold: float = 0.5, parent=None, session: Session | None = None
+    ) -> None:
         super().__init__(parent)
-        self.groups: list = []
+        self.session = session if session is not None else Session()
         self.threshold = QDoubleSpinBox()
         self.threshold.setRange(0.05, 1.0)
         self.threshold.setSingleStep(0.01)
@@ -187,7 +199,7 @@ class DuplicatesView(QWidget):
         self.threshold.editingFinished.connect(
             lambda: self.find_requested.emit(self.threshold.value())
         )
-        self.summary = QLabel("Open a folder, then find duplicates.")
+        self.summary = QLabel(self.EMPTY_TEXT)
         top = QHBoxLayout()
         top.setContentsMargins(8, 6, 8, 6)
         top.addWidget(QLabel("Similarity threshold:"))
@@ -220,18 +232,67 @@ class DuplicatesView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(top)
         lay.addWidget(split, 1)
-        self.infos: list[CopyInfo] = []
+        self.session.duplicates.events.connect_slots(self)
 
+    # -- what the model holds ------------------------------------------------------------------
+    @property
+    def groups(self) -> list:
+        return self.session.duplicates.groups
+
+    @property
+    def infos(self) -> list[CopyInfo]:
+        return self.session.duplicates.infos
+
+    # -- model events ------------------------------------------------------------------------
+    def empty_text(self) -> str:
+        folder = self.session.folder
+        if folder is None:
+            return self.EMPTY_TEXT
+        return f"No duplicates searched in {folder.name} yet: press Find duplicates."
+
+    def _on_cleared(self, _event=None) -> None:
+        self.find_btn.setEnabled(True)
+        self._fill_list([])
+        self._clear_cards()
+        self.summary.setText(self.empty_text())
+
+    def _on_busy(self, event) -> None:
+        self.set_busy(f"Looking for near-duplicates at similarity ≥ {event.threshold:.2f}…")
+
+    def _on_groups(self, event) -> None:
+        self.set_groups(event.groups, event.threshold)
+
+    def _on_copies(self, event) -> None:
+        self.set_copies(event.infos, event.best)
+
+    # -- rendering ---------------------------------------------------------------------------
     def set_busy(self, text: str) -> None:
         self.summary.setText(text)
         self.find_btn.setEnabled(False)
 
-    def set_groups(self, groups) -> None:
+    def set_groups(self, groups, threshold: float | None = None) -> None:
+        """Show ``groups`` and select the first (which asks for its copies)."""
+        thr = self.threshold.value() if threshold is None else float(threshold)
         self.find_btn.setEnabled(True)
-        self.groups = list(groups)
+        groups = list(groups)
+        self._clear_cards()
+        self._fill_list(groups)
+        n_photos = sum(len(g.paths) for g in groups)
+        if groups:
+            self.summary.setText(
+                f"{len(groups)} groups, {n_photos} photos at similarity ≥ {thr:.2f}"
+            )
+            self.group_list.setCurrentRow(0)
+        else:
+            self.summary.setText(
+                f"No near-duplicates at similarity ≥ {thr:.2f}. "
+                "Lower the threshold to find looser matches."
+            )
+
+    def _fill_list(self, groups) -> None:
         self.group_list.blockSignals(True)
         self.group_list.clear()
-        for i, g in enumerate(self.groups):
+        for i, g in enumerate(groups):
             n = len(g.paths)
             scores = list(getattr(g, "scores", []) or [])
             sim = f" · ≥ {min(scores):.2f}" if scores else ""
@@ -241,19 +302,6 @@ class DuplicatesView(QWidget):
             self.group_list.addItem(item)
             self._set_icon(item)
         self.group_list.blockSignals(False)
-        n_photos = sum(len(g.paths) for g in self.groups)
-        if self.groups:
-            self.summary.setText(
-                f"{len(self.groups)} groups, {n_photos} photos at similarity ≥ "
-                f"{self.threshold.value():.2f}"
-            )
-            self.group_list.setCurrentRow(0)
-        else:
-            self.summary.setText(
-                f"No near-duplicates at similarity ≥ {self.threshold.value():.2f}. "
-                "Lower the threshold to find looser matches."
-            )
-            self._clear_cards()
 
     def _set_icon(self, item: QListWidgetItem) -> None:
         if self.thumbs is None:
@@ -270,7 +318,6 @@ class DuplicatesView(QWidget):
 
     def set_copies(self, infos: list[CopyInfo], best: int) -> None:
         self._clear_cards()
-        self.infos = infos
         for i, info in enumerate(infos):
             card = _Card(info, i == best)
             card.trash_requested.connect(self._confirm_trash)
@@ -283,13 +330,25 @@ class DuplicatesView(QWidget):
             item = self.cards.takeAt(0)
             w = item.widget()
             if w is not None:
+                w.hide()
                 w.deleteLater()
 
     def _on_row(self, row: int) -> None:
         if 0 <= row < len(self.groups):
             self.group_selected.emit(row)
 
+    # -- the one destructive action ----------------------------------------------------------
+    def _allowed(self, path: str) -> str | None:
+        """The path to trash if the session allows it (else None: it said why)."""
+        try:
+            return self.session.authorize("trash", path, among="duplicates")
+        except ActionRefused:
+            return None
+
     def _confirm_trash(self, path: str) -> None:
+        path = self._allowed(path)
+        if path is None:
+            return
         box = QMessageBox(self)
         box.setIcon(QMessageBox.Icon.Warning)
         box.setWindowTitle("Move to Trash")
@@ -300,6 +359,10 @@ class DuplicatesView(QWidget):
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         box.exec()
         if box.clickedButton() is not move:
+            return
+        # asked again: the session may have changed while the question was open
+        path = self._allowed(path)
+        if path is None:
             return
         ok = QFile.moveToTrash(path)
         ok = ok[0] if isinstance(ok, tuple) else ok

@@ -1,18 +1,18 @@
 """Relevance feedback in the results panel: thumbs up / down on each result.
 
-A mark says "this result is (not) similar to the query" (:class:`engine.feedback.Mark`);
+A mark says "this result is (not) similar to the query" (:class:`engine.workflows.marks.Mark`);
 marks are stored in the index (:func:`engine.feedback.add_marks`) and *Learn from my
 marks* fits an OASIS similarity on them (:func:`engine.feedback.learn`, OASIS of
 Chechik et al., triplets from the marks) that the ``learned`` search method uses.
 
-:class:`MarkBook` is the Qt-free cache of the marks the panel paints;
+:class:`MarkBook` (from the Qt-free :mod:`app.gui.session`) holds the marks the panel
+paints;
 :class:`MarkingResultDelegate` paints the two buttons on every result row and turns a
 click into :attr:`MarkingResultDelegate.mark_clicked`.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QRect, Qt, Signal
@@ -20,58 +20,21 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPalette
 from PySide6.QtWidgets import QStyleOptionViewItem, QToolTip
 
 from app.gui.models import PATH_ROLE, ResultDelegate, item_data
+from app.gui.session import MarkBook, mark_key
 
 __all__ = ["MarkBook", "MarkingResultDelegate", "save_mark"]
 
 UP, DOWN = "✓", "✗"
 
 
-def _key(path) -> str:
-    return os.path.abspath(os.fspath(path))
-
-
-class MarkBook:
-    """The user's marks, ``(query, result) -> relevant`` (absolute paths). Qt-free."""
-
-    def __init__(self, marks=()) -> None:
-        self._marks: dict[tuple[str, str], bool] = {}
-        self.load(marks)
-
-    def load(self, marks) -> None:
-        self._marks = {(_key(m.query), _key(m.result)): bool(m.relevant) for m in marks}
-
-    def get(self, query, result) -> bool | None:
-        if query is None:
-            return None
-        return self._marks.get((_key(query), _key(result)))
-
-    def set(self, query, result, relevant: bool | None) -> None:
-        k = (_key(query), _key(result))
-        if relevant is None:
-            self._marks.pop(k, None)
-        else:
-            self._marks[k] = bool(relevant)
-
-    def toggled(self, query, result, relevant: bool) -> bool | None:
-        """The mark after clicking ``relevant``: the same button again clears it."""
-        return None if self.get(query, result) == relevant else relevant
-
-    def __len__(self) -> int:
-        return len(self._marks)
-
-    def counts(self) -> tuple[int, int]:
-        up = sum(self._marks.values())
-        return up, len(self._marks) - up
-
-
 def save_mark(coll, query: str, result: str, relevant: bool | None) -> int:
     """Worker side: store (or with ``None`` forget) one mark in the index; returns the
     number of marks stored."""
-    from engine.feedback import Mark, add_marks, clear_marks, load_marks
+    from engine.workflows.feedback import Mark, add_marks, clear_marks, load_marks
 
     if relevant is not None:
         return add_marks(coll, [Mark(str(query), str(result), bool(relevant))])
-    q, r = _key(query), _key(result)
+    q, r = mark_key(query), mark_key(result)
     keep = [m for m in load_marks(coll) if (m.query, m.result) != (q, r)]
     clear_marks(coll)
     return add_marks(coll, keep) if keep else 0
@@ -89,7 +52,11 @@ class MarkingResultDelegate(ResultDelegate):
 
     def _markable(self, path) -> bool:
         """Results other than the query itself can be marked."""
-        return bool(path) and self.query_path is not None and _key(path) != _key(self.query_path)
+        return (
+            bool(path)
+            and self.query_path is not None
+            and mark_key(path) != mark_key(self.query_path)
+        )
 
     def button_rects(self, rect: QRect) -> tuple[QRect, QRect]:
         r = rect.adjusted(4, 3, -4, -3)

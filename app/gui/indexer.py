@@ -53,7 +53,7 @@ def _child(folder: str, index_dir: str | None, q, cancel, jobs: int | None) -> N
         os.setsid()  # own process group: the parent can always stop us and our pool
     try:
         from engine.collection import Collection
-        from engine.ingest import keep_heap_warm
+        from engine.index.ingest import keep_heap_warm
 
         keep_heap_warm()  # this process exists to index (models and batches reuse memory)
         coll = Collection.open(folder, index_dir)

@@ -102,14 +102,14 @@ def _features(collection, path):
     try:
         return collection.features(path)
     except KeyError:
-        from engine.features import extract_features
+        from engine.features.keypoints import extract_features
 
         return extract_features(path)
 
 
 def compute_match(collection, path_a: str, path_b: str) -> MatchData:
     """Worker side: match two indexed photos and prepare the drawing data."""
-    from engine.imageio import load_image
+    from engine.io.imageio import load_image
 
     result = collection.match(path_a, path_b)
     img_a = load_image(path_a, max_side=1024)

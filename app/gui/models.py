@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import (
@@ -19,6 +18,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
+from app.gui.session import Hit
 from app.gui.thumbnails import ThumbnailProvider
 
 __all__ = [
@@ -38,15 +38,7 @@ RANK_ROLE = Qt.ItemDataRole.UserRole + 3
 _Index = QModelIndex | QPersistentModelIndex
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One ranked result (mirrors ``engine.collection.Hit``)."""
-
-    path: str
-    score: float
-
-
-class _ThumbModel(QAbstractListModel):
+class ThumbModel(QAbstractListModel):
     """Shared: path list, row lookup and thumbnail repaint on arrival."""
 
     def __init__(self, thumbs: ThumbnailProvider, parent=None) -> None:
@@ -80,7 +72,7 @@ class _ThumbModel(QAbstractListModel):
             self.dataChanged.emit(idx, idx, [Qt.ItemDataRole.DecorationRole])
 
 
-class PhotoListModel(_ThumbModel):
+class PhotoListModel(ThumbModel):
     """The photos of the open collection, sorted by path (the folder scan's order).
 
     Not the index's row order: a first index extracts an evenly spread sample of the
@@ -131,7 +123,7 @@ class PhotoListModel(_ThumbModel):
         self.endRemoveRows()
 
 
-class ResultsModel(_ThumbModel):
+class ResultsModel(ThumbModel):
     """Ranked hits of the current query."""
 
     def __init__(self, thumbs: ThumbnailProvider, parent=None) -> None:

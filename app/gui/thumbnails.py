@@ -76,7 +76,7 @@ def _decode(path: str, side: int, cache_dir: Path | None) -> QImage | None:
                 return array_to_qimage(np.asarray(im.convert("RGB")))
         except (OSError, ValueError):
             pass  # a damaged cache file: decode again
-    from engine.imageio import load_image
+    from engine.io.imageio import load_image
 
     try:
         arr = load_image(path, max_side=side)

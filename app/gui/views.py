@@ -9,8 +9,12 @@ from the clustering work) adds a tab with::
     register_view("categories", "Categories", make_categories_view, order=40)
 
 and the window imports the modules listed in :data:`PLUGIN_MODULES` if they exist.
-A factory may connect to the window's signals ``collection_opened(collection)``
-and ``indexing_finished(collection)`` and use ``window.run_worker(...)`` for work.
+A view keeps its state in the window's Qt-free session model (``window.session``, see
+:mod:`app.gui.session`) and renders its events (``session.events.collection_opened``,
+``session.events.folder_opened``, …); it runs work with
+``window.run_worker(..., token=window.session.begin(topic))`` so that results of an
+earlier folder or request are dropped. The window's Qt signals
+``collection_opened(collection)`` and ``indexing_finished(collection)`` remain.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import logging
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
@@ -42,17 +43,17 @@ from PySide6.QtWidgets import (
 from app.gui import workers
 from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
 from app.gui.duplicates import DuplicatesView, describe_copies
-from app.gui.feedback import MarkBook, save_mark
+from app.gui.feedback import save_mark
 from app.gui.matches import CorrespondenceView, compute_match
 from app.gui.models import (
     PATH_ROLE,
-    Hit,
     PhotoListModel,
     ResultsModel,
     ThumbnailDelegate,
     item_data,
 )
 from app.gui.results import ResultsPanel
+from app.gui.session import MarkBook, QueryModel, Session
 from app.gui.state import (
     DEFAULT_METHOD,
     METHODS,
@@ -146,6 +147,11 @@ class Banner(QFrame):
 class MainWindow(QMainWindow):
     """Simile's main window.
 
+    A thin shell around :attr:`session` (:class:`app.gui.session.Session`): user actions
+    go to the session (and to background workers whose results pass through
+    :meth:`Session.accept`), and the widgets render the session's events in
+    ``_on_<event>`` slots.
+
     Parameters
     ----------
     settings : QSettings, optional
@@ -167,25 +173,10 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.settings = settings if settings is not None else QSettings()
         self.persist = persist
-        self.collection = None
-        self.folder: Path | None = None
-        self.index_dir: Path | None = None
-        self.problems: list[tuple[str, str]] = []
-        self.query_path: str | None = None
-        self._query_source = None  # str path or QImage
-        self._pending_query = None
-        self._query_token = 0
-        self._match_token = 0
-        self._dup_token = 0
-        self._index_worker: workers.Worker | None = None
-        self._eta = EtaEstimator()
-        self._arrived: list[str] = []
+        #: everything the window shows (Qt-free); the widgets render its events
+        self.session = Session()
         self._tmpdir = tempfile.TemporaryDirectory(prefix="simile-query-")
         self._viewers: list[ImageViewer] = []
-        self._refresh_duplicates = False
-        self.marks = MarkBook()
-        self._learn_worker: workers.Worker | None = None
-        self._learn_token = 0
 
         _preload_engine()
         self.setWindowTitle("Simile")
@@ -202,7 +193,141 @@ class MainWindow(QMainWindow):
 
         self._flush_timer = QTimer(self)  # batch grid insertions while indexing
         self._flush_timer.setInterval(120)
-        self._flush_timer.timeout.connect(self._flush_arrived)
+        self._flush_timer.timeout.connect(self.session.flush_arrivals)
+        self._connect_session()
+
+    # ======================================================================== the model
+    # Read-only views of the session, for callers and tests.
+    @property
+    def collection(self):
+        return self.session.collection
+
+    @property
+    def folder(self) -> Path | None:
+        return self.session.folder
+
+    @property
+    def index_dir(self) -> Path | None:
+        return self.session.index_dir
+
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        return self.session.problems
+
+    @property
+    def marks(self) -> MarkBook:
+        return self.session.marks
+
+    @property
+    def query_path(self) -> str | None:
+        return self.session.query.source
+
+    def _connect_session(self) -> None:
+        """Render the session: every ``session.events.<name>`` goes to ``_on_<name>``."""
+        s = self.session
+        s.events.connect_slots(self)
+        s.jobs.events.connect_slots(self, "_on_job_")
+        s.query.events.connect_slots(self, "_on_query_")
+        s.match.events.connect_slots(self, "_on_match_")
+        s.duplicates.events.connect_slots(self, "_on_duplicates_")
+
+    def _on_folder_opened(self, event) -> None:
+        self.banner.hide()
+        self.setWindowTitle(f"{event.folder.name} — Simile")
+        self.results_panel.delegate.root = event.folder
+        self._remember_folder(event.folder)
+
+    def _on_folder_closed(self, _event) -> None:
+        self._flush_timer.stop()
+        self.setWindowTitle("Simile")
+
+    def _on_collection_opened(self, event) -> None:
+        self.collection_opened.emit(event.collection)
+
+    def _on_photos_reset(self, event) -> None:
+        self.photos.set_paths(event.paths)
+
+    def _on_photos_added(self, event) -> None:
+        self.photos.append_paths(event.paths)
+
+    def _on_photo_removed(self, event) -> None:
+        self.photos.remove_path(event.path)
+
+    def _on_problems_changed(self, event) -> None:
+        n = len(event.problems)
+        self.problems_btn.setVisible(n > 0)
+        self.problems_btn.setText(f"⚠ {n} skipped")
+
+    def _on_methods_changed(self, event) -> None:
+        self.results_panel.set_methods(event.methods)
+        for mid, a in self.method_actions.items():
+            a.setVisible(mid in event.methods)
+
+    def _on_marks_changed(self, _event) -> None:
+        self.results_panel.update_marks()
+
+    def _on_refused(self, event) -> None:
+        self.show_error(event.message, kind="warning")
+
+    def _on_job_started(self, event) -> None:
+        self._sync_busy()
+
+    def _on_job_finished(self, event) -> None:
+        self._sync_busy()
+
+    def _sync_busy(self) -> None:
+        """Progress bar and Cancel while indexing or learning; the ETA while indexing."""
+        jobs = self.session.jobs
+        busy = jobs.running("index") or jobs.running("learn")
+        self.progress.setVisible(busy)
+        self.cancel_btn.setVisible(busy)
+        self.eta_label.setVisible(jobs.running("index"))
+
+    def _on_query_changed(self, event) -> None:
+        src = event.source
+        self.grid_delegate.query_path = src
+        self.grid.viewport().update()
+        name = QueryModel.display_name(src)
+        pm = None if src is None else self.thumbs.pixmap(src)
+        label = METHODS.get(event.method, event.method)
+        hint = {
+            "none": "Click a photo, press Enter, or drop/paste an image.",
+            "pending": "Searching when indexing finishes…",
+            "searching": f"Searching ({label})…",
+            "done": f"{event.n} results · {label}",
+            "failed": "Search failed.",
+        }[event.status]
+        self.results_panel.set_query(name, pm, hint)
+        if event.status in ("none", "searching"):
+            self.results_panel.status.setText("")
+        elif event.status == "done" and event.seconds is not None:
+            self.results_panel.status.setText(f"Found in {event.seconds * 1000:.0f} ms")
+
+    def _on_query_results(self, event) -> None:
+        self.results.set_hits(event.source, event.method, event.hits)
+
+    def _on_match_busy(self, event) -> None:
+        view = getattr(self, "matches_view", None)
+        if view is not None:
+            view.set_choices([h.path for h in self.session.query.hits], event.result)
+            view.set_busy(f"Matching {Path(event.query).name} with {Path(event.result).name}…")
+
+    def _on_match_changed(self, event) -> None:
+        view = getattr(self, "matches_view", None)
+        if view is None:
+            return
+        if event.data is None:
+            view.clear()
+        else:
+            view.set_match(event.data)
+            self.match_shown.emit()
+
+    def _on_duplicates_groups(self, event) -> None:
+        if not event.groups:
+            self.duplicates_shown.emit()
+
+    def _on_duplicates_copies(self, _event) -> None:
+        self.duplicates_shown.emit()
 
     # ======================================================================== construction
     def _build_views(self) -> None:
@@ -296,7 +421,7 @@ class MainWindow(QMainWindow):
         return self.matches_view
 
     def _make_duplicates(self) -> QWidget:
-        self.dup_view = DuplicatesView()
+        self.dup_view = DuplicatesView(session=self.session)
         self.dup_view.thumbs = self.thumbs
         self.thumbs.ready.connect(self.dup_view.on_thumbnail)
         self.dup_view.find_requested.connect(self.find_duplicates)
@@ -499,8 +624,8 @@ class MainWindow(QMainWindow):
         s.setValue("thumbSize", self.size_slider.value())
         s.setValue("method", self.results_panel.current_method())
         s.setValue("top", self.results_panel.top.value())
-        if self.folder is not None:
-            s.setValue("lastFolder", str(self.folder))
+        if self.session.folder is not None:
+            s.setValue("lastFolder", str(self.session.folder))
         s.sync()
 
     def recent_folders(self) -> list[str]:
@@ -549,12 +674,27 @@ class MainWindow(QMainWindow):
 
         return handler
 
-    def run_worker(self, func, *args, connect=None, context="Background task", **kwargs):
-        """Start ``func`` in the shared worker helper; errors go to :meth:`show_error`."""
+    def run_worker(
+        self, func, *args, connect=None, context="Background task", token=None, job=None,
+        **kwargs,
+    ):  # fmt: skip
+        """Start ``func`` in the shared worker helper; errors go to :meth:`show_error`.
+
+        With a session ``token`` every callback (and the error report) goes through
+        :meth:`Session.accept`: results of an earlier folder or a superseded request are
+        dropped. ``job`` (a label) also registers the worker as the token's running job
+        (cancellable through ``session.jobs``) until it finishes.
+        """
         connect = dict(connect or {})
-        user_err = connect.pop("errored", None)
+        err = connect.pop("errored", None) or self._worker_error(context)
+        if token is not None:
+            connect = {k: self.session.accept(token, cb) for k, cb in connect.items()}
+            err = self.session.accept(token, err)
         w = workers.create_worker(func, *args, connect=connect, start=False, **kwargs)
-        w.errored.connect(user_err or self._worker_error(context))
+        w.errored.connect(err)
+        if token is not None and job is not None:
+            self.session.jobs.start(token, job, cancel=w.quit, handle=w)
+            w.finished.connect(lambda: self.session.jobs.finish(token))
         return w.start()
 
     # ======================================================================== collection
@@ -568,41 +708,25 @@ class MainWindow(QMainWindow):
         self.open_folder(demo)
 
     def open_folder_dialog(self) -> None:
-        start = str(self.folder or Path.home())
+        start = str(self.session.folder or Path.home())
         folder = QFileDialog.getExistingDirectory(self, "Open a folder of photos", start)
         if folder:
             self.open_folder(folder)
 
     def open_folder(self, folder, index_dir=None) -> None:
-        """Open ``folder`` (index in ``index_dir`` or the default place) and index it."""
-        folder = Path(folder).expanduser()
-        if not folder.is_dir():
-            self.show_error(f"{folder} is not a folder.")
+        """Open ``folder`` (index in ``index_dir`` or the default place) and index it.
+
+        The session resets everything the window shows and makes every earlier
+        background result stale, in one place (:meth:`Session.open_folder`)."""
+        try:
+            self.session.open_folder(folder, index_dir)
+        except NotADirectoryError as exc:
+            self.show_error(str(exc))
             return
-        self.cancel_indexing()
-        self._close_collection()
-        self.banner.hide()
-        self.folder = folder.resolve()
-        self.index_dir = None if index_dir is None else Path(index_dir)
-        self.setWindowTitle(f"{self.folder.name} — Simile")
-        self.results_panel.delegate.root = self.folder
-        self.photos.set_paths([])
-        self.results.set_hits(None, "", [])
-        self.results_panel.set_query(
-            "No query yet", None, "Click a photo, press Enter, or drop/paste an image."
-        )
-        self.query_path = None
-        self._query_source = None
-        self._pending_query = None
-        self.problems = []
-        self._update_problems_button()
-        if hasattr(self, "matches_view"):
-            self.matches_view.clear()
-        self._remember_folder(self.folder)
         self._start_indexing()
 
     def reindex(self) -> None:
-        if self.folder is None:
+        if self.session.folder is None:
             self.open_folder_dialog()
             return
         if self.is_indexing():
@@ -614,64 +738,51 @@ class MainWindow(QMainWindow):
         self._start_indexing()
 
     def is_learning(self) -> bool:
-        return self._learn_worker is not None
+        return self.session.jobs.running("learn")
 
     def is_indexing(self) -> bool:
-        return self._index_worker is not None
+        return self.session.jobs.running("index")
 
     def _start_indexing(self) -> None:
-        self._eta.reset()
-        self._arrived = []
-        self.status_label.setText(f"Opening {self.folder}…")
+        s = self.session
+        folder = s.folder
+        token = s.begin("index")
+        s.close_collection()  # the indexing process takes the index's writer lock
+        self.status_label.setText(f"Opening {folder}…")
         self.progress.setRange(0, 0)
-        self.progress.show()
         self.eta_label.setText("")
-        self.eta_label.show()
-        self.cancel_btn.show()
-        self._index_started = time.monotonic()
-        self._close_collection()  # the indexing process takes the index's writer lock
         w = workers.create_worker(
             _open_and_index,
-            self.folder,
-            self.index_dir,
+            folder,
+            s.index_dir,
             pass_cancel=True,
             abort_on_quit=False,  # cancelling still opens what was indexed so far
             start=False,
         )
-
-        def current(slot):  # a superseded run (another folder was opened) is ignored
-            return lambda *a: slot(*a) if w is self._index_worker else None
-
-        def stale_done(result) -> None:
-            if w is not self._index_worker:
-                result[-1].close()
-
-        w.yielded.connect(current(self._on_index_progress))
-        w.returned.connect(current(self._on_index_done))
-        w.returned.connect(stale_done)
-        w.aborted.connect(current(self._on_index_aborted))
-        w.errored.connect(current(self._on_index_error))
-        w.finished.connect(current(self._on_index_finished))
-        self._index_worker = w
+        job = s.jobs.start(token, f"Indexing {folder.name}", cancel=w.quit, handle=w)
+        job.extra.update(eta=EtaEstimator(), started=time.monotonic())
+        w.yielded.connect(s.accept(token, lambda item: self._on_index_progress(job, item)))
+        # a superseded run's collection is closed by the session, never shown
+        w.returned.connect(lambda result: self._on_index_done(token, job, result))
+        w.aborted.connect(s.accept(token, self._on_index_aborted))
+        w.errored.connect(s.accept(token, self._on_index_error))
+        w.finished.connect(s.accept(token, lambda: self._on_index_finished(token)))
         self._flush_timer.start()
         w.start()
 
     def cancel_indexing(self) -> None:
         """Stop indexing (and learning) at the next step (Esc / Cancel)."""
-        if self._learn_worker is not None:
-            self.status_label.setText("Cancelling…")
-            self._learn_worker.quit()
-        if self._index_worker is not None:
-            self.status_label.setText("Cancelling…")
-            self._index_worker.quit()
+        for topic in ("learn", "index"):
+            if self.session.jobs.cancel(topic):
+                self.status_label.setText("Cancelling…")
 
-    def _on_index_progress(self, item) -> None:
+    def _on_index_progress(self, job, item) -> None:
+        s = self.session
         kind = item[0]
         if kind == "opened":
             _, paths, index_dir = item
-            self.index_dir = Path(index_dir)
-            self.thumbs.set_cache_dir(_thumb_cache(self.index_dir))
-            self.photos.append_paths(paths)
+            self.thumbs.set_cache_dir(_thumb_cache(Path(index_dir)))
+            s.index_opened(job.token, paths, index_dir)
             return
         p = item[1]
         total = int(getattr(p, "total", 0) or 0)
@@ -679,44 +790,37 @@ class MainWindow(QMainWindow):
         status = getattr(p, "status", "")
         path = getattr(p, "path", None)
         if status in ("indexed", "unchanged") and path:
-            self._arrived.append(str(path))
+            s.photos_arrived([str(path)])
         elif status == "failed" and path:
-            self.problems.append((str(path), getattr(p, "message", "") or "could not be read"))
-            self._update_problems_button()
+            s.add_problem(str(path), getattr(p, "message", "") or "could not be read")
+        name = s.folder.name
         if status == "finalizing":
             self.progress.setRange(0, 0)  # busy: the last step has no count
             self.eta_label.setText("")
             msg = getattr(p, "message", "") or "building the search index"
-            self.status_label.setText(f"Finishing {self.folder.name}: {msg}…")
+            self.status_label.setText(f"Finishing {name}: {msg}…")
         elif total > 0 and status not in ("scanning",):
             self.progress.setRange(0, total)
             self.progress.setValue(done)
-            eta = self._eta.update(done, total)
+            eta = job.extra["eta"].update(done, total)
             self.eta_label.setText(f"{format_duration(eta)} left")
-            self.status_label.setText(f"Indexing {self.folder.name}: {done} of {total} photos")
+            self.status_label.setText(f"Indexing {name}: {done} of {total} photos")
         else:
             self.status_label.setText(getattr(p, "message", "") or "Looking for photos…")
 
-    def _flush_arrived(self) -> None:
-        if self._arrived:
-            batch, self._arrived = self._arrived, []
-            self.photos.append_paths(batch)
-
-    def _on_index_done(self, result) -> None:
-        summary, paths, failures, methods, coll = result
-        self.collection = coll
-        self._flush_arrived()
-        if sorted(str(p) for p in paths) != self.photos.paths():
-            self.photos.set_paths(paths)
-        self.problems = [(str(p), str(r)) for p, r in failures]
-        self._update_problems_button()
-        n = len(paths)
-        self._set_methods(methods)
-        self._load_marks(coll)
-        self.collection_opened.emit(coll)
-        secs = getattr(summary, "seconds", time.monotonic() - self._index_started)
+    def _on_index_done(self, token, job, result: IndexResult) -> None:
+        s = self.session
+        if not s.collection_ready(token, result.collection, result.paths, result.failures,
+                                  result.methods, result.marks):  # fmt: skip
+            return  # another folder was opened meanwhile: its collection is closed
+        wanted, s.query.wanted_method = s.query.wanted_method, None
+        if wanted is not None:
+            self.set_method(wanted, rerun=False)
+        summary = result.summary
+        n = len(s.photos)
+        secs = getattr(summary, "seconds", time.monotonic() - job.extra["started"])
         new = getattr(summary, "indexed", 0)
-        msg = f"{n} photos in {self.folder.name}"
+        msg = f"{n} photos in {s.folder.name}"
         if getattr(summary, "cancelled", False):
             msg = f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
         elif new:
@@ -724,53 +828,31 @@ class MainWindow(QMainWindow):
         self.status_label.setText(msg)
 
     def _on_index_aborted(self) -> None:
-        self._flush_arrived()
-        n = self.photos.rowCount()
+        self.session.flush_arrivals()
+        n = len(self.session.photos)
         self.status_label.setText(
             f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
         )
 
     def _on_index_error(self, exc) -> None:
-        self.show_error(plain_error(exc, f"Could not index {self.folder}"))
+        self.show_error(plain_error(exc, f"Could not index {self.session.folder}"))
 
-    def _on_index_finished(self) -> None:
+    def _on_index_finished(self, token) -> None:
+        s = self.session
         self._flush_timer.stop()
-        self._flush_arrived()
-        self._index_worker = None
-        self.progress.hide()
-        self.eta_label.hide()
-        self.cancel_btn.hide()
-        self.indexing_finished.emit(self.collection)
-        if self._refresh_duplicates and self.collection is not None:
-            self._refresh_duplicates = False
+        s.flush_arrivals()
+        s.jobs.finish(token)
+        self.indexing_finished.emit(s.collection)
+        if s.duplicates.refresh_after_index and s.collection is not None:
+            s.duplicates.refresh_after_index = False
             self.find_duplicates(None)
-        if self._pending_query is not None and self.collection is not None:
-            src, self._pending_query = self._pending_query, None
-            self._run_query(src)
-
-    def _close_collection(self) -> None:
-        coll, self.collection = self.collection, None
-        if coll is not None:
-            try:
-                coll.close()
-            except Exception as exc:
-                log.debug("close failed: %s", exc)
-
-    def _update_problems_button(self) -> None:
-        n = len(self.problems)
-        self.problems_btn.setVisible(n > 0)
-        self.problems_btn.setText(f"⚠ {n} skipped")
-
-    def _set_methods(self, available: list[str]) -> None:
-        self.results_panel.set_methods(available)
-        for mid, a in self.method_actions.items():
-            a.setVisible(mid in available)
+        if s.query.pending is not None and s.collection is not None:
+            self._run_query(s.query.take_pending())
 
     # ======================================================================== search
     def query_photo(self, path) -> None:
         if not path:
             return
-        self._query_source = str(path)
         self._run_query(str(path))
 
     def query_image(self, image: QImage) -> None:
@@ -797,62 +879,43 @@ class MainWindow(QMainWindow):
         a = self.method_actions.get(method)
         if a is not None and not a.isChecked():
             a.setChecked(True)
-        if self._query_source is not None:
-            self._run_query(self._query_source)
+        if self.session.query.source is not None:
+            self._run_query(self.session.query.source)
 
     def search_settings(self) -> SearchSettings:
         return SearchSettings(self.results_panel.current_method(), self.results_panel.top.value())
 
     def _run_query(self, source: str) -> None:
-        self.query_path = source
-        self.grid_delegate.query_path = source
-        self.grid.viewport().update()
-        pm = self.thumbs.pixmap(source)
-        name = Path(source).name if not Path(source).name.startswith("pasted-") else "Pasted image"
-        if self.collection is None or self.is_indexing():
-            self._pending_query = source
-            self.results_panel.set_query(name, pm, "Searching when indexing finishes…")
+        s = self.session
+        coll = s.collection
+        if coll is None or self.is_indexing():
+            s.query.set_pending(source)
             return
         st = self.search_settings()
-        self._query_token += 1
-        token = self._query_token
-        self.results_panel.set_query(name, pm, f"Searching ({METHODS[st.method]})…")
-        self.results_panel.status.setText("")
+        token = s.begin("query")  # a newer search supersedes this one
+        s.query.searching(source, st)
         t0 = time.monotonic()
-        coll = self.collection
+        name = QueryModel.display_name(source)
 
         def done(hits) -> None:
-            if token != self._query_token:
-                return  # a newer search superseded this one
-            self.results.set_hits(
-                source, st.method, [Hit(str(h.path), float(h.score)) for h in hits]
-            )
-            dt = time.monotonic() - t0
-            self.results_panel.set_query(
-                name, self.thumbs.pixmap(source), f"{len(hits)} results · {METHODS[st.method]}"
-            )
-            self.results_panel.status.setText(f"Found in {dt * 1000:.0f} ms")
+            s.query.set_results(source, st.method, hits, time.monotonic() - t0)
             self.results_changed.emit()
 
         def failed(exc) -> None:
-            if token == self._query_token:
-                self.results_panel.set_query(name, pm, "Search failed.")
-                self.show_error(plain_error(exc, f"Searching with {name} failed"))
-                self.results_changed.emit()
+            s.query.failed()
+            self.show_error(plain_error(exc, f"Searching with {name} failed"))
+            self.results_changed.emit()
 
         self.run_worker(
-            coll.query,
-            source,
-            method=st.method,
-            top=st.top,
+            coll.query, source, method=st.method, top=st.top, token=token,
             connect={"returned": done, "errored": failed},
-        )
+        )  # fmt: skip
 
     def export_results_dialog(self) -> None:
-        if self.results.rowCount() == 0:
+        if not self.session.query.hits:
             self.show_error("There are no results to export yet.", kind="warning")
             return
-        start = str((self.folder or Path.home()) / "simile-results.csv")
+        start = str((self.session.folder or Path.home()) / "simile-results.csv")
         fname, _ = QFileDialog.getSaveFileName(
             self, "Export results", start, "CSV (*.csv);;JSON (*.json)"
         )
@@ -860,17 +923,15 @@ class MainWindow(QMainWindow):
             self.export_results(fname)
 
     def export_results(self, fname) -> Path | None:
+        q = self.session.query
         try:
             out = export_results(
-                fname,
-                self.results.query or "",
-                self.results.method,
-                [(h.path, h.score) for h in self.results.hits()],
+                fname, q.hits_source or "", q.hits_method, [(h.path, h.score) for h in q.hits]
             )
         except (OSError, ValueError) as exc:
             self.show_error(plain_error(exc, "Export failed"))
             return None
-        self.status_label.setText(f"Saved {self.results.rowCount()} results to {out}")
+        self.status_label.setText(f"Saved {len(q.hits)} results to {out}")
         return out
 
     # ======================================================================== feedback
@@ -878,13 +939,13 @@ class MainWindow(QMainWindow):
         """Make ``method`` selectable if it can be used; else say why (True if offered)."""
         if method != "learned":
             return False
-        if self.collection is None or self.is_indexing():
-            self._wanted_method = method  # decided when the folder is open
+        if self.session.collection is None or self.is_indexing():
+            self.session.query.wanted_method = method  # decided when the folder is open
             return False
         try:
-            from engine.feedback import load_model
+            from engine.workflows.feedback import load_model
 
-            load_model(self.collection)
+            load_model(self.session.collection)
         except LookupError as exc:
             msg = str(exc.args[0] if exc.args else exc)
             self.show_error(f"Learned similarity is not available: {msg}.", kind="info")
@@ -892,27 +953,8 @@ class MainWindow(QMainWindow):
         except Exception as exc:
             self.show_error(plain_error(exc, "The learned similarity could not be loaded"))
             return False
-        self._add_method("learned")
+        self.session.add_method("learned")
         return True
-
-    def _add_method(self, method: str) -> None:
-        m = self.results_panel.method
-        have = [m.itemData(i) for i in range(m.count())]
-        if method not in have:
-            self._set_methods([k for k in METHODS if k in have or k == method])
-
-    def _load_marks(self, coll) -> None:
-        try:
-            from engine.feedback import load_marks
-
-            self.marks.load(load_marks(coll))
-        except Exception as exc:  # an unreadable mark list must not stop the folder opening
-            log.warning("could not read the marks: %s", exc)
-            self.marks.load([])
-        self.results_panel.update_marks()
-        wanted, self._wanted_method = getattr(self, "_wanted_method", None), None
-        if wanted is not None:
-            self.set_method(wanted, rerun=False)
 
     def _writable_collection(self, what: str):
         """The open collection if ``what`` can write to its index now, else None (and the
@@ -921,65 +963,60 @@ class MainWindow(QMainWindow):
         if self.is_indexing():
             self.show_error(f"{what} once indexing has finished.", kind="warning")
             return None
-        coll = self.collection
+        coll = self.session.collection
         if coll is None:
             self.show_error(f"Open a folder first: {what.lower()} needs its index.",
                             kind="warning")  # fmt: skip
             return None
         if getattr(coll.store, "readonly", False):
-            self.show_error(f"The index of {self.folder} is read-only here, so {what.lower()} "
-                            "is not possible.", kind="warning")  # fmt: skip
+            self.show_error(f"The index of {self.session.folder} is read-only here, so "
+                            f"{what.lower()} is not possible.", kind="warning")  # fmt: skip
             return None
         return coll
 
     def mark_result(self, result: str, relevant: bool) -> None:
         """Thumbs up (``relevant``) or down on a result of the current query; clicking the
         same thumb again removes the mark. Stored in the index in the background."""
-        query = self.results.query
+        s = self.session
+        query = s.query.hits_source
         if query is None or not result:
             return
         coll = self._writable_collection("Marks can be saved")
         if coll is None:
             return
-        before = self.marks.get(query, result)
-        new = self.marks.toggled(query, result, relevant)
-        self.marks.set(query, result, new)
-        self.results_panel.update_marks()
+        before = s.marks.get(query, result)
+        new = s.marks.toggled(query, result, relevant)
+        s.set_mark(query, result, new)
+        token = s.begin("marks", supersede=False)  # every save reports; a new folder drops it
 
         def failed(exc) -> None:
-            self.marks.set(query, result, before)
-            self.results_panel.update_marks()
+            s.set_mark(query, result, before)
             self.show_error(plain_error(exc, "Saving the mark failed"))
 
         self.run_worker(
-            save_mark, coll, query, result, new,
+            save_mark, coll, query, result, new, token=token,
             connect={"returned": lambda _n: self.marks_saved.emit(), "errored": failed},
         )  # fmt: skip
 
     def learn_from_marks(self) -> None:
         """Fit OASIS on the stored marks in the background (progress, Esc cancels)."""
+        s = self.session
         if self.is_learning():
             return
         coll = self._writable_collection("Learning from your marks is possible")
         if coll is None:
             return
-        if len(self.marks) == 0:
+        if len(s.marks) == 0:
             self.show_error(
                 "There are no marks yet: search, then click ✓ on results that are similar to "
                 "the query and ✗ on those that are not.", kind="warning"
             )  # fmt: skip
             return
-        from engine.feedback import learn
+        from engine.workflows.feedback import learn
 
-        self._learn_token += 1
-        token = self._learn_token
+        token = s.begin("learn")
         self.progress.setRange(0, 0)
-        self.progress.show()
-        self.cancel_btn.show()
         self.status_label.setText("Learning from your marks…")
-
-        def current(slot):
-            return lambda *a: slot(*a) if token == self._learn_token else None
 
         def progress(p) -> None:
             total = int(getattr(p, "total", 0) or 0)
@@ -992,18 +1029,12 @@ class MainWindow(QMainWindow):
                 + (f" (score {score:.2f})" if score == score else "")
             )
 
-        def over() -> None:  # before telling anyone: the window is idle again
-            self._learn_worker = None
-            if not self.is_indexing():
-                self.progress.hide()
-                self.cancel_btn.hide()
-
         def done(summary) -> None:
-            over()
+            s.jobs.finish(token)  # before telling anyone: the window is idle again
             if summary is None:
                 self.status_label.setText("Learning cancelled; nothing was changed.")
             else:
-                self._add_method("learned")
+                s.add_method("learned")
                 self.status_label.setText(
                     f"Learned a similarity from {summary.n_constraints} comparisons in "
                     f"{format_duration(summary.seconds)} ({summary.score_name} "
@@ -1013,30 +1044,28 @@ class MainWindow(QMainWindow):
             self.learning_finished.emit(summary)
 
         def aborted() -> None:
-            over()
+            s.jobs.finish(token)
             self.status_label.setText("Learning cancelled; nothing was changed.")
             self.learning_finished.emit(None)
 
         def failed(exc) -> None:
-            over()
+            s.jobs.finish(token)
             self.show_error(plain_error(exc, "Learning from your marks failed"))
             self.learning_finished.emit(None)
 
-        def finished() -> None:
-            if token == self._learn_token and self._learn_worker is not None:
-                over()
-
-        self._learn_worker = self.run_worker(
-            learn, coll, method="oasis", source="marks", pass_cancel=True,
-            connect={"yielded": current(progress), "returned": current(done),
-                     "aborted": current(aborted), "errored": current(failed),
-                     "finished": finished},
+        self.run_worker(
+            learn, coll, method="oasis", source="marks", pass_cancel=True, token=token,
+            job="Learning from your marks",
+            connect={"yielded": progress, "returned": done, "aborted": aborted,
+                     "errored": failed},
         )  # fmt: skip
 
     # ======================================================================== matches
     def show_matches(self, result_path=None) -> None:
         """Open the correspondence view for the query and ``result_path`` (or the best other)."""
-        if self.query_path is None or self.collection is None:
+        s = self.session
+        query = s.query.source
+        if query is None or s.collection is None:
             self.show_error("Search with a photo first, then pick a result.", kind="warning")
             return
         if result_path is None:
@@ -1044,29 +1073,17 @@ class MainWindow(QMainWindow):
         if result_path is None:
             return
         self.show_view("matches")
-        view = self.matches_view
-        view.set_choices(self.results.paths(), result_path)
-        view.set_busy(f"Matching {Path(self.query_path).name} with {Path(result_path).name}…")
-        self._match_token += 1
-        token = self._match_token
-
-        def done(data) -> None:
-            if token == self._match_token:
-                view.set_match(data)
-                self.match_shown.emit()
-
+        token = s.begin("match")
+        s.match.start(query, result_path)
         self.run_worker(
-            compute_match,
-            self.collection,
-            self.query_path,
-            result_path,
-            connect={"returned": done},
-            context="Matching failed",
-        )
+            compute_match, s.collection, query, result_path, token=token,
+            connect={"returned": s.match.set_data}, context="Matching failed",
+        )  # fmt: skip
 
     # ======================================================================== duplicates
     def find_duplicates(self, threshold=None) -> None:
-        if self.collection is None or self.is_indexing():
+        s = self.session
+        if s.collection is None or self.is_indexing():
             self.show_error(
                 "Duplicates can be searched once the folder is indexed.", kind="warning"
             )
@@ -1078,47 +1095,32 @@ class MainWindow(QMainWindow):
             view.threshold.setValue(float(threshold))
             view.threshold.blockSignals(False)
         thr = view.threshold.value()
-        view.set_busy(f"Looking for near-duplicates at similarity ≥ {thr:.2f}…")
-        self._dup_token += 1
-        token = self._dup_token
-
-        def done(groups) -> None:
-            if token == self._dup_token:
-                view.set_groups(groups)
-                if not groups:
-                    self.duplicates_shown.emit()
+        token = s.begin("duplicates")  # (also drops the copies of the groups shown)
+        s.duplicates.start(thr)
 
         def failed(exc) -> None:
-            view.set_groups([])
+            s.duplicates.set_groups([], thr)
             self.show_error(plain_error(exc, "Finding duplicates failed"))
 
         self.run_worker(
-            self.collection.duplicates,
-            threshold=thr,
-            connect={"returned": done, "errored": failed},
-        )
+            s.collection.duplicates, threshold=thr, token=token,
+            connect={"returned": lambda groups: s.duplicates.set_groups(groups, thr),
+                     "errored": failed},
+        )  # fmt: skip
 
     def _show_group(self, row: int) -> None:
-        g = self.dup_view.groups[row]
-        token = self._dup_token
-
-        def done(res) -> None:
-            if token == self._dup_token:
-                self.dup_view.set_copies(*res)
-                self.duplicates_shown.emit()
-
+        s = self.session
+        g = s.duplicates.select(row)
+        token = s.begin("copies")
         self.run_worker(
-            describe_copies,
-            list(g.paths),
-            list(getattr(g, "scores", []) or []),
-            connect={"returned": done},
-            context="Comparing copies failed",
-        )
+            describe_copies, list(g.paths), list(getattr(g, "scores", []) or []),
+            token=token, context="Comparing copies failed",
+            connect={"returned": lambda res: s.duplicates.set_copies(*res)},
+        )  # fmt: skip
 
     def _on_trashed(self, path: str) -> None:
-        self.photos.remove_path(path)
+        self.session.file_trashed(path)  # groups are found again once the index forgot it
         self.status_label.setText(f"Moved {Path(path).name} to the trash")
-        self._refresh_duplicates = True  # once the index has forgotten the file
         if not self.is_indexing():
             self._start_indexing()
 
@@ -1178,7 +1180,7 @@ class MainWindow(QMainWindow):
         viewer.show()
 
         def load(p):
-            from engine.imageio import image_size, load_image
+            from engine.io.imageio import image_size, load_image
 
             arr = load_image(p, max_side=4096)
             w, h = image_size(p)
@@ -1244,30 +1246,54 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         if self.persist:
             self.save_settings()
-        self.cancel_indexing()
+        for job in self.session.jobs:
+            self.session.jobs.cancel(job.topic)
         self.thumbs.shutdown()
         workers.wait_all(10_000)
-        self._close_collection()
+        self.session.close()  # what workers still deliver is stale; the index is closed
         self._tmpdir.cleanup()
         super().closeEvent(event)
 
 
 # ============================================================================ worker side
+@dataclass
+class IndexResult:
+    """What indexing hands the session: the searchable collection and what it knows."""
+
+    summary: object
+    paths: list[str]
+    failures: list
+    methods: list[str]
+    marks: list
+    collection: object
+
+
 def _open_and_index(folder: Path, index_dir: Path | None, cancel=None):
     """Index ``folder`` in a child process (see :mod:`app.gui.indexer`), yielding its
-    progress, then open the finished index here for searching."""
+    progress, then open the finished index here for searching (and read its marks)."""
     from app.gui.indexer import index_in_child
     from engine.collection import Collection
 
     summary = yield from index_in_child(folder, index_dir, cancel=cancel)
     coll = Collection.open(folder, index_dir)
-    return (
+    return IndexResult(
         summary,
         [str(p) for p in coll.paths()],
         list(coll.failures()),
         _available_methods(coll),
+        _stored_marks(coll),
         coll,
     )
+
+
+def _stored_marks(coll) -> list:
+    try:
+        from engine.workflows.feedback import load_marks
+
+        return list(load_marks(coll))
+    except Exception as exc:  # an unreadable mark list must not stop the folder opening
+        log.warning("could not read the marks: %s", exc)
+        return []
 
 
 def _preload_engine() -> None:
@@ -1278,8 +1304,8 @@ def _preload_engine() -> None:
     """
     for mod in (
         "engine.collection",
-        "engine.features",
-        "engine.imageio",
+        "engine.features.keypoints",
+        "engine.io.imageio",
         "PIL.Image",
         "engine.learn",
     ):
@@ -1299,7 +1325,7 @@ def _available_methods(coll) -> list[str]:
         return methods
     try:
         import engine.collection as ec
-        import engine.feedback as fb  # registers "learned"
+        import engine.workflows.feedback as fb  # registers "learned"
 
         if "learned" in ec.available_methods() and coll.store.has_state(fb.MODEL_STATE):
             methods.append("learned")

@@ -40,7 +40,7 @@ def click_thumb(qtbot, win, result: str, up: bool) -> None:
 
 
 def stored(win) -> dict[tuple[str, str], bool]:
-    from engine.feedback import load_marks
+    from engine.workflows.feedback import load_marks
 
     return {(Path(m.query).name, Path(m.result).name): m.relevant
             for m in load_marks(win.collection)}  # fmt: skip

@@ -148,7 +148,7 @@ def test_cancel_indexing(qtbot, window, tmp_path):
             window.cancel_indexing()
 
     window.open_folder(folder, tmp_path / "idx")
-    window._index_worker.yielded.connect(on_progress)
+    window.session.jobs.get("index").handle.yielded.connect(on_progress)
     qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
     assert seen, "indexing never reported progress"
     assert "cancel" in window.status_label.text().lower()
