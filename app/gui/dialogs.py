@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app import __version__
 from app.gui.matches import ZoomView
 from app.gui.state import licences_file
+from engine.index.files import display_path
 
 __all__ = ["AboutDialog", "ImageViewer", "ProblemsPanel"]
 
@@ -99,8 +100,8 @@ class ProblemsPanel(QDialog):
     def set_problems(self, problems: list[tuple[str, str]]) -> None:
         self.table.setRowCount(len(problems))
         for r, (path, reason) in enumerate(problems):
-            item = QTableWidgetItem(Path(path).name)
-            item.setToolTip(str(path))
+            item = QTableWidgetItem(display_path(Path(path).name))
+            item.setToolTip(display_path(path))
             self.table.setItem(r, 0, item)
             self.table.setItem(r, 1, QTableWidgetItem(reason))
         self.label.setText(

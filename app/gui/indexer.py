@@ -45,6 +45,8 @@ class Summary:
     total: int = 0
     seconds: float = 0.0
     cancelled: bool = False
+    #: entries the scan passed over, ``(path, reason)``: links, FIFOs, unreadable folders
+    skipped: list = field(default_factory=list)
 
 
 def _child(folder: str, index_dir: str | None, q, cancel, jobs: int | None) -> None:
@@ -68,10 +70,14 @@ def _child(folder: str, index_dir: str | None, q, cancel, jobs: int | None) -> N
                     break
                 q.put(("progress", (p.done, p.total, p.path, p.status, p.message)))
             failed = [(str(a), str(b)) for a, b in getattr(s, "failed", [])]
+            skipped = [
+                (str(a), str(b))
+                for a, b in [*getattr(s, "scan_errors", []), *getattr(s, "skipped", [])]
+            ]
             q.put((
                 "done",
                 (s.indexed, s.unchanged, s.removed, failed, s.total, s.seconds,
-                 bool(getattr(s, "cancelled", False))),
+                 bool(getattr(s, "cancelled", False)), skipped),
             ))  # fmt: skip
         finally:
             coll.close()

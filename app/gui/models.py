@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from app.gui.session import Hit
 from app.gui.thumbnails import ThumbnailProvider
+from engine.index.files import display_path
 
 __all__ = [
     "PATH_ROLE",
@@ -85,9 +86,9 @@ class PhotoListModel(ThumbModel):
             return None
         p = self._paths[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return Path(p).name
+            return shown_name(p)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{Path(p).name}\n{Path(p).parent}"
+            return f"{shown_name(p)}\n{display_path(Path(p).parent)}"
         if role == Qt.ItemDataRole.DecorationRole:
             return self.thumbs.pixmap(p)
         if role == PATH_ROLE:
@@ -138,9 +139,10 @@ class ResultsModel(ThumbModel):
         r = index.row()
         p = self._paths[r]
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"{r + 1}. {Path(p).name}  {self._scores[r]:.3f}"
+            return f"{r + 1}. {shown_name(p)}  {self._scores[r]:.3f}"
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"#{r + 1}  {Path(p).name}\nscore {self._scores[r]:.4f}\n{Path(p).parent}"
+            parent = display_path(Path(p).parent)
+            return f"#{r + 1}  {shown_name(p)}\nscore {self._scores[r]:.4f}\n{parent}"
         if role == Qt.ItemDataRole.DecorationRole:
             return self.thumbs.pixmap(p)
         if role == PATH_ROLE:
@@ -182,6 +184,12 @@ class ResultsModel(ThumbModel):
 
 
 # -- painting ------------------------------------------------------------------------------
+def shown_name(path) -> str:
+    """A photo's file name for showing: bytes that are not UTF-8 (old archives, Windows
+    zips) become U+FFFD instead of vanishing in Qt (the path itself stays exact)."""
+    return display_path(Path(path).name)
+
+
 def item_data(index, role: int):
     """``index.data(role)`` without the PySide6 6.12 / CPython 3.11 refcount bug.
 

@@ -1279,7 +1279,7 @@ def _open_and_index(folder: Path, index_dir: Path | None, cancel=None):
     return IndexResult(
         summary,
         [str(p) for p in coll.paths()],
-        list(coll.failures()),
+        [*coll.failures(), *getattr(summary, "skipped", ())],
         _available_methods(coll),
         _stored_marks(coll),
         coll,

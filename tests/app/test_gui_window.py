@@ -323,3 +323,27 @@ def test_photo_grid_inserts_arrivals_at_their_sorted_place(qtbot, window):
     assert inserted == [(1, 1), (3, 3)]
     assert [model.row_of(p) for p in model.paths()] == [0, 1, 2, 3]
     model.set_paths([])
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs and byte file names")
+def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path):
+    """A file name that is not UTF-8 is indexed, shown with U+FFFD and searchable; a FIFO
+    and a dangling link are listed as skipped with their reasons."""
+    folder = tmp_path / "odd"
+    pairs = make_folder(folder, 2, seed=3)
+    odd = os.fsdecode(os.fsencode(folder) + b"/Urlaub_M\xfcnchen.jpg")
+    shutil.copy(pairs[0][0], odd)
+    os.mkfifo(folder / "pipe.jpg")
+    os.symlink(tmp_path / "gone.jpg", folder / "dangling.jpg")
+    open_and_wait(qtbot, window, folder, tmp_path / "odd_index")
+    assert odd in window.photos.paths()
+    row = window.photos.row_of(odd)
+    shown = window.photos.data(window.photos.index(row), Qt.ItemDataRole.DisplayRole)
+    assert shown == "Urlaub_M\ufffdnchen.jpg"
+    reasons = {Path(p).name: r for p, r in window.problems}
+    assert reasons["pipe.jpg"] == "not a regular file: a FIFO (named pipe)"
+    assert "dangling" in reasons["dangling.jpg"]
+    query_and_wait(qtbot, window, lambda: window.query_photo(odd))
+    assert window.results.query == odd
+    top = {window.results.path(r) for r in range(min(2, window.results.rowCount()))}
+    assert str(pairs[0][0]) in top  # its byte-identical original
