@@ -12,9 +12,9 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from app import __version__
+from app._argparse import Parser
 
 # Order here is the order in ``simile --help``.
 COMMANDS = ("match", "index", "query", "duplicates", "eval", "cluster", "classify", "learn")
@@ -27,16 +27,8 @@ def _command_modules():
             yield name, importlib.import_module(modname)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (and a one-line hint) and exit status 2, instead of
-    the whole usage block: what a person needs is what was wrong and where to look."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="simile",
         description="Search and organise a folder of photos by what is in them.",
         epilog="Run 'simile FOLDER' (or plain 'simile') to open the desktop window.",

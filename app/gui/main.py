@@ -13,13 +13,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from app._argparse import Parser
+
 __all__ = ["build_parser", "run_gui"]
 
 VIEWS = ("results", "matches", "duplicates", "clusters")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="simile",
         description="Open the Simile window on a folder of photos (the demo photos or the "
         "last folder by default).",
@@ -87,19 +89,23 @@ def _interactive(app, args) -> int:
     win = MainWindow(settings)
     win.show()
     folder = args.folder
+    welcome = False
     if folder is None:
         last = settings.value("lastFolder")
         if last and Path(str(last)).is_dir():
             folder = str(last)
-        else:
+        else:  # the first start (or the last folder is gone): the demo and a welcome
             demo = demo_folder()
             folder = str(demo) if demo is not None else None
+            welcome = True
     if args.method:
         win.set_method(args.method, rerun=False)
     if folder is not None:
         QTimer.singleShot(0, lambda: win.open_folder(folder, args.index))
         if args.query:
             QTimer.singleShot(0, lambda: win.query_photo(args.query))
+    if welcome:  # after the folder opened (opening a folder clears the banner)
+        QTimer.singleShot(0, win.show_welcome)
     if args.view != "results":
         QTimer.singleShot(0, lambda: win.show_view(_view_name(args.view)))
     return app.exec()

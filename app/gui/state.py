@@ -19,6 +19,7 @@ __all__ = [
     "EtaEstimator",
     "SearchSettings",
     "demo_folder",
+    "demo_index_dir",
     "export_results",
     "format_duration",
     "plain_error",
@@ -151,6 +152,21 @@ def demo_folder() -> Path | None:
         if cand.is_dir() and any(cand.iterdir()):
             return cand
     return None
+
+
+def demo_index_dir(folder: Path) -> Path | None:
+    """Where the index of the bundled demo photos lives: the user's cache folder
+    (``$XDG_CACHE_HOME/simile/demo-<hash>``), never inside the installed package; ``None``
+    when ``folder`` is not the demo folder."""
+    import hashlib
+    import os
+
+    demo = demo_folder()
+    if demo is None or Path(folder).resolve() != demo.resolve():
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha1(os.fsencode(str(demo.resolve()))).hexdigest()[:16]
+    return cache / "simile" / f"demo-{digest}"
 
 
 def licences_file() -> Path | None:

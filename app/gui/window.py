@@ -126,6 +126,10 @@ class Banner(QFrame):
         self.label = QLabel()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action = QPushButton()
+        self.action.hide()
+        self.action.clicked.connect(self._run_action)
+        self._callback = None
         close = QToolButton()
         close.setText("✕")
         close.setAutoRaise(True)
@@ -133,15 +137,26 @@ class Banner(QFrame):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(10, 4, 4, 4)
         lay.addWidget(self.label, 1)
+        lay.addWidget(self.action)
         lay.addWidget(close)
         self.hide()
 
-    def show_message(self, text: str, kind: str = "error") -> None:
+    def show_message(self, text: str, kind: str = "error", action=None) -> None:
+        """Show ``text``; ``action``: an optional ``(button label, callback)``."""
         self.setProperty("kind", kind)
         self.style().unpolish(self)
         self.style().polish(self)
         self.label.setText(text)
+        self._callback = action[1] if action else None
+        self.action.setText(action[0] if action else "")
+        self.action.setVisible(bool(action))
         self.show()
+
+    def _run_action(self) -> None:
+        callback = self._callback
+        self.hide()
+        if callback is not None:
+            callback()
 
 
 class MainWindow(QMainWindow):
@@ -707,6 +722,16 @@ class MainWindow(QMainWindow):
             return
         self.open_folder(demo)
 
+    def show_welcome(self) -> None:
+        """The first start: say what the window shows and how to begin."""
+        self.banner.show_message(
+            "Welcome to Simile. These are demo photos, to try searching, duplicates and "
+            "categories; your own photos are one click away. Simile only reads them: it "
+            "never changes, moves or deletes a photo without asking.",
+            kind="info",
+            action=("Open a folder…", self.open_folder_dialog),
+        )
+
     def open_folder_dialog(self) -> None:
         start = str(self.session.folder or Path.home())
         folder = QFileDialog.getExistingDirectory(self, "Open a folder of photos", start)
@@ -717,7 +742,12 @@ class MainWindow(QMainWindow):
         """Open ``folder`` (index in ``index_dir`` or the default place) and index it.
 
         The session resets everything the window shows and makes every earlier
-        background result stale, in one place (:meth:`Session.open_folder`)."""
+        background result stale, in one place (:meth:`Session.open_folder`). The bundled
+        demo photos keep their index in the user's cache folder, never in the package."""
+        from app.gui.state import demo_index_dir
+
+        if index_dir is None:
+            index_dir = demo_index_dir(Path(folder))
         try:
             self.session.open_folder(folder, index_dir)
         except NotADirectoryError as exc:

@@ -347,3 +347,28 @@ def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path)
     assert window.results.query == odd
     top = {window.results.path(r) for r in range(min(2, window.results.rowCount()))}
     assert str(pairs[0][0]) in top  # its byte-identical original
+
+
+def test_first_start_keeps_the_demo_index_out_of_the_package(qtbot, window, tmp_path, monkeypatch):
+    """A plain first ``simile`` opens the demo photos with their index in the user's cache
+    folder (never inside the installed package) and welcomes the person with a way to
+    open their own folder."""
+    from app.gui.state import demo_folder
+
+    demo = demo_folder()
+    if demo is None:
+        pytest.skip("the demo photos are not installed")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    before = sorted(p.name for p in demo.iterdir())
+    chosen = []
+    monkeypatch.setattr(window, "open_folder_dialog", lambda: chosen.append(True))
+    window.show_welcome()
+    assert window.banner.isVisibleTo(window) and "demo photos" in window.banner.label.text()
+    qtbot.mouseClick(window.banner.action, Qt.MouseButton.LeftButton)
+    assert chosen == [True] and not window.banner.isVisibleTo(window)
+    open_and_wait(qtbot, window, demo, None)
+    assert sorted(p.name for p in demo.iterdir()) == before  # nothing written there
+    assert window.session.index_dir is not None
+    assert Path(window.session.index_dir).is_relative_to(cache)
+    assert (Path(window.session.index_dir) / "catalog.sqlite").is_file()
