@@ -1,7 +1,8 @@
 """``simile classify FOLDER IMAGE...``: assign new photos to the groups of ``simile cluster``.
 
 Uses the grouping and the SVM stored by ``simile cluster`` (trained on the groups'
-prototypes over the pyramid-match kernel; :func:`engine.cluster.load_grouping`). The kernel
+prototypes over the pyramid-match kernel; one version of both, read by
+:func:`engine.cluster.load_grouping`). The kernel
 row of a new image against the training images is computed the way the grouping was
 (:func:`engine.cluster.grouping_kernel_rows`): on the dense categorisation features and
 vocabulary (the default ``--features dense``), or from the collection's ``vocabulary`` /

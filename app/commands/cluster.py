@@ -15,10 +15,11 @@ SVM on the prototypes that assigns every image (``--no-relabel`` keeps the cut's
 (``--method``, ``--spatial G``: visual words within G x G and coarser cells).
 
 The grouping runs in the engine (:func:`engine.cluster.group_collection_iter`) and is stored
-in the index (``cluster.*`` arrays, :func:`engine.cluster.save_grouping`: groups,
-prototypes, outliers, flow, feature masks and the classifier trained on the prototypes), so
-``simile classify`` can assign new photos to the groups and the app can show the masks. This
-module parses the arguments and prints the groups.
+in the index as one version (the state :data:`engine.index.keys.GROUPING_STATE`,
+:func:`engine.cluster.save_grouping`: groups, prototypes, outliers, flow, feature masks and
+the classifier trained on the prototypes, committed together), so ``simile classify`` can
+assign new photos to the groups and the app can show them. This module parses the
+arguments and prints the groups.
 """
 
 from __future__ import annotations

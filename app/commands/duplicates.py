@@ -1,4 +1,9 @@
-"""``simile duplicates FOLDER``: groups of near-duplicate images."""
+"""``simile duplicates FOLDER``: groups of near-duplicate images, and the copy to keep.
+
+The groups come from :meth:`engine.collection.Collection.duplicates`; the copy suggested
+to keep from :func:`engine.workflows.duplicates.suggest_keeper` (the app's choice too).
+This module parses the arguments and prints.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.threshold <= 1:
         raise CommandError(f"--threshold must be in (0, 1], got {args.threshold}")
+    from engine.workflows.duplicates import suggest_keeper
+
     col = open_collection(args.folder, args.index, create=False, readonly=True)
     try:
         try:
@@ -42,10 +49,15 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(str(exc)) from None
     finally:
         col.close()
-    out = [
-        {"paths": [str(p) for p in g.paths], "scores": [float(s) for s in g.scores]}
-        for g in groups
-    ]
+    out = []
+    for g in groups:
+        keeper = suggest_keeper(g.paths)
+        out.append({
+            "paths": [str(p) for p in g.paths],
+            "scores": [float(s) for s in g.scores],
+            "keep": None if keeper is None else keeper.path,
+            "keep_reason": None if keeper is None else keeper.reason,
+        })  # fmt: skip
     if args.json:
         emit_json({"threshold": args.threshold, "groups": out})
     else:
@@ -54,5 +66,9 @@ def run(args: argparse.Namespace) -> int:
         for k, g in enumerate(out, 1):
             print(f"group {k} ({len(g['paths'])} images)")
             for p, s in zip(g["paths"], g["scores"], strict=True):
-                print(f"  {s:6.3f}  {p}")
+                print(f"  {'*' if p == g['keep'] else ' '} {s:6.3f}  {p}")
+            if g["keep"] is not None:
+                print(f"    keep {g['keep']}: {g['keep_reason']}")
+        if out:
+            print("(* the copy to keep)")
     return 0

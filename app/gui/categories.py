@@ -19,8 +19,16 @@ weight (Sec. 9.3, the "median indicator"), i.e. which features made it belong.
 *Export* writes the grouping as folders of symbolic links or copies (the originals are
 never moved or deleted) or as CSV.
 
-The grouping, the names and the user's constraints are kept in the index
-(``store.set_kv("gui.categories", ...)``) keyed by photo path, so they survive restarts.
+The grouping, the names and the user's constraints are kept in the index keyed by photo
+path, so they survive restarts (:func:`engine.cluster.save_edits` /
+:func:`engine.cluster.load_edits`, kv entry :data:`engine.index.keys.CATEGORY_EDITS_KEY`);
+a folder never grouped here shows the last grouping of ``simile cluster``
+(:func:`engine.cluster.load_grouping`).
+
+The work is the engine's (:mod:`engine.cluster.edits`, :mod:`engine.cluster.grouping`): the
+grouping pipeline (the one ``simile cluster`` runs), splitting, merging, names that follow
+their groups, the affinities after a restart, storing and loading. This module runs it in
+workers and draws it.
 """
 
 from __future__ import annotations
@@ -31,8 +39,9 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QMimeData, QPointF, QRect, Qt, Signal
@@ -61,23 +70,25 @@ from app.gui.session import ActionRefused
 from app.gui.state import plain_error
 from app.gui.thumbnails import array_to_qimage
 from app.gui.views import register_view
+from engine.index import keys
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.cluster.edits import EditableGrouping as Grouping
 
 __all__ = [
     "CategoriesView",
-    "Grouping",
     "affinity_job",
-    "carry_names",
     "compute_mask",
     "export_grouping",
     "group_job",
     "make_categories_view",
-    "merge_ranks",
     "split_job",
 ]
 
 log = logging.getLogger(__name__)
 
-KV_KEY = "gui.categories"
+#: The kv entry of the person's edits (:data:`engine.index.keys.CATEGORY_EDITS_KEY`).
+KV_KEY = keys.CATEGORY_EDITS_KEY
 MIME = "application/x-simile-photo"
 K_MAX = 12
 MASK_PARTNERS = 8
@@ -86,130 +97,24 @@ MASK_SIDE = 640
 EMPTY_TEXT = "Open a folder, then group its photos."
 MASK_HINT = ("Double-click a photo (or right-click ▸ Show feature mask) to see which of its "
              "features made it belong to its group.")  # fmt: skip
-#: A group with more members than this is split on Nystrom columns of
-#: :data:`SPLIT_LANDMARKS` sampled members instead of its exact (m, m) affinities.
-SPLIT_NYSTROM_MIN = 3000
-SPLIT_LANDMARKS = 500
+
+#: What moved to the engine (:mod:`engine.cluster.edits`), still importable from here; the
+#: engine is imported when first needed, not with the app.
+_ENGINE_NAMES = {"Grouping": "EditableGrouping", "carry_names": "carry_names",
+                 "merge_ranks": "merge_ranks"}  # fmt: skip
 
 
-# ============================================================================ Qt-free state
-@dataclass
-class Grouping:
-    """A grouping of the collection's photos as the view shows it.
+def __getattr__(name: str):
+    """``Grouping`` (:class:`engine.cluster.EditableGrouping`, the grouping shown),
+    ``carry_names`` and ``merge_ranks`` live in :mod:`engine.cluster.edits`."""
+    if name in _ENGINE_NAMES:
+        import engine.cluster.edits as edits
 
-    Attributes
-    ----------
-    paths : list of str
-        The photos, in the collection's row order.
-    labels : (n,) int64
-        Group of every photo, in ``[0, k)``.
-    flow, prototypes, outliers : (n,) float64 / bool / bool
-        From :func:`engine.cluster.rank_groups` (Sec. 9.4).
-    k_reason : str
-        Why this number of groups (from :attr:`engine.cluster.Clustering.k_reason`).
-    names : dict int -> str
-        User-given group names (missing: "Group g+1").
-    """
-
-    paths: list[str]
-    labels: np.ndarray
-    flow: np.ndarray
-    prototypes: np.ndarray
-    outliers: np.ndarray
-    k_reason: str = ""
-    names: dict[int, str] = field(default_factory=dict)
-
-    @property
-    def k(self) -> int:
-        return int(self.labels.max()) + 1 if self.labels.size else 0
-
-    def name(self, g: int) -> str:
-        return self.names.get(int(g)) or f"Group {int(g) + 1}"
-
-    def members(self, g: int) -> np.ndarray:
-        """Rows of group ``g``: prototypes first, outliers last, else by decreasing flow."""
-        idx = np.flatnonzero(self.labels == g)
-        key = np.lexsort((-self.flow[idx], self.outliers[idx], ~self.prototypes[idx]))
-        return idx[key]
-
-    def group_of(self, path: str) -> int:
-        return int(self.labels[self.paths.index(str(path))])
-
-    def to_clustering(self):
-        from engine.cluster import Clustering
-
-        return Clustering(
-            labels=self.labels,
-            k=self.k,
-            k_reason=self.k_reason,
-            eigenvalues=np.zeros(0),
-            flow=self.flow,
-            prototypes=self.prototypes,
-            outliers=self.outliers,
-        )
-
-    @classmethod
-    def from_labels(cls, paths, labels, K: np.ndarray, k_reason: str = "", names=None):
-        """Rank a label vector on the affinities ``K`` (n, n) (prototypes, outliers)."""
-        from engine.cluster import rank_groups
-
-        labels = _compact(np.asarray(labels, np.int64))
-        flow, protos, outl = rank_groups(K, labels)
-        return cls(list(paths), labels, flow, protos, outl, k_reason, dict(names or {}))
-
-    def to_json(self, must, cannot, k_choice) -> str:
-        return json.dumps(
-            {
-                "paths": self.paths,
-                "labels": self.labels.tolist(),
-                "names": {str(g): n for g, n in self.names.items()},
-                "k_reason": self.k_reason,
-                "flow": self.flow.tolist(),
-                "prototypes": self.prototypes.astype(int).tolist(),
-                "outliers": self.outliers.astype(int).tolist(),
-                "must": [list(p) for p in must],
-                "cannot": [list(p) for p in cannot],
-                "k": k_choice,
-            }
-        )
+        return getattr(edits, _ENGINE_NAMES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _compact(labels: np.ndarray) -> np.ndarray:
-    """Renumber labels to ``0..k-1`` (empty groups removed), largest group first."""
-    if labels.size == 0:
-        return labels.astype(np.int64)
-    _, inv, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    order = np.argsort(-counts, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return rank[inv].astype(np.int64)
-
-
-def carry_names(
-    old_paths, old_labels, old_names: dict[int, str], new_paths, new_labels
-) -> dict[int, str]:
-    """Give each new group the name of the old group it overlaps most (one-to-one,
-    Hungarian assignment on the member overlap), so renamed groups keep their names
-    across re-groupings."""
-    if not old_names:
-        return {}
-    from scipy.optimize import linear_sum_assignment
-
-    row = {p: i for i, p in enumerate(old_paths)}
-    new_labels = np.asarray(new_labels, np.int64)
-    common = [(row[p], j) for j, p in enumerate(new_paths) if p in row]
-    if not common:
-        return {}
-    oi, nj = np.array(common, np.int64).T
-    a = np.asarray(old_labels, np.int64)[oi]
-    b = new_labels[nj]
-    ov = np.zeros((a.max() + 1, b.max() + 1), np.int64)
-    np.add.at(ov, (a, b), 1)
-    r, c = linear_sum_assignment(-ov)
-    return {int(cc): old_names[int(rr)] for rr, cc in zip(r, c, strict=True)
-            if ov[rr, cc] > 0 and int(rr) in old_names}  # fmt: skip
-
-
+# ============================================================================ export
 _UNSAFE = re.compile(r"[^\w\-. ]+", re.UNICODE)
 
 
@@ -293,17 +198,17 @@ def _progress_items(gen):
 
 
 def group_job(coll, K, k, must_paths, cannot_paths, cancel=None):
-    """Worker generator: the shared grouping pipeline (:func:`engine.cluster.categorize_iter`,
-    the same as ``simile cluster``): dense features (computed once per photo and cached in
-    the index), pyramid-match affinities, normalized cuts with the user's constraints,
-    feature-mask refinement, prototypes' SVM.
+    """Worker generator: the shared grouping pipeline (:func:`engine.cluster.group_collection_iter`
+    with dense features, the same as ``simile cluster``): dense features (computed once per
+    photo and cached in the index), pyramid-match affinities, normalized cuts with the
+    user's constraints, feature-mask refinement, prototypes' SVM.
 
     ``K`` is unused (kept for the call signature; the affinities are always recomputed from
     the cached channel, which is cheap). Yields ``(message, done, total)``; returns
     ``(paths, K, Grouping)`` with ``K`` the (n, n) affinities for later edits (None for very
     large folders, grouped with the Nystrom approximation).
     """
-    from engine.cluster import categorize_iter
+    from engine.cluster import EditableGrouping, group_collection_iter, pairs_to_rows
 
     del K
     paths = [str(p) for p in coll.paths()]
@@ -312,142 +217,33 @@ def group_job(coll, K, k, must_paths, cannot_paths, cancel=None):
         raise ValueError("there are no indexed photos to group")
     if not isinstance(k, str) and k > n:
         raise ValueError(f"there are only {n} photos; cannot make {k} groups")
-    row = {p: i for i, p in enumerate(paths)}
-    must = [(row[a], row[b]) for a, b in must_paths if a in row and b in row]
-    cannot = [(row[a], row[b]) for a, b in cannot_paths if a in row and b in row]
-    gen = categorize_iter(coll, k=k, must=must, cannot=cannot, k_max=K_MAX, cancel=cancel)
+    must, cannot = pairs_to_rows(paths, must_paths), pairs_to_rows(paths, cannot_paths)
+    gen = group_collection_iter(coll, k=k, must=must, cannot=cannot, k_max=K_MAX, cancel=cancel)
     res = yield from _progress_items(gen)
-    paths = [str(p) for p in res.paths]
-    reason = res.k_reason if n > 1 else "a single photo: one group"
-    g = Grouping(paths, _compact(res.labels), res.flow, res.prototypes, res.outliers, reason)
-    return paths, res.kernel, g
+    g = EditableGrouping.from_grouping(res, None if n > 1 else "a single photo: one group")
+    return g.paths, res.kernel, g
 
 
 def affinity_job(coll, cancel=None):
     """Worker generator: the (n, n) affinities of the grouping pipeline from the cached dense
-    channel (for edits after a restart); yields ``(message, done, total)``. Returns None
-    above :data:`engine.cluster.NYSTROM_AUTO_MIN` photos, where the grouping keeps no
-    (n, n) matrix either (edits then use :func:`split_job` / :func:`merge_ranks`)."""
-    import engine.cluster as ec
+    channel (:func:`engine.cluster.category_affinities_iter`, for edits after a restart);
+    yields ``(message, done, total)``. Returns None above
+    :data:`engine.cluster.NYSTROM_AUTO_MIN` photos, where the grouping keeps no (n, n)
+    matrix either (edits then use :func:`split_job` / :func:`merge_ranks`)."""
+    from engine.cluster import category_affinities_iter
 
-    model = yield from _progress_items(ec.category_model_iter(coll, cancel=cancel))
-    if len(model.bins) > ec.NYSTROM_AUTO_MIN:
-        return None
-    return ec.binned_pyramid_kernel(model.bins)
+    return (yield from _progress_items(category_affinities_iter(coll, cancel=cancel)))
 
 
 def split_job(coll, paths, labels, group: int, K=None, cancel=None):
-    """Worker generator: cut group ``group`` in two by a 2-way normalized cut of its own
-    affinities (Shi & Malik; thesis Sec. 9.2), without the folder's full affinities.
+    """Worker generator: cut group ``group`` in two
+    (:func:`engine.cluster.split_group_iter`: a 2-way normalized cut of its own affinities,
+    from ``K`` when given, else from the cached dense channel). Yields ``(message, done,
+    total)``; returns the :class:`engine.cluster.SplitResult` ``(idx, halves, flow,
+    prototypes, outliers)``."""
+    from engine.cluster import split_group_iter
 
-    With ``K`` (n, n) the group's block is taken from it. Otherwise the group's members are
-    described by the cached dense channel (:func:`engine.cluster.category_model_iter`) and
-    their sub-kernel is the engine's exact normalised vocabulary-guided pyramid match
-    (:func:`engine.cluster.binned_pyramid_kernel`, Eqs. 3.12-3.13): the full (m, m) block
-    for up to :data:`SPLIT_NYSTROM_MIN` members, else (m, SPLIT_LANDMARKS) Nystrom columns
-    of sampled members (Fowlkes et al. 2004). Cost O(m^2) resp. O(m * landmarks), never
-    O(n^2).
-
-    Parameters
-    ----------
-    coll : engine.collection.Collection
-    paths : list of str
-        The grouping's photos (row order of ``labels``).
-    labels : (n,) int
-        The grouping's labels.
-    group : int
-        The group to cut.
-    K : (n, n) float64, optional
-        Affinities of all photos (exact mode).
-    cancel : threading.Event, optional
-        Stops the job between stages (``InterruptedError``).
-
-    Yields
-    ------
-    (message, done, total)
-
-    Returns
-    -------
-    idx : (m,) int64
-        Rows of the group.
-    halves : (m,) int64
-        0/1 per member (1: the new group).
-    flow : (m,) float64, prototypes, outliers : (m,) bool
-        Ranking of the two halves on the group's own affinities (Sec. 9.4).
-    """
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-
-    from engine.cluster import (
-        binned_pyramid_kernel,
-        category_model_iter,
-        choose_landmarks,
-        discover_categories,
-    )
-
-    def check_cancel() -> None:
-        if cancel is not None and cancel.is_set():
-            raise InterruptedError("cancelled")
-
-    labels = np.asarray(labels, np.int64)
-    idx = np.flatnonzero(labels == int(group))
-    m = idx.size
-    if m < 2:
-        raise ValueError(f"group {int(group) + 1} has {m} photo(s); cannot split it")
-    kw: dict = {}
-    if K is not None:
-        C = np.asarray(K, np.float64)[np.ix_(idx, idx)]
-    else:
-        model = yield from _progress_items(category_model_iter(coll, cancel=cancel))
-        row = {str(p): i for i, p in enumerate(model.paths)}
-        missing = [paths[i] for i in idx if paths[i] not in row]
-        if missing:
-            raise ValueError(
-                f"{len(missing)} photo(s) of the group are no longer indexed; group again"
-            )
-        sub_bins = [model.bins[row[paths[i]]] for i in idx]
-        check_cancel()
-        yield (f"Computing the affinities of the group's {m} photos…", 0, 2)
-        if m > SPLIT_NYSTROM_MIN and m > SPLIT_LANDMARKS:
-            kw["landmarks"] = choose_landmarks(m, SPLIT_LANDMARKS)
-            C = binned_pyramid_kernel(sub_bins, columns=kw["landmarks"])
-        else:
-            C = binned_pyramid_kernel(sub_bins)
-    check_cancel()
-    yield ("Normalized cut of the group…", 1, 2)
-    if m == 2:  # nothing to cut: one photo each
-        halves = np.array([0, 1], np.int64)
-        return idx, halves, np.zeros(2), np.ones(2, bool), np.zeros(2, bool)
-    with warnings.catch_warnings():  # a degenerate embedding is reported below instead
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        sub = discover_categories(C, k=2, **kw)
-    check_cancel()
-    yield ("Normalized cut of the group…", 2, 2)
-    halves = (sub.labels > 0).astype(np.int64)
-    if halves.min() == halves.max():
-        raise ValueError("the normalized cut found no two parts in this group (its photos "
-                         "are all alike)")  # fmt: skip
-    return idx, halves, sub.flow, sub.prototypes, sub.outliers
-
-
-def merge_ranks(g: Grouping, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Flow, prototypes and outliers (n,) after merging ``groups`` without affinities.
-
-    A member's flow (sum of its affinities to the other members of its group, Sec. 9.4)
-    is rescaled from its old group's size to the merged one (mean own affinity times
-    ``size - 1``), so members of both groups order by how typical they were of their own
-    group; prototype and outlier flags are kept (the top percentile of each part is about
-    the top percentile of the union).
-    """
-    labels = np.asarray(g.labels, np.int64)
-    sizes = np.bincount(labels, minlength=g.k).astype(np.float64)
-    inside = np.isin(labels, [int(x) for x in groups])
-    n_new = float(inside.sum())
-    flow = np.asarray(g.flow, np.float64).copy()
-    old = np.maximum(sizes[labels[inside]] - 1.0, 1.0)
-    flow[inside] = flow[inside] / old * max(n_new - 1.0, 1.0)
-    return flow, g.prototypes.copy(), g.outliers.copy()
+    return (yield from _progress_items(split_group_iter(coll, paths, labels, group, K, cancel)))
 
 
 @dataclass
@@ -976,39 +772,32 @@ class CategoriesView(QWidget):
             self.regroup()
 
     def _restore(self) -> None:
+        """Show the grouping saved in the index (:func:`engine.cluster.load_edits`: the
+        person's edits, else the last grouping of ``simile cluster``) with its constraints
+        and number of groups; then compute the affinities later edits rank on."""
+        from engine.cluster import load_edits
+
         coll = self.collection
         if coll is None:
             return
         try:
-            raw = coll.store.get_kv(KV_KEY)
-        except Exception as exc:  # an old index or a closed store: just group again
-            log.debug("no saved grouping: %s", exc)
-            return
-        if not raw:
-            return
-        try:
-            d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-            paths = [str(p) for p in coll.paths()]
-            self.model.set_constraints(d.get("must", []), d.get("cannot", []))
-            k = d.get("k", "auto")
-            self.model.set_k_choice(k if self.k_combo.findData(k) >= 0 else "auto")
-            if sorted(d["paths"]) != sorted(paths):
-                return  # the folder changed: group again (constraints and k are kept)
-            pos = {p: i for i, p in enumerate(d["paths"])}
-            take = np.array([pos[p] for p in paths], np.int64)
-            g = Grouping(
-                paths,
-                np.asarray(d["labels"], np.int64)[take],
-                np.asarray(d["flow"], np.float64)[take],
-                np.asarray(d["prototypes"], bool)[take],
-                np.asarray(d["outliers"], bool)[take],
-                str(d.get("k_reason", "")),
-            )
-            g.names = {int(a): b for a, b in d.get("names", {}).items() if b}
-            self.model.set_grouping(g)
+            saved = load_edits(coll.store, coll.paths())
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             log.debug("saved grouping unusable: %s", exc)
             return
+        except Exception as exc:  # an old index or a closed store: just group again
+            log.debug("no saved grouping: %s", exc)
+            return
+        if saved is None:
+            return
+        if saved.source == "edits":
+            self.model.set_constraints(saved.must, saved.cannot)
+            k = saved.k
+            self.model.set_k_choice(k if self.k_combo.findData(k) >= 0 else "auto")
+        if saved.grouping is None:  # the folder changed: group again (constraints and k kept)
+            log.debug("saved grouping not restored: %s", saved.problem)
+            return
+        self.model.set_grouping(saved.grouping)
         # affinities for later edits, computed off the GUI thread (a grouping job started
         # meanwhile supersedes them)
         self.window.run_worker(
@@ -1018,11 +807,13 @@ class CategoriesView(QWidget):
         )  # fmt: skip
 
     def _save(self) -> None:
+        from engine.cluster import save_edits
+
         m = self.model
         if self.collection is None or m.grouping is None:
             return
         try:
-            self.collection.store.set_kv(KV_KEY, m.grouping.to_json(m.must, m.cannot, m.k_choice))
+            save_edits(self.collection.store, m.grouping, m.must, m.cannot, m.k_choice)
         except Exception as exc:  # read-only index: names live for this session only
             log.debug("could not save the grouping: %s", exc)
 
@@ -1041,6 +832,8 @@ class CategoriesView(QWidget):
         old = m.grouping
 
         def done(result) -> None:
+            from engine.cluster import carry_names
+
             _paths, K, g = result
             if old is not None:
                 g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
@@ -1171,17 +964,13 @@ class CategoriesView(QWidget):
             return
 
         def done(result) -> None:
-            idx, halves, flow, protos, outl = result
+            from engine.cluster import split_edit
+
             if self.grouping is not g:  # pragma: no cover - guarded by the busy state
                 return
-            labels = g.labels.copy()
-            labels[idx[halves == 1]] = g.k
-            ranks = None
-            if K is None:  # rank the halves on the group's own affinities (Sec. 9.4)
-                f, p, o = g.flow.copy(), g.prototypes.copy(), g.outliers.copy()
-                f[idx], p[idx], o[idx] = flow, protos, outl
-                ranks = (f, p, o)
-            self._apply_edit(labels, f"split {g.name(group)}", split_from=group, ranks=ranks)
+            # ranked on the full affinities, else the halves keep the split's own ranks
+            new, cannot = split_edit(g, group, result, K)
+            self._show_edit(new, cannot=cannot)
 
         self._run_job(
             f"Splitting {g.name(group)}…", "Splitting the group failed", done,
@@ -1190,35 +979,21 @@ class CategoriesView(QWidget):
 
     def merge_groups(self, group: int, other: int) -> None:
         """Join ``other`` into ``group`` (their union; no affinities needed)."""
-        from engine.cluster import merge_groups
+        from engine.cluster import merge_edit
 
         g = self.grouping
         if g is None or self._busy or group == other:
             return
-        a, b = g.members(group)[0], g.members(other)[0]
-        self._add_constraints([(g.paths[a], g.paths[b])], [])
-        labels = merge_groups(g.labels, [group, other])
-        ranks = None if self.K is not None else merge_ranks(g, [group, other])
-        self._apply_edit(labels, f"merged {g.name(other)} into {g.name(group)}", ranks=ranks)
+        new, must = merge_edit(g, group, other, self.K)
+        self._add_constraints(must, [])
+        self._show_edit(new)
 
-    def _apply_edit(self, labels, what: str, split_from: int | None = None, ranks=None) -> None:
-        """Show edited labels: ranked on the full affinities, or with ``ranks`` = (flow,
-        prototypes, outliers) (n,) when those are not kept."""
-        old = self.grouping
-        if ranks is None:
-            g = Grouping.from_labels(old.paths, labels, self.K, f"{what} by hand")
-        else:
-            flow, protos, outl = ranks
-            g = Grouping(list(old.paths), _compact(np.asarray(labels, np.int64)),
-                         np.asarray(flow, np.float64), np.asarray(protos, bool),
-                         np.asarray(outl, bool), f"{what} by hand")  # fmt: skip
-        g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
-        if split_from is not None:  # the two halves must stay apart when grouping again
-            src = set(np.flatnonzero(old.labels == split_from).tolist())
-            halves = sorted({int(g.labels[i]) for i in src})
-            tops = [next(i for i in g.members(h) if i in src) for h in halves]
-            if len(tops) == 2:
-                self._add_constraints([], [(g.paths[tops[0]], g.paths[tops[1]])])
+    def _show_edit(self, g, cannot=()) -> None:
+        """Show an edited grouping (:func:`engine.cluster.split_edit` /
+        :func:`engine.cluster.merge_edit`), add the constraints that keep the edit when
+        grouping again, and save."""
+        if cannot:  # the two halves must stay apart when grouping again
+            self._add_constraints([], list(cannot))
         self.model.set_grouping(g)
         self._save()
         self.grouping_shown.emit()

@@ -1,5 +1,8 @@
 """Near-duplicate groups: threshold, side-by-side comparison, suggested best copy.
 
+The best copy is the engine's suggestion (:func:`engine.workflows.duplicates.best_copy`,
+the same as ``simile duplicates``); this module draws it.
+
 Nothing is ever deleted silently: the only destructive action is “Move to trash”,
 after a confirmation, through ``QFile.moveToTrash`` — and only for a photo the session
 allows (:meth:`app.gui.session.Session.authorize`: inside the open folder as written, in
@@ -8,11 +11,9 @@ the duplicate groups shown).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from PySide6.QtCore import QFile, QSize, Qt, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import (
@@ -33,26 +34,23 @@ from PySide6.QtWidgets import (
 from app.gui.session import ActionRefused, Session
 from app.gui.thumbnails import array_to_qimage
 
-__all__ = ["CopyInfo", "DuplicatesView", "describe_copies", "sharpness"]
-
-CARD_SIDE = 768
+__all__ = ["CopyInfo", "DuplicatesView", "describe_copies"]
 
 
-def sharpness(gray: np.ndarray) -> float:
-    """Variance of the 4-neighbour Laplacian of a (H, W) gray image (higher = sharper).
+def __getattr__(name: str):
+    """``sharpness`` lives in the engine now (imported only when asked for)."""
+    if name == "sharpness":
+        from engine.workflows.duplicates import sharpness
 
-    Computed on images resized to the same longest side, so values are comparable
-    between copies of one photo.
-    """
-    g = np.asarray(gray, dtype=np.float32)
-    if g.ndim != 2 or min(g.shape) < 3:
-        return 0.0
-    lap = 4.0 * g[1:-1, 1:-1] - g[:-2, 1:-1] - g[2:, 1:-1] - g[1:-1, :-2] - g[1:-1, 2:]
-    return float(lap.var())
+        return sharpness
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
 class CopyInfo:
+    """A copy as a card shows it: :class:`engine.workflows.duplicates.CopyStats` and its
+    picture."""
+
     path: str
     width: int
     height: int
@@ -67,42 +65,27 @@ class CopyInfo:
         return self.width * self.height
 
 
-def _best(infos: list[CopyInfo]) -> int:
-    """Index of the suggested copy: most pixels first (within 5 %), then sharpest."""
-    ok = [i for i, c in enumerate(infos) if c.error is None]
-    if not ok:
-        return -1
-    most = max(infos[i].pixels for i in ok)
-    near = [i for i in ok if infos[i].pixels >= 0.95 * most]
-    return max(near, key=lambda i: (infos[i].sharpness, infos[i].pixels))
-
-
 def describe_copies(paths, scores=None) -> tuple[list[CopyInfo], int]:
-    """Worker side: size, resolution and sharpness of each copy, and the best one."""
-    from engine.io.imageio import image_size, load_image
+    """Worker side: size, resolution and sharpness of each copy, loaded at
+    :data:`engine.workflows.duplicates.KEEPER_SIDE` pixels
+    (:func:`engine.workflows.duplicates.copy_stats`), and the one to keep
+    (:func:`engine.workflows.duplicates.best_copy`, as ``simile duplicates``)."""
+    from engine.workflows.duplicates import CopyStats, best_copy, copy_stats
 
-    infos = []
+    infos, stats = [], []
     for k, p in enumerate(paths):
-        p = str(p)
         score = None if scores is None or k >= len(scores) else float(scores[k])
-        try:
-            w, h = image_size(p)
-            img = load_image(p, max_side=CARD_SIDE)
-            gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-            infos.append(
-                CopyInfo(
-                    p,
-                    int(w),
-                    int(h),
-                    os.path.getsize(p),
-                    sharpness(gray),
-                    score,
-                    array_to_qimage(img),
-                )
-            )
-        except Exception as exc:  # one broken copy must not hide the others
-            infos.append(CopyInfo(p, 0, 0, 0, 0.0, score, None, str(exc)))
-    return infos, _best(infos)
+        st, img = copy_stats(p)
+        image = None
+        if img is not None:
+            try:
+                image = array_to_qimage(img)
+            except Exception as exc:  # one broken copy must not hide the others
+                st = CopyStats(st.path, 0, 0, 0, 0.0, str(exc))
+        stats.append(st)
+        infos.append(CopyInfo(st.path, st.width, st.height, st.file_size, st.sharpness, score,
+                              image, st.error))  # fmt: skip
+    return infos, best_copy(stats)
 
 
 def _human_size(n: int) -> str:

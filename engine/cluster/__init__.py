@@ -12,13 +12,13 @@ Modules, in the order the data flows through them:
 - :mod:`~engine.cluster.partition` -- :func:`discover_categories`, the above together;
 - :mod:`~engine.cluster.binned` -- pyramid match and correspondences on binned feature sets;
 - :mod:`~engine.cluster.refine` -- feature masks from within-group correspondences (9.3);
-- :mod:`~engine.cluster.edits` -- the person's edits: move, merge, split;
+- :mod:`~engine.cluster.edits` -- the person's edits: move, merge, split, names;
 - :mod:`~engine.cluster.evaluation` -- accuracy against known classes;
 - :mod:`~engine.cluster.channel` -- dense SIFT for grouping, cached in the index (9.5);
 - :mod:`~engine.cluster.model` -- a collection's vocabulary and binned sets;
 - :mod:`~engine.cluster.pipeline` -- :func:`categorize_iter`, the whole-folder pipeline;
-- :mod:`~engine.cluster.grouping` -- the grouping of ``simile cluster`` and its storage in
-  the index;
+- :mod:`~engine.cluster.grouping` -- the grouping of ``simile cluster`` and the app, and its
+  storage in the index (one state; the person's edits beside it);
 - :mod:`~engine.cluster.classify` -- :class:`CategoryClassifier`, the SVM on the kernel.
 
 :mod:`engine.cluster.discovery` is the old single module, kept as re-exports.
@@ -43,13 +43,30 @@ from engine.cluster.channel import (
     vocab_sample,
 )
 from engine.cluster.constraints import apply_constraints
-from engine.cluster.edits import merge_groups, move_constraints, split_group
+from engine.cluster.edits import (
+    EditableGrouping,
+    SplitResult,
+    carry_names,
+    category_affinities_iter,
+    compact_labels,
+    merge_edit,
+    merge_groups,
+    merge_ranks,
+    move_constraints,
+    pairs_to_rows,
+    split_edit,
+    split_group,
+    split_group_iter,
+)
 from engine.cluster.evaluation import clustering_accuracy
 from engine.cluster.grouping import (
     Grouping,
+    SavedEdits,
     group_collection_iter,
     grouping_kernel_rows,
+    load_edits,
     load_grouping,
+    save_edits,
     save_grouping,
 )
 from engine.cluster.model import (
@@ -91,14 +108,19 @@ __all__ = [
     "CategoryResult",
     "ClusterProgress",
     "Clustering",
+    "EditableGrouping",
     "Grouping",
     "Refinement",
+    "SavedEdits",
+    "SplitResult",
     "apply_constraints",
     "as_float",
     "bin_correspondences",
     "binned_pyramid_kernel",
+    "carry_names",
     "categorize",
     "categorize_iter",
+    "category_affinities_iter",
     "category_extractor",
     "category_features",
     "category_features_of",
@@ -108,6 +130,7 @@ __all__ = [
     "choose_landmarks",
     "clustering_accuracy",
     "collection_rows",
+    "compact_labels",
     "default_k_graph",
     "diagonal_dominance",
     "discover_categories",
@@ -116,19 +139,26 @@ __all__ = [
     "grouping_kernel_rows",
     "hash_of",
     "knn_graph",
+    "load_edits",
     "load_grouping",
     "masks_from_arrays",
     "masks_to_arrays",
+    "merge_edit",
     "merge_groups",
+    "merge_ranks",
     "move_constraints",
     "ncut_embedding",
     "normalized_cut_value",
+    "pairs_to_rows",
     "prepare_affinity",
     "rank_groups",
     "refine_with_masks",
     "refine_with_masks_iter",
+    "save_edits",
     "save_grouping",
     "spatial_pyramid_kernel",
+    "split_edit",
     "split_group",
+    "split_group_iter",
     "vocab_sample",
 ]

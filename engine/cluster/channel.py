@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.cluster.results import ClusterProgress
+from engine.index import keys
 
 __all__ = [
     "CATEGORY_FEATURES",
@@ -174,7 +175,10 @@ class CategoryChannel:
     """
 
     def __init__(
-        self, store: Any, settings: dict[str, Any] | None = None, namespace: str = "cluster"
+        self,
+        store: Any,
+        settings: dict[str, Any] | None = None,
+        namespace: str = keys.DENSE_NAMESPACE,
     ) -> None:
         import json
 
@@ -182,8 +186,8 @@ class CategoryChannel:
         self.settings = dict(CATEGORY_FEATURES if settings is None else settings)
         self.key = _settings_key(self.settings)
         # each namespace has its own cache (grouping: "cluster", learned similarity: "learn")
-        self._prefix = f"{namespace}.dense."
-        self._kv = f"{namespace}.dense.manifest"
+        self._prefix = keys.dense_array_prefix(namespace)
+        self._kv = keys.dense_manifest_key(namespace)
         raw = store.get_kv(self._kv)
         man = None
         if raw:

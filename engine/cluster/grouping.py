@@ -20,37 +20,52 @@ way the grouping was computed (``simile classify``).
 
 Storage
 -------
-:func:`save_grouping` writes and :func:`load_grouping` reads these named arrays of the
-index (``IndexStore.save_array``; every name starts with :data:`PREFIX`):
+:func:`save_grouping` writes and :func:`load_grouping` reads the grouping as ONE model
+state of the index, :data:`engine.index.keys.GROUPING_STATE` (``IndexStore.save_state``:
+its scalars in a JSON file, its arrays in one npz, renamed into place together), so a
+reader (``simile classify``, the app) sees the old grouping and its classifier or the new
+ones, never a mix, even after a crash while saving:
 
 ========================  =======================================================================
-``cluster.paths``         (n,) str: the grouped images, the row order of the arrays below
-``cluster.labels``        (n,) int64: group of every image, numbered by decreasing size
-``cluster.prototypes``    (n,) bool
-``cluster.outliers``      (n,) bool
-``cluster.flow``          (n,) float64: within-group flow; members are listed by decreasing flow
-``cluster.masks``         (sum m_i,) float32: the images' feature masks, concatenated
-``cluster.mask_offsets``  (n + 1,) int64: image i's mask is ``masks[off[i]:off[i + 1]]``
+``paths``                 (n,) str: the grouped images, the row order of the arrays below
+``labels``                (n,) int64: group of every image, numbered by decreasing size
+``prototypes``            (n,) bool
+``outliers``              (n,) bool
+``flow``                  (n,) float64: within-group flow; members are listed by decreasing flow
+``masks``                 (sum m_i,) float32: the images' feature masks, concatenated
+``mask_offsets``          (n + 1,) int64: image i's mask is ``masks[off[i]:off[i + 1]]``
                           (:func:`engine.cluster.masks_from_arrays`); every mask is empty when
                           the grouping was not refined
-``cluster.method``        () str: ``"dense"``, ``"vocabulary"`` or ``"uniform"``: the kernel
-                          of the classifier's rows
-``cluster.features``      () str: the features the masks refer to, ``"dense"``
+``method``                str: ``"dense"``, ``"vocabulary"`` or ``"uniform"``: the kernel of the
+                          classifier's rows
+``features``              str: the features the masks refer to, ``"dense"``
                           (:func:`engine.cluster.category_features_of`) or ``"index"``
                           (``Collection.features``)
-``cluster.svm.<key>``     the classifier's ``to_state()``, one array per key of
-                          :data:`SVM_KEYS`; absent when fewer than two groups had prototypes
+``k_reason``              str: why this number of groups
+``n_matches``             int: pairwise matchings of the refinement
+``svm.<key>``             the classifier's ``to_state()``, one entry per key of :data:`SVM_KEYS`;
+                          absent when fewer than two groups had prototypes
 ========================  =======================================================================
 
-Indexes grouped by older versions lack ``cluster.flow``, ``cluster.masks`` and
-``cluster.mask_offsets`` (before feature masks) or ``cluster.features`` (before the dense
-channel); :func:`load_grouping` reads them too.
+Indexes grouped by older versions hold the same entries as separate named arrays
+``cluster.<name>`` (:data:`engine.index.keys.LEGACY_GROUPING_ARRAYS`, ``cluster.svm.<key>``;
+no ``k_reason`` / ``n_matches``; before feature masks no ``flow`` / ``masks`` /
+``mask_offsets``, before the dense channel no ``features``): :func:`load_grouping` reads
+them when the index has no grouping state, and :func:`save_grouping` deletes them once the
+state is written.
+
+The person's edits of a grouping in the app (names, moves, splits, merges, the chosen
+number of groups; :class:`engine.cluster.edits.EditableGrouping`) are kept apart, in the
+kv entry :data:`engine.index.keys.CATEGORY_EDITS_KEY` (JSON), written by
+:func:`save_edits` and read by :func:`load_edits` (which falls back to
+:func:`load_grouping` when the app never edited the folder).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,24 +73,31 @@ import numpy as np
 
 from engine.cluster.binned import BinnedMatcher, spatial_pyramid_kernel
 from engine.cluster.classify import CategoryClassifier
+from engine.cluster.edits import EditableGrouping
 from engine.cluster.model import category_kernel_rows
 from engine.cluster.partition import discover_categories_iter
 from engine.cluster.pipeline import categorize_iter
 from engine.cluster.refine import masks_from_arrays, masks_to_arrays, refine_with_masks_iter
 from engine.cluster.results import ClusterProgress, members_by_flow
+from engine.index import keys
 
 __all__ = [
     "PREFIX",
     "SVM_KEYS",
     "Grouping",
+    "SavedEdits",
+    "edits_json",
     "group_collection_iter",
     "grouping_kernel_rows",
+    "grouping_state",
+    "load_edits",
     "load_grouping",
+    "save_edits",
     "save_grouping",
 ]
 
-#: Prefix of the arrays of a stored grouping in the index.
-PREFIX = "cluster."
+#: Prefix of the legacy arrays of a stored grouping (:data:`engine.index.keys.GROUPING_PREFIX`).
+PREFIX = keys.GROUPING_PREFIX
 #: Keys of the stored classifier's state (``cluster.svm.<key>``).
 SVM_KEYS = ("C", "power", "empirical", "class_weight", "kernel", "labels", "ids", "names")
 
@@ -106,9 +128,13 @@ class Grouping:
         SVM trained on the prototypes (``train_ids_`` are rows of ``paths``); None when fewer
         than two groups had prototypes.
     k_reason : str
-        Why this number of groups (not stored: empty when loaded).
+        Why this number of groups (empty when loaded from an index grouped before it was
+        stored).
     n_matches : int
-        Pairwise matchings of the refinement (not stored: 0 when loaded).
+        Pairwise matchings of the refinement (0 when loaded from such an index).
+    kernel : (n, n) float64 or None
+        The affinities the images were grouped on, when exact (None in Nystrom mode and
+        when loaded: not stored).
     """
 
     paths: list[Path]
@@ -122,6 +148,7 @@ class Grouping:
     classifier: CategoryClassifier | None = None
     k_reason: str = ""
     n_matches: int = 0
+    kernel: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def k(self) -> int:
@@ -155,6 +182,7 @@ def group_collection_iter(
     refine: bool = True,
     relabel: bool = True,
     jobs: int | None = None,
+    cancel: Any = None,
 ) -> Generator[ClusterProgress, None, Grouping]:
     """Group the images of an indexed collection (``simile cluster``).
 
@@ -181,6 +209,9 @@ def group_collection_iter(
         ``features="dense"``: let the SVM on the prototypes reassign the images.
     jobs : int, optional
         Processes computing dense features.
+    cancel : threading.Event, optional
+        ``features="dense"``: stops the run (``InterruptedError``, see
+        :func:`engine.cluster.categorize_iter`).
 
     Yields
     ------
@@ -194,7 +225,7 @@ def group_collection_iter(
         res = yield from categorize_iter(
             collection, k=k, must=must, cannot=cannot, power=power, k_max=k_max,
             refine=refine, relabel=relabel, partners=partners,
-            prototype_percentile=prototype_percentile, jobs=jobs,
+            prototype_percentile=prototype_percentile, jobs=jobs, cancel=cancel,
         )  # fmt: skip
         ref = res.refinement
         return Grouping(
@@ -202,6 +233,7 @@ def group_collection_iter(
             outliers=res.outliers, flow=res.flow, features="dense", method="dense",
             masks=None if ref is None else ref.masks, classifier=res.classifier,
             k_reason=res.k_reason, n_matches=0 if ref is None else int(ref.n_matches),
+            kernel=res.kernel,
         )  # fmt: skip
     grouping = yield from _group_on_index(
         collection, method, k, must, cannot, power, spatial, k_max, prototype_percentile,
@@ -257,6 +289,7 @@ def _group_on_index(
         paths, labels, protos, outliers, flow, "index", method,
         masks=None if refinement is None else refinement.masks, classifier=clf,
         k_reason=reason, n_matches=0 if refinement is None else int(refinement.n_matches),
+        kernel=A,
     )  # fmt: skip
 
 
@@ -279,11 +312,50 @@ def _spatial_kernel(feats, matcher, grid: int) -> np.ndarray:
     return spatial_pyramid_kernel(matcher.bins, xy, grid=grid, word_level=word_level)
 
 
-def save_grouping(store: Any, grouping: Grouping) -> None:
-    """Store ``grouping`` in the index (format: see the module docstring).
+def grouping_state(grouping: Grouping) -> dict[str, Any]:
+    """The model state :func:`save_grouping` stores (entries: see the module docstring).
 
-    A stored classifier not replaced by ``grouping.classifier`` is deleted, so an old one
-    never outlives its grouping. Raises ``OSError`` when the index cannot be written.
+    Parameters
+    ----------
+    grouping : Grouping
+
+    Returns
+    -------
+    dict of str to array or scalar
+        Ready for ``IndexStore.save_state``.
+    """
+    if grouping.masks is not None:
+        flat, offsets = masks_to_arrays(grouping.masks)
+    else:  # no masks: every image's mask is empty (never leave a stale one behind)
+        flat, offsets = np.zeros(0, np.float32), np.zeros(len(grouping.paths) + 1, np.int64)
+    state: dict[str, Any] = {
+        "paths": np.array([str(p) for p in grouping.paths], dtype=str),
+        "labels": grouping.labels.astype(np.int64),
+        "prototypes": grouping.prototypes.astype(bool),
+        "outliers": grouping.outliers.astype(bool),
+        "flow": np.asarray(grouping.flow, np.float64),
+        "masks": flat,
+        "mask_offsets": offsets,
+        "method": str(grouping.method),
+        "features": str(grouping.features),
+        "k_reason": str(grouping.k_reason),
+        "n_matches": int(grouping.n_matches),
+    }
+    if grouping.classifier is not None:
+        for key, val in grouping.classifier.to_state().items():
+            state["svm." + key] = val
+    return state
+
+
+def save_grouping(store: Any, grouping: Grouping) -> None:
+    """Store ``grouping`` and its classifier in the index as one version.
+
+    One model state, :data:`engine.index.keys.GROUPING_STATE` (format: see the module
+    docstring), replaced atomically: a reader sees the previous grouping and classifier
+    or these, whole, even when the writer stops half-way. A previous classifier never
+    outlives its grouping. The arrays of an index grouped by an older version (``cluster.*``)
+    are deleted once the state is written. Raises ``OSError`` when the index cannot be
+    written.
 
     Parameters
     ----------
@@ -291,67 +363,228 @@ def save_grouping(store: Any, grouping: Grouping) -> None:
         A writable store (``Collection.store``).
     grouping : Grouping
     """
-    if grouping.masks is not None:
-        flat, offsets = masks_to_arrays(grouping.masks)
-    else:  # no masks: every image's mask is empty (never leave a stale one behind)
-        flat, offsets = np.zeros(0, np.float32), np.zeros(len(grouping.paths) + 1, np.int64)
-    store.save_array(PREFIX + "masks", flat)
-    store.save_array(PREFIX + "mask_offsets", offsets)
-    store.save_array(PREFIX + "flow", np.asarray(grouping.flow, np.float64))
-    store.save_array(PREFIX + "paths", np.array([str(p) for p in grouping.paths], dtype=str))
-    store.save_array(PREFIX + "labels", grouping.labels.astype(np.int64))
-    store.save_array(PREFIX + "prototypes", grouping.prototypes.astype(bool))
-    store.save_array(PREFIX + "outliers", grouping.outliers.astype(bool))
-    store.save_array(PREFIX + "method", np.array(grouping.method))
-    store.save_array(PREFIX + "features", np.array(grouping.features))
-    for key in SVM_KEYS:  # never leave a stale classifier behind
-        if store.has_array(PREFIX + "svm." + key):
-            store.delete_array(PREFIX + "svm." + key)
-    if grouping.classifier is not None:
-        for key, val in grouping.classifier.to_state().items():
-            store.save_array(PREFIX + "svm." + key, np.asarray(val))
+    store.save_state(keys.GROUPING_STATE, grouping_state(grouping))
+    legacy = (*keys.LEGACY_GROUPING_ARRAYS, *("svm." + key for key in SVM_KEYS))
+    for name in legacy:
+        if store.has_array(PREFIX + name):
+            store.delete_array(PREFIX + name)
 
 
-def load_grouping(store: Any) -> Grouping:
-    """The grouping stored by :func:`save_grouping` (format: see the module docstring).
+def load_grouping(store: Any, *, classifier: bool = True) -> Grouping:
+    """The grouping stored by :func:`save_grouping` (format: see the module docstring), or
+    the separate arrays of an index grouped by an older version.
 
-    ``classifier`` is None unless every ``cluster.svm.<key>`` of :data:`SVM_KEYS` is
-    stored; ``flow`` and ``masks`` are None when the index predates them.
+    ``classifier`` is None unless every ``svm.<key>`` of :data:`SVM_KEYS` is stored;
+    ``flow`` and ``masks`` are None when the index predates them.
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+        Read-only stores work.
+    classifier : bool
+        Rebuild the classifier (an SVM fit on the stored prototype kernel); False leaves
+        ``Grouping.classifier`` None.
+
+    Returns
+    -------
+    Grouping
 
     Raises
     ------
     KeyError
         No grouping is stored in the index.
+    engine.index.store_errors.IndexCorruptError
+        The stored grouping is damaged.
     """
+    if store.has_state(keys.GROUPING_STATE):
+        st = store.load_state(keys.GROUPING_STATE)
 
-    def load(key: str) -> np.ndarray:
-        return np.asarray(store.load_array(PREFIX + key, mmap=False))
+        def load(key: str) -> Any:
+            return st[key]
 
-    def has(key: str) -> bool:
-        return store.has_array(PREFIX + key)
+        def has(key: str) -> bool:
+            return key in st
 
-    classifier = None
-    if all(has("svm." + key) for key in SVM_KEYS):
+    else:  # an index grouped before the grouping was one state
+
+        def load(key: str) -> Any:
+            return np.asarray(store.load_array(PREFIX + key, mmap=False))
+
+        def has(key: str) -> bool:
+            return store.has_array(PREFIX + key)
+
+    clf = None
+    if classifier and all(has("svm." + key) for key in SVM_KEYS):
         state = {key: load("svm." + key) for key in SVM_KEYS}
-        state = {k: (v.item() if v.ndim == 0 else v) for k, v in state.items()}
-        classifier = CategoryClassifier.from_state(state)
-    paths = [Path(p) for p in load("paths").tolist()]
+        state = {k: (v.item() if np.ndim(v) == 0 and hasattr(v, "item") else v)
+                 for k, v in state.items()}  # fmt: skip
+        clf = CategoryClassifier.from_state(state)
+    paths = [Path(p) for p in np.asarray(load("paths")).tolist()]
     method = str(load("method"))
     masks = None
     if has("masks") and has("mask_offsets"):
         masks = masks_from_arrays(load("masks"), load("mask_offsets"))
     return Grouping(
         paths=paths,
-        labels=load("labels").astype(np.int64),
-        prototypes=load("prototypes").astype(bool),
-        outliers=load("outliers").astype(bool),
-        flow=load("flow").astype(np.float64) if has("flow") else None,
+        labels=np.asarray(load("labels")).astype(np.int64),
+        prototypes=np.asarray(load("prototypes")).astype(bool),
+        outliers=np.asarray(load("outliers")).astype(bool),
+        flow=np.asarray(load("flow")).astype(np.float64) if has("flow") else None,
         features=str(load("features")) if has("features") else (
             "dense" if method == "dense" else "index"),
         method=method,
         masks=masks,
-        classifier=classifier,
+        classifier=clf,
+        k_reason=str(load("k_reason")) if has("k_reason") else "",
+        n_matches=int(load("n_matches")) if has("n_matches") else 0,
     )  # fmt: skip
+
+
+# ----------------------------------------------------------------- the person's edits
+@dataclass
+class SavedEdits:
+    """What :func:`load_edits` restores for the app.
+
+    Attributes
+    ----------
+    grouping : EditableGrouping or None
+        The grouping to show, rows in the order of the ``paths`` asked for; None when the
+        saved one no longer fits the collection (see ``problem``).
+    must, cannot : list of (str, str)
+        The person's must-group / cannot-group path pairs (from moves, splits, merges).
+    k : int, "auto" or None
+        The number of groups the person chose; None when nothing was chosen (a grouping
+        of ``simile cluster``).
+    source : {"edits", "grouping"}
+        Where it comes from: the person's edits (:func:`save_edits`) or, when the folder
+        was never edited, the last grouping (:func:`load_grouping`).
+    problem : str
+        Why ``grouping`` is None (empty otherwise).
+    """
+
+    grouping: EditableGrouping | None
+    must: list[tuple[str, str]]
+    cannot: list[tuple[str, str]]
+    k: int | str | None
+    source: str
+    problem: str = ""
+
+
+def edits_json(
+    grouping: EditableGrouping,
+    must: Sequence[Sequence[str]],
+    cannot: Sequence[Sequence[str]],
+    k: int | str,
+) -> str:
+    """The JSON text :func:`save_edits` stores (keys ``paths``, ``labels``, ``names``,
+    ``k_reason``, ``flow``, ``prototypes``, ``outliers``, ``must``, ``cannot``, ``k``)."""
+    return json.dumps(
+        {
+            "paths": grouping.paths,
+            "labels": grouping.labels.tolist(),
+            "names": {str(g): n for g, n in grouping.names.items()},
+            "k_reason": grouping.k_reason,
+            "flow": grouping.flow.tolist(),
+            "prototypes": grouping.prototypes.astype(int).tolist(),
+            "outliers": grouping.outliers.astype(int).tolist(),
+            "must": [list(p) for p in must],
+            "cannot": [list(p) for p in cannot],
+            "k": k,
+        }
+    )
+
+
+def save_edits(
+    store: Any,
+    grouping: EditableGrouping,
+    must: Sequence[Sequence[str]],
+    cannot: Sequence[Sequence[str]],
+    k: int | str,
+) -> None:
+    """Keep the grouping as the person edited it, keyed by photo path, in the index.
+
+    The kv entry :data:`engine.index.keys.CATEGORY_EDITS_KEY` (JSON, :func:`edits_json`).
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+        A writable store.
+    grouping : EditableGrouping
+        With the person's group names.
+    must, cannot : sequence of (str, str)
+        The person's constraints (path pairs).
+    k : int or "auto"
+        The number of groups chosen.
+    """
+    store.set_kv(keys.CATEGORY_EDITS_KEY, edits_json(grouping, must, cannot, k))
+
+
+def _in_order(g: EditableGrouping, rows: Sequence[str], paths: list[str]) -> EditableGrouping:
+    """``g`` (rows ``rows``) with its rows in the order of ``paths`` (the same photos)."""
+    pos = {p: i for i, p in enumerate(rows)}
+    take = np.array([pos[p] for p in paths], np.int64)
+    return EditableGrouping(
+        paths, np.asarray(g.labels, np.int64)[take], np.asarray(g.flow, np.float64)[take],
+        np.asarray(g.prototypes, bool)[take], np.asarray(g.outliers, bool)[take],
+        str(g.k_reason), dict(g.names),
+    )  # fmt: skip
+
+
+def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
+    """The grouping to show for the collection's photos ``paths``, with the person's edits.
+
+    The edits saved by :func:`save_edits`; when there are none, the last grouping
+    (:func:`load_grouping`, without its classifier) if it groups exactly ``paths``.
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+    paths : sequence of path
+        The collection's photos, in row order.
+
+    Returns
+    -------
+    SavedEdits or None
+        None when nothing usable is stored. When the saved grouping does not fit
+        ``paths`` (the folder changed) or is damaged, ``grouping`` is None and the
+        constraints and ``k`` are still returned.
+
+    Raises
+    ------
+    ValueError, TypeError
+        The saved edits are not readable JSON, or their constraints are malformed.
+    """
+    paths = [str(p) for p in paths]
+    raw = store.get_kv(keys.CATEGORY_EDITS_KEY)
+    if not raw:
+        try:
+            saved = load_grouping(store, classifier=False)
+        except KeyError:
+            return None
+        rows = [str(p) for p in saved.paths]
+        if sorted(rows) != sorted(paths):
+            return None
+        g = _in_order(EditableGrouping.from_grouping(saved), rows, paths)
+        return SavedEdits(g, [], [], None, "grouping")
+    d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    if not isinstance(d, dict):
+        raise ValueError("the saved edits are not a JSON object")
+    must = [tuple(map(str, p)) for p in d.get("must", [])]
+    cannot = [tuple(map(str, p)) for p in d.get("cannot", [])]
+    k = d.get("k", "auto")
+    try:
+        if sorted(d["paths"]) != sorted(paths):
+            return SavedEdits(None, must, cannot, k, "edits", "the folder changed")
+        saved = EditableGrouping(
+            list(d["paths"]), np.asarray(d["labels"], np.int64),
+            np.asarray(d["flow"], np.float64), np.asarray(d["prototypes"], bool),
+            np.asarray(d["outliers"], bool), str(d.get("k_reason", "")),
+        )  # fmt: skip
+        g = _in_order(saved, saved.paths, paths)
+        g.names = {int(a): b for a, b in d.get("names", {}).items() if b}
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return SavedEdits(None, must, cannot, k, "edits", f"saved grouping unusable: {exc}")
+    return SavedEdits(g, must, cannot, k, "edits")
 
 
 def grouping_kernel_rows(collection: Any, grouping: Grouping, images: Sequence[Any]) -> np.ndarray:

@@ -26,6 +26,7 @@ from engine.cluster.channel import (
     vocab_sample,
 )
 from engine.cluster.results import ClusterProgress
+from engine.index import keys
 
 __all__ = [
     "CATEGORY_VOCAB",
@@ -44,7 +45,7 @@ CATEGORY_VOCAB = {"branching": 10, "levels": 3, "sample": 60_000}
 VOCAB_REFIT_GROWTH = 4.0
 
 # the fitted vocabulary in the index: the tree's state plus these entries
-_VOCAB_STATE = "cluster.dense.vocab"
+_VOCAB_STATE = keys.DENSE_VOCAB_STATE
 _VOCAB_EXTRA = ("settings_key", "n_fit", "token")
 
 

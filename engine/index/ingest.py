@@ -19,6 +19,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.index.keys import FEATURE_SETTINGS
 from engine.io.scan import FileStat, scan_folder
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -227,7 +228,7 @@ def ingest(
     yield IngestProgress(done, total, None, "finalizing", "finalizing index")
     if not cancelled:
         store.compact()
-        store.set_setting("feature_kwargs", kw)
+        store.set_setting(FEATURE_SETTINGS, kw)
     n_ok = store.count("ok")
     failures = store.failures()
     return IngestSummary(

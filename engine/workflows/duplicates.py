@@ -8,11 +8,18 @@ correspondences + robust homography, :func:`engine.index.verify.verify_pair`). T
 near-duplicate score of a pair is the fraction of the smaller image's features that are
 geometric inliers; pairs scoring at least the threshold are linked, as are byte-identical
 files (score 1). Groups are the connected components (union-find).
+
+Which copy of a group to keep is suggested by :func:`suggest_keeper` (the app's
+Duplicates view and ``simile duplicates`` both ask it): the copy with the most pixels
+(every copy within :data:`KEEPER_PIXEL_TOLERANCE` of the most counts as "most"), among
+those the sharpest (:func:`sharpness`, compared at :data:`KEEPER_SIDE` pixels).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,13 +42,25 @@ __all__ = [
     "DUPLICATE_BLOCK",
     "DUPLICATE_CACHE",
     "DUPLICATE_NEIGHBOURS",
+    "KEEPER_PIXEL_TOLERANCE",
+    "KEEPER_SIDE",
+    "CopyStats",
     "DuplicateGroup",
+    "Keeper",
+    "best_copy",
+    "copy_stats",
     "find_duplicates",
+    "sharpness",
+    "suggest_keeper",
 ]
 
 DUPLICATE_NEIGHBOURS = 10
 DUPLICATE_BLOCK = 256  # pairs checked side by side
 DUPLICATE_CACHE = 1024  # images' features kept (~250 MB at 500 128-D features)
+#: Longest side (pixels) the copies of a group are loaded at to compare their sharpness.
+KEEPER_SIDE = 768
+#: Copies with at least this fraction of the most pixels count as "highest resolution".
+KEEPER_PIXEL_TOLERANCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -189,3 +208,167 @@ def _groups(link: dict[tuple[int, int], float], n: int, paths: list[Path]) -> li
         )
     out.sort(key=lambda g: (-len(g.paths), str(g.paths[0])))
     return out
+
+
+# --------------------------------------------------------------------------- best copy
+def sharpness(gray: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian of a gray image (higher = sharper).
+
+    Computed on images resized to the same longest side (:data:`KEEPER_SIDE`), so values
+    are comparable between copies of one photo.
+
+    Parameters
+    ----------
+    gray : (H, W) array
+        Gray levels (any real dtype; computed in float32).
+
+    Returns
+    -------
+    float
+        ``var(4 g[y, x] - g[y-1, x] - g[y+1, x] - g[y, x-1] - g[y, x+1])`` over the
+        interior pixels; 0.0 for an image not 2-D or under 3 pixels on a side.
+    """
+    g = np.asarray(gray, dtype=np.float32)
+    if g.ndim != 2 or min(g.shape) < 3:
+        return 0.0
+    lap = 4.0 * g[1:-1, 1:-1] - g[:-2, 1:-1] - g[2:, 1:-1] - g[1:-1, :-2] - g[1:-1, 2:]
+    return float(lap.var())
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    """What the choice of the copy to keep looks at.
+
+    Attributes
+    ----------
+    path : str
+    width, height : int
+        Size of the image as displayed (from its header); 0 when unreadable.
+    file_size : int
+        Bytes on disk; 0 when unreadable.
+    sharpness : float
+        :func:`sharpness` of the copy loaded at :data:`KEEPER_SIDE` pixels.
+    error : str or None
+        Why the copy could not be read (it is then never suggested).
+    """
+
+    path: str
+    width: int
+    height: int
+    file_size: int
+    sharpness: float
+    error: str | None = None
+
+    @property
+    def pixels(self) -> int:
+        """``width * height``."""
+        return self.width * self.height
+
+
+def copy_stats(
+    path: str | os.PathLike, max_side: int = KEEPER_SIDE
+) -> tuple[CopyStats, np.ndarray | None]:
+    """Size, resolution and sharpness of one copy, and the pixels they were measured on.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    max_side : int
+        Longest side the image is loaded at for :func:`sharpness`.
+
+    Returns
+    -------
+    stats : CopyStats
+        With ``error`` set (and zeros) when the copy cannot be read: one broken copy never
+        hides the others.
+    image : (H, W, 3) uint8 or None
+        The copy loaded at ``max_side`` (for display), None when unreadable.
+    """
+    from engine.io.imageio import image_size, load_image
+
+    p = str(path)
+    try:
+        w, h = image_size(p)
+        img = load_image(p, max_side=max_side)
+        gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        return CopyStats(p, int(w), int(h), os.path.getsize(p), sharpness(gray)), img
+    except Exception as exc:  # one broken copy must not hide the others
+        return CopyStats(p, 0, 0, 0, 0.0, str(exc)), None
+
+
+def best_copy(stats: Sequence[CopyStats]) -> int:
+    """Index of the copy to keep: most pixels first (within 5 %), then sharpest.
+
+    Parameters
+    ----------
+    stats : sequence of CopyStats
+        The copies of one group (:func:`copy_stats`).
+
+    Returns
+    -------
+    int
+        Index into ``stats``: among the readable copies with at least
+        :data:`KEEPER_PIXEL_TOLERANCE` times the most pixels, the sharpest (ties: more
+        pixels, then the first); -1 when no copy is readable.
+    """
+    ok = [i for i, c in enumerate(stats) if c.error is None]
+    if not ok:
+        return -1
+    most = max(stats[i].pixels for i in ok)
+    near = [i for i in ok if stats[i].pixels >= KEEPER_PIXEL_TOLERANCE * most]
+    return max(near, key=lambda i: (stats[i].sharpness, stats[i].pixels))
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """The copy of a duplicate group suggested to keep.
+
+    Attributes
+    ----------
+    index : int
+        Its position in the group.
+    path : str
+    reason : str
+        Why this one, for people (``"highest resolution (4000x3000)"``, ...).
+    """
+
+    index: int
+    path: str
+    reason: str
+
+
+def suggest_keeper(
+    paths: Sequence[str | os.PathLike], stats: Sequence[CopyStats] | None = None
+) -> Keeper | None:
+    """The copy of a duplicate group to keep (:func:`best_copy`), with the reason.
+
+    Parameters
+    ----------
+    paths : sequence of str or os.PathLike
+        The copies (e.g. ``DuplicateGroup.paths``).
+    stats : sequence of CopyStats, optional
+        Their :func:`copy_stats` when already measured (same order); measured here
+        otherwise.
+
+    Returns
+    -------
+    Keeper or None
+        None when no copy can be read.
+    """
+    if stats is None:
+        stats = [copy_stats(p)[0] for p in paths]
+    best = best_copy(stats)
+    if best < 0:
+        return None
+    ok = [c for c in stats if c.error is None]
+    most = max(c.pixels for c in ok)
+    near = [c for c in ok if c.pixels >= KEEPER_PIXEL_TOLERANCE * most]
+    c = stats[best]
+    size = f"{c.width}x{c.height}"
+    if len(ok) == 1:
+        reason = f"the only readable copy ({size})"
+    elif len(near) == 1:
+        reason = f"highest resolution ({size})"
+    else:
+        reason = f"sharpest of the {len(near)} copies with the highest resolution ({size})"
+    return Keeper(best, str(paths[best]), reason)

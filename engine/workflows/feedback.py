@@ -52,6 +52,7 @@ import scipy.sparse as sp
 from engine.cluster import CATEGORY_FEATURES as _CATEGORY_FEATURES
 from engine.cluster import collection_rows, vocab_sample
 from engine.core.progress import run_to_end
+from engine.index import keys
 from engine.learn.oasis import OASIS
 from engine.learn.ssc import BoostedSSC, BoostPro, reduce_dimension
 from engine.learn.supervision import LearnProgress, pairs_from_labels
@@ -88,10 +89,12 @@ __all__ = [
 ]
 
 LEARN_METHODS = ("oasis", "boostssc", "boostpro")
-MODEL_STATE = "learned.model"
+#: The stored model (:data:`engine.index.keys.LEARNED_MODEL_STATE`).
+MODEL_STATE = keys.LEARNED_MODEL_STATE
 #: Key-value entry naming the stored model (a new token per :func:`learn`), so that the
-#: model and the collection's bags can stay in memory between queries.
-MODEL_TOKEN = "learned.model.token"
+#: model and the collection's bags can stay in memory between queries
+#: (:data:`engine.index.keys.LEARNED_MODEL_TOKEN`).
+MODEL_TOKEN = keys.LEARNED_MODEL_TOKEN
 SVD_DIM = 64
 #: Dense features of the learned similarity: the grouping's windows, each described at
 #: full resolution (``octaves=False``; see :func:`engine.cluster.category_features`).
@@ -593,7 +596,8 @@ def _channel(store: Any, settings: dict[str, Any]) -> CategoryChannel:
     from engine.cluster import CategoryChannel
 
     full = settings.get("octaves", True) is False
-    return CategoryChannel(store, settings, namespace="learn" if full else "cluster")
+    namespace = keys.LEARN_DENSE_NAMESPACE if full else keys.DENSE_NAMESPACE
+    return CategoryChannel(store, settings, namespace=namespace)
 
 
 def _query_descriptors(collection: Collection, image: Any, settings: dict[str, Any]):

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.index import keys
+
 if TYPE_CHECKING:  # pragma: no cover
     from engine.collection import Collection
 
@@ -38,8 +40,9 @@ __all__ = [
     "triplets_from_marks",
 ]
 
-#: Key-value entry of the index that holds the marks (a JSON list).
-MARKS_KEY = "feedback.marks"
+#: Key-value entry of the index that holds the marks (a JSON list;
+#: :data:`engine.index.keys.MARKS_KEY`).
+MARKS_KEY = keys.MARKS_KEY
 _TRUE = {"1", "yes", "y", "true", "t", "+", "up", "relevant"}
 _FALSE = {"0", "no", "n", "false", "f", "-", "down", "irrelevant", "not relevant"}
 

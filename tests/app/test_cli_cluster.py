@@ -61,26 +61,29 @@ def test_cluster_json_partitions_every_image(folder, capsys):
     # the refinement ran and its feature masks are stored, one per image, aligned with
     # the stored features (thesis 9.3), for the GUI to show
     assert res["refined"] is True and res["n_matches"] > 0
-    from engine.cluster import category_features_of, load_grouping, masks_from_arrays
+    from engine.cluster import category_features_of, load_grouping
     from engine.collection import Collection
+    from engine.index import keys
 
     col = Collection.open(photos, index, create=False, readonly=True)
     try:
-        stored = [str(p) for p in col.load_array("cluster.paths")]
-        masks = masks_from_arrays(
-            col.load_array("cluster.masks"), col.load_array("cluster.mask_offsets")
-        )
+        # one state holds the grouping and its classifier (no separate cluster.* arrays)
+        assert col.store.has_state(keys.GROUPING_STATE)
+        assert not [f for f in (index / "arrays").glob("cluster.*") if ".dense." not in f.name]
+        grouping = load_grouping(col.store)  # the engine's reader of that state
+        stored = [str(p) for p in grouping.paths]
+        masks = grouping.masks
         assert sorted(stored) == indexed and len(masks) == len(stored)
         # masks refer to the dense categorisation features (the default pipeline)
-        assert str(col.load_array("cluster.features")) == "dense"
+        assert grouping.features == "dense"
         for path, mask in zip(stored, masks, strict=True):
             assert mask.shape == (len(category_features_of(col, path)),)
             assert mask.min() >= 0.0 and mask.max() == pytest.approx(1.0)
             assert np.ptp(mask) > 0  # graded by how consistently each feature matches
-        flow = col.load_array("cluster.flow")
-        grouping = load_grouping(col.store)  # the engine's reader of those arrays
+        flow = grouping.flow
     finally:
         col.close()
+    assert grouping.k_reason == res["k_reason"] and grouping.n_matches == res["n_matches"]
     assert grouping.features == "dense" and grouping.classifier is not None
     for c in res["clusters"]:
         assert [str(grouping.paths[i]) for i in grouping.members(c["id"])] == c["members"]
@@ -205,3 +208,40 @@ def test_cluster_reports_and_skips_unreadable_files(tmp_path, demo_folder, capsy
     assert len(members) == 6 and not any("broken" in m or "notes" in m for m in members)
     assert "skipped 2 unreadable file(s)" in captured.err
     assert "broken.jpg: " in captured.err and "notes.jpg: " in captured.err
+
+
+def test_a_crash_while_saving_keeps_the_old_grouping_for_classify(
+    folder, demo_folder, capsys, monkeypatch
+):
+    """``simile cluster`` stops half-way through saving (after the new arrays were written):
+    ``simile classify`` answers with the previous grouping and its classifier, together."""
+    from engine.cluster import load_grouping
+    from engine.collection import Collection
+    from engine.index import keys
+    from tests.engine.test_cluster import _crash_after_npz
+
+    photos = folder / "photos"
+    index = str(folder / "idx")
+    code, out = _run(["cluster", str(photos), "--index", index, "--no-update", "--k", "3",
+                      "--json"], capsys)  # fmt: skip
+    assert code == 0
+    crops = [str(demo_folder / f"{fam}_crop.jpg") for fam in FAMILIES]
+    code, before = _run(["classify", str(photos), *crops, "--index", index, "--json"], capsys)
+    assert code == 0
+    with monkeypatch.context() as m:
+        _crash_after_npz(m, keys.GROUPING_STATE)
+        code = main(["cluster", str(photos), "--index", index, "--no-update", "--k", "4",
+                     "--json"])  # fmt: skip
+        captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out.strip().splitlines()[-1])["k"] == 4
+    assert "could not store the grouping" in captured.err
+    code, after = _run(["classify", str(photos), *crops, "--index", index, "--json"], capsys)
+    assert code == 0 and after == before  # the old classifier ...
+    col = Collection.open(photos, folder / "idx", create=False, readonly=True)
+    try:
+        grouping = load_grouping(col.store)
+    finally:
+        col.close()
+    assert grouping.k == 3  # ... on the old grouping
+    assert set(grouping.classifier.labels_.tolist()) <= set(range(3))
+    assert grouping.k_reason == json.loads(out.strip().splitlines()[-1])["k_reason"]

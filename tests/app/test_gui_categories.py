@@ -91,7 +91,9 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     qtbot.keyClicks(row0.name, "Blue things")
     qtbot.keyClick(row0.name, Qt.Key.Key_Return)
     assert view.grouping.name(0) == "Blue things"
-    saved = json.loads(window.collection.store.get_kv("gui.categories"))
+    from engine.index import keys
+
+    saved = json.loads(window.collection.store.get_kv(keys.CATEGORY_EDITS_KEY))
     assert saved["names"]["0"] == "Blue things"
     first_members = set(row0.model.paths())
 
@@ -171,11 +173,11 @@ def test_split_merge_large_folder(qtbot, window, tmp_path, monkeypatch):
     the union of two groups, split cuts one group on its own sub-kernel in a worker (with
     Nystrom landmarks inside a large group), can be cancelled, and finds the two scenes
     again in a merged group."""
-    import engine.cluster
-    from app.gui import categories
+    import engine.cluster.edits as edits
 
     # a small folder takes the large-folder code paths (wherever the engine keeps the
-    # thresholds: the package re-exports them from its pipeline module)
+    # thresholds: the package re-exports them from its pipeline module); the split of a
+    # group is the engine's (engine.cluster.split_group_iter, run in a worker)
     for name in ("engine.cluster", "engine.cluster.pipeline"):
         try:
             mod = importlib.import_module(name)
@@ -184,11 +186,11 @@ def test_split_merge_large_folder(qtbot, window, tmp_path, monkeypatch):
         for attr, value in (("NYSTROM_AUTO_MIN", 4), ("NYSTROM_LANDMARKS", 6)):
             if hasattr(mod, attr):
                 monkeypatch.setattr(mod, attr, value)
-    monkeypatch.setattr(categories, "SPLIT_NYSTROM_MIN", 5)
-    monkeypatch.setattr(categories, "SPLIT_LANDMARKS", 6)
+    monkeypatch.setattr(edits, "SPLIT_NYSTROM_MIN", 5)
+    monkeypatch.setattr(edits, "SPLIT_LANDMARKS", 6)
     drawn = []  # landmark draws of the split (Nystrom inside the group)
-    choose = engine.cluster.choose_landmarks
-    monkeypatch.setattr(engine.cluster, "choose_landmarks",
+    choose = edits.choose_landmarks
+    monkeypatch.setattr(edits, "choose_landmarks",
                         lambda n, m, **kw: drawn.append((n, m)) or choose(n, m, **kw))  # fmt: skip
     errors = []
     monkeypatch.setattr(window, "show_error", lambda msg, **kw: errors.append(msg))
@@ -247,7 +249,7 @@ def test_split_merge_large_folder(qtbot, window, tmp_path, monkeypatch):
         assert view.rows[h].model.proto[0], "each half has a prototype, shown first"
 
     # the exact path (a group under the threshold) needs no full affinities either
-    monkeypatch.setattr(categories, "SPLIT_NYSTROM_MIN", 3000)
+    monkeypatch.setattr(edits, "SPLIT_NYSTROM_MIN", 3000)
     big = int(np.argmax(np.bincount(g.labels)))
     with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
         view.rows[big].split_btn.click()
@@ -274,6 +276,36 @@ def test_saved_grouping_and_fixed_k(qtbot, window, grouped):
     assert view.grouping.k == 3
     assert_partition(view, window.photos.paths())
     assert "3" in view.reason.text()
+
+
+def test_the_app_shows_and_makes_the_grouping_of_simile_cluster(qtbot, window, tmp_path):
+    """A folder grouped by ``simile cluster`` (never in the app) opens on that grouping,
+    loaded through the engine's reader; grouping it again in the app runs the same engine
+    function and finds the very same groups."""
+    from app.cli import main
+    from engine.cluster import EditableGrouping, load_grouping
+
+    folder, index = tmp_path / "photos", tmp_path / "index"
+    make_grouped_folder(folder, seed=2)
+    assert main(["cluster", str(folder), "--index", str(index), "--k", "2", "--json"]) == 0
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    view = window.views["categories"]
+    g = view.grouping
+    assert g is not None and not view.must and not view.cannot
+    stored = load_grouping(window.collection.store)
+    want = EditableGrouping.from_grouping(stored)
+    order = [want.paths.index(p) for p in g.paths]
+    assert sorted(g.paths) == sorted(want.paths) and g.k == 2
+    for field in ("labels", "flow", "prototypes", "outliers"):
+        assert np.array_equal(getattr(g, field), getattr(want, field)[order]), field
+    assert g.k_reason == stored.k_reason and "k=2" in g.k_reason
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        view.regroup(k=2)
+    again = view.grouping
+    assert again is not g and again.paths == g.paths
+    for field in ("labels", "flow", "prototypes", "outliers"):
+        assert np.array_equal(getattr(again, field), getattr(g, field)), field
 
 
 def test_headless_clusters_screenshot(grouped, tmp_path):

@@ -820,6 +820,7 @@ def _grouping(with_svm=True, masks=True):
 @pytest.mark.parametrize(("with_svm", "masks"), [(True, True), (False, False)])
 def test_save_and_load_grouping_round_trip(tmp_path, with_svm, masks):
     from engine.cluster import load_grouping, save_grouping
+    from engine.index import keys
     from engine.index.store import IndexStore
 
     g = _grouping(with_svm, masks)
@@ -827,12 +828,16 @@ def test_save_and_load_grouping_round_trip(tmp_path, with_svm, masks):
         save_grouping(store, _grouping(True, True))  # an older grouping is replaced
         save_grouping(store, g)
         back = load_grouping(store)
+        assert store.has_state(keys.GROUPING_STATE)  # one state, no separate arrays
         names = sorted(f.name for f in (tmp_path / "index" / "arrays").glob("cluster.*"))
+        assert names == []
+        st = store.load_state(keys.GROUPING_STATE)
     assert [str(p) for p in back.paths] == g.paths
     for field in ("labels", "prototypes", "outliers", "flow"):
         got, want = getattr(back, field), getattr(g, field)
         assert got.dtype == want.dtype and np.array_equal(got, want), field
     assert (back.features, back.method, back.k) == ("index", "vocabulary", 2)
+    assert (back.k_reason, back.n_matches) == ("given", 7)
     if masks:
         assert all(np.array_equal(a, b) for a, b in zip(back.masks, g.masks, strict=True))
     else:  # not refined: every image's mask is stored empty
@@ -841,25 +846,261 @@ def test_save_and_load_grouping_round_trip(tmp_path, with_svm, masks):
         want = [Path(g.paths[i]) for i in np.flatnonzero(g.prototypes)]
         assert back.training_paths() == want
         np.testing.assert_array_equal(back.classifier.train_ids_, g.classifier.train_ids_)
+        K = np.random.default_rng(1).random((3, len(want)))
+        a, b = back.classifier.predict(K), g.classifier.predict(K)
+        assert np.array_equal(a.labels, b.labels) and np.array_equal(a.confidence, b.confidence)
     else:  # the older grouping's classifier is gone
-        assert back.classifier is None and not [n for n in names if ".svm." in n]
+        assert back.classifier is None and not [k for k in st if k.startswith("svm.")]
     assert np.array_equal(back.members(0), g.members(0))
+    assert load_grouping.__module__ == "engine.cluster.grouping"
+
+
+def _save_legacy(store, grouping):
+    """The writer of older versions: one named array per entry (``cluster.<name>``)."""
+    prefix = "cluster."
+    flat, offsets = masks_to_arrays(grouping.masks)
+    store.save_array(prefix + "masks", flat)
+    store.save_array(prefix + "mask_offsets", offsets)
+    store.save_array(prefix + "flow", np.asarray(grouping.flow, np.float64))
+    store.save_array(prefix + "paths", np.array([str(p) for p in grouping.paths], dtype=str))
+    store.save_array(prefix + "labels", grouping.labels.astype(np.int64))
+    store.save_array(prefix + "prototypes", grouping.prototypes.astype(bool))
+    store.save_array(prefix + "outliers", grouping.outliers.astype(bool))
+    store.save_array(prefix + "method", np.array(grouping.method))
+    store.save_array(prefix + "features", np.array(grouping.features))
+    for key, val in grouping.classifier.to_state().items():
+        store.save_array(prefix + "svm." + key, np.asarray(val))
 
 
 def test_load_grouping_of_an_old_index_and_of_none(tmp_path):
-    """Indexes grouped before masks and the dense channel lack flow, masks and features."""
+    """Indexes grouped by older versions keep the grouping as separate arrays (before
+    masks and the dense channel without flow, masks and features): still read; the next
+    save replaces them by the one state and deletes them, never the dense channel's."""
     from engine.cluster import load_grouping, save_grouping
+    from engine.index import keys
     from engine.index.store import IndexStore
 
+    g = _grouping()
     with IndexStore.open(tmp_path / "index") as store:
         with pytest.raises(KeyError):
             load_grouping(store)
-        save_grouping(store, _grouping())
+        _save_legacy(store, g)
+        store.save_array("cluster.dense.abc123.desc", np.zeros((2, 128), np.uint8))
+        back = load_grouping(store)
+        assert not store.has_state(keys.GROUPING_STATE)
+        assert np.array_equal(back.labels, g.labels) and np.array_equal(back.flow, g.flow)
+        assert all(np.array_equal(a, b) for a, b in zip(back.masks, g.masks, strict=True))
+        np.testing.assert_array_equal(back.classifier.train_ids_, g.classifier.train_ids_)
+        assert (back.k_reason, back.n_matches) == ("", 0)  # not stored then
         for name in ("flow", "masks", "mask_offsets", "features"):
             store.delete_array("cluster." + name)
         back = load_grouping(store)
-    assert back.flow is None and back.masks is None and back.features == "index"
-    assert back.classifier is not None and back.labels.dtype == np.int64
+        assert back.flow is None and back.masks is None and back.features == "index"
+        assert back.classifier is not None and back.labels.dtype == np.int64
+        save_grouping(store, g)
+        left = sorted(f.name for f in (tmp_path / "index" / "arrays").glob("cluster.*"))
+        assert left == ["cluster.dense.abc123.desc.npy"]
+        assert np.array_equal(load_grouping(store).flow, g.flow)
+
+
+def _crash_after_npz(monkeypatch, state):
+    """Make the store's file writer fail right after it wrote the array file of ``state``
+    (before anything names that file): a crash in the middle of saving."""
+    import sys
+
+    import engine.index.files
+
+    original = engine.index.files.atomic_write
+
+    def write_then_crash(final, write, *args, **kwargs):
+        original(final, write, *args, **kwargs)
+        name = Path(final).name
+        if name.startswith(state + ".") and name.endswith(".npz"):
+            raise OSError("injected crash after the array file was written")
+
+    for mod in list(sys.modules.values()):  # wherever the store refers to the writer
+        if getattr(mod, "__name__", "").startswith("engine.index") and (
+            getattr(mod, "atomic_write", None) is original
+        ):
+            monkeypatch.setattr(mod, "atomic_write", write_then_crash)
+
+
+@pytest.mark.parametrize("old_format", [False, True])
+def test_a_crash_while_saving_keeps_the_old_grouping_and_its_classifier(
+    tmp_path, monkeypatch, old_format
+):
+    """The grouping and its classifier are one version: a save that stops half-way leaves
+    the previous grouping AND its classifier (never the new labels with the old SVM)."""
+    from engine.cluster import Grouping, load_grouping, save_grouping
+    from engine.index import keys
+    from engine.index.store import IndexStore
+
+    old = _grouping()
+    K, truth, _ = topic_kernel(6, 2, seed=9)  # another grouping of the same photos
+    new_labels = 1 - truth.astype(np.int64)
+    protos = np.zeros(new_labels.size, bool)
+    protos[[0, 1, 6, 7]] = True
+    clf = CategoryClassifier().fit(K[np.ix_(protos, protos)], new_labels[protos],
+                                   ids=np.flatnonzero(protos))  # fmt: skip
+    new = Grouping(old.paths, new_labels, protos, ~protos, np.ones(new_labels.size), "index",
+                   "uniform", masks=None, classifier=clf, k_reason="new")  # fmt: skip
+    rows = np.random.default_rng(2).random((4, int(old.prototypes.sum())))
+    with IndexStore.open(tmp_path / "index") as store:
+        if old_format:
+            _save_legacy(store, old)
+        else:
+            save_grouping(store, old)
+        before = load_grouping(store)
+        want = before.classifier.predict(rows)
+        with monkeypatch.context() as m:
+            _crash_after_npz(m, keys.GROUPING_STATE)
+            with pytest.raises(OSError, match="injected crash"):
+                save_grouping(store, new)
+        back = load_grouping(store)
+        assert [str(p) for p in back.paths] == old.paths
+        assert np.array_equal(back.labels, old.labels)
+        assert (back.method, back.k_reason) == (before.method, before.k_reason)
+        assert np.array_equal(back.classifier.train_ids_, old.classifier.train_ids_)
+        got = back.classifier.predict(rows)  # the old classifier, on the old labels
+        assert np.array_equal(got.labels, want.labels)
+        assert np.array_equal(got.confidence, want.confidence)
+        save_grouping(store, new)  # the next save goes through
+        back = load_grouping(store)
+        assert np.array_equal(back.labels, new_labels) and back.k_reason == "new"
+        assert np.array_equal(back.classifier.train_ids_, np.flatnonzero(protos))
+
+
+# ------------------------------------------------------------------ the person's edits
+def _editable(labels, flow=None, protos=None, outliers=None, names=None):
+    from engine.cluster import EditableGrouping
+
+    labels = np.asarray(labels, np.int64)
+    n = labels.size
+    return EditableGrouping(
+        [f"/p/{i}.jpg" for i in range(n)], labels,
+        np.arange(n, dtype=np.float64) if flow is None else np.asarray(flow, np.float64),
+        np.zeros(n, bool) if protos is None else np.asarray(protos, bool),
+        np.zeros(n, bool) if outliers is None else np.asarray(outliers, bool),
+        "why", dict(names or {}),
+    )  # fmt: skip
+
+
+def test_editable_grouping_orders_members_and_compacts_labels():
+    from engine.cluster import EditableGrouping, Grouping, compact_labels
+
+    g = _editable([0, 0, 0, 1, 1], flow=[1.0, 5.0, 3.0, 2.0, 9.0],
+                  protos=[0, 0, 1, 0, 0], outliers=[0, 1, 0, 0, 0], names={1: "Dogs"})  # fmt: skip
+    assert g.k == 2 and g.name(0) == "Group 1" and g.name(1) == "Dogs"
+    assert g.members(0).tolist() == [2, 0, 1]  # prototype first, outlier last
+    assert g.members(1).tolist() == [4, 3] and g.group_of("/p/3.jpg") == 1
+    assert g.to_clustering().k == 2
+    # compact: empty groups removed, largest first, ties in label order
+    assert compact_labels(np.array([5, 5, 2, 9, 9, 9])).tolist() == [1, 1, 2, 0, 0, 0]
+    assert compact_labels(np.array([3, 1])).tolist() == [1, 0]
+    K, truth, _ = topic_kernel(4, 2, seed=5)
+    fl = EditableGrouping.from_labels([str(i) for i in range(8)], truth * 7, K, "r", {0: "x"})
+    flow, protos, outl = rank_groups(K, compact_labels(truth * 7))
+    assert np.array_equal(fl.flow, flow) and fl.names == {0: "x"}
+    assert np.array_equal(fl.prototypes, protos) and np.array_equal(fl.outliers, outl)
+    src = Grouping([Path("/a"), Path("/b")], np.array([1, 0]), np.ones(2, bool),
+                   np.zeros(2, bool), None, "dense", "dense", k_reason="k=2")  # fmt: skip
+    shown = EditableGrouping.from_grouping(src)
+    assert shown.paths == ["/a", "/b"] and shown.flow.tolist() == [0.0, 0.0]
+    assert shown.k_reason == "k=2" and EditableGrouping.from_grouping(src, "one").k_reason == "one"
+
+
+def test_carry_names_and_pairs_to_rows():
+    from engine.cluster import carry_names, pairs_to_rows
+
+    paths = ["a", "b", "c", "d", "e"]
+    old = np.array([0, 0, 0, 1, 1])
+    new = np.array([1, 1, 0, 0, 0])  # renumbered, "c" moved over
+    assert carry_names(paths, old, {0: "Cats", 1: "Dogs"}, paths, new) == {1: "Cats", 0: "Dogs"}
+    assert carry_names(paths, old, {}, paths, new) == {}
+    assert carry_names(paths, old, {0: "Cats"}, ["x"], np.array([0])) == {}
+    assert pairs_to_rows(paths, [("a", "c"), ("b", "zz"), ("e", "d")]) == [(0, 2), (4, 3)]
+
+
+def test_split_and_merge_edits():
+    from engine.cluster import merge_edit, merge_ranks, split_edit, split_group_iter
+
+    K, truth, _ = topic_kernel(5, 3, noise=0.4, seed=4)
+    labels = np.where(truth == 2, 0, truth)  # groups 0 and 2 merged: a group to split
+    g = _editable(labels, names={0: "Mixed", 1: "Single"})
+    items, res = _drain(split_group_iter(None, g.paths, g.labels, 0, K))
+    assert [p.stage for p in items] == ["split", "split"] and items[-1].done == 2
+    assert np.array_equal(res.idx, np.flatnonzero(labels == 0)) and res.halves.size == 10
+    assert clustering_accuracy(truth[res.idx], res.halves) == 1.0
+    new, cannot = split_edit(g, 0, res, K)
+    assert new.k == 3 and new.k_reason == "split Mixed by hand" and len(cannot) == 1
+    a, b = cannot[0]
+    assert new.group_of(a) != new.group_of(b) and {g.group_of(a), g.group_of(b)} == {0}
+    assert clustering_accuracy(truth, new.labels) == 1.0 and "Single" in new.names.values()
+    # without the full affinities the halves keep the split's own ranking
+    alone, _ = split_edit(g, 0, res, None)
+    assert np.array_equal(alone.flow[res.idx], res.flow)
+    # merge: the union; must-group pair of the groups' first members; flows rescaled
+    merged, must = merge_edit(new, 0, 2, None)
+    assert merged.k == 2 and must == [(new.paths[new.members(0)[0]],
+                                       new.paths[new.members(2)[0]])]  # fmt: skip
+    flow, _, _ = merge_ranks(new, [0, 2])
+    assert np.array_equal(merged.flow, flow)
+    inside = np.isin(new.labels, [0, 2])
+    assert np.allclose(flow[inside], new.flow[inside] / 4 * 9)  # 5 members each -> 10
+    exact, _ = merge_edit(new, 0, 2, K)
+    assert np.array_equal(exact.flow, rank_groups(K, exact.labels)[0])
+    with pytest.raises(ValueError, match="cannot split"):
+        _drain(split_group_iter(None, g.paths, np.arange(g.labels.size), 0, K))
+    _, two = _drain(split_group_iter(None, g.paths[:2], np.zeros(2, np.int64), 0, K))
+    assert two.halves.tolist() == [0, 1]
+
+
+def test_edits_are_stored_as_before_and_restored_in_the_collection_order(tmp_path):
+    import json
+
+    from engine.cluster import load_edits, save_edits, save_grouping
+    from engine.index import keys
+    from engine.index.store import IndexStore
+
+    g = _editable([0, 1, 0], flow=[0.5, 1.0, 0.25], protos=[1, 1, 0], outliers=[0, 0, 1],
+                  names={1: "Blue"})  # fmt: skip
+    # the bytes the app always wrote (indexes keep their edits)
+    want = ('{"paths": ["/p/0.jpg", "/p/1.jpg", "/p/2.jpg"], "labels": [0, 1, 0], "names": '
+            '{"1": "Blue"}, "k_reason": "why", "flow": [0.5, 1.0, 0.25], "prototypes": [1, 1, '
+            '0], "outliers": [0, 0, 1], "must": [["/p/0.jpg", "/p/2.jpg"]], "cannot": [], '
+            '"k": "auto"}')  # fmt: skip
+    with IndexStore.open(tmp_path / "index") as store:
+        assert load_edits(store, g.paths) is None  # nothing stored
+        save_edits(store, g, [("/p/0.jpg", "/p/2.jpg")], [], "auto")
+        assert store.get_kv(keys.CATEGORY_EDITS_KEY).decode() == want
+        order = ["/p/2.jpg", "/p/0.jpg", "/p/1.jpg"]
+        saved = load_edits(store, order)
+        assert saved.source == "edits" and saved.k == "auto" and saved.problem == ""
+        assert saved.must == [("/p/0.jpg", "/p/2.jpg")] and saved.cannot == []
+        s = saved.grouping
+        assert s.paths == order and s.labels.tolist() == [0, 0, 1]
+        assert s.flow.tolist() == [0.25, 0.5, 1.0] and s.names == {1: "Blue"}
+        assert s.prototypes.tolist() == [False, True, True] and s.k_reason == "why"
+        # the folder changed: constraints and k kept, the grouping not
+        other = load_edits(store, ["/p/0.jpg", "/p/9.jpg", "/p/2.jpg"])
+        assert other.grouping is None and other.must == saved.must and other.problem
+        # damaged entries
+        store.set_kv(keys.CATEGORY_EDITS_KEY, json.dumps({"k": 3, "paths": order}))
+        bad = load_edits(store, order)
+        assert bad.grouping is None and bad.k == 3 and "unusable" in bad.problem
+        store.set_kv(keys.CATEGORY_EDITS_KEY, "{not json")
+        with pytest.raises(ValueError):
+            load_edits(store, order)
+        # no edits: the last grouping of `simile cluster`, in the collection's order
+        store.set_kv(keys.CATEGORY_EDITS_KEY, "")
+        grouping = _grouping()
+        save_grouping(store, grouping)
+        rows = list(reversed(grouping.paths))
+        saved = load_edits(store, rows)
+        assert saved.source == "grouping" and saved.k is None and saved.must == []
+        assert saved.grouping.paths == rows and saved.grouping.k_reason == "given"
+        assert saved.grouping.labels.tolist() == grouping.labels[::-1].tolist()
+        assert load_edits(store, rows[1:]) is None  # another folder's grouping
 
 
 def test_discovery_module_keeps_the_old_names():
