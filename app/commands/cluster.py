@@ -127,6 +127,7 @@ def _report_skipped(failed, limit: int = 5) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.cluster import contradictions
     from engine.cluster.grouping import group_collection_iter, save_grouping
 
     k = parse_k(args.k)
@@ -156,6 +157,13 @@ def run(args: argparse.Namespace) -> int:
         row_of = {p: i for i, p in enumerate(paths)}
         must = resolve_pairs(args.must, row_of, col.folder, "--must")
         cannot = resolve_pairs(args.cannot, row_of, col.folder, "--cannot")
+        bad = contradictions(must, cannot, n)
+        if bad:
+            a, b = (paths[i].name for i in bad[0])
+            raise CommandError(
+                f"--cannot {a} {b} contradicts the --must links, which put {a} and {b} "
+                "in one group"
+            )
         gen = group_collection_iter(
             col, features=args.features, method=args.method, k=k, must=must, cannot=cannot,
             power=args.power, spatial=args.spatial, k_max=args.k_max,

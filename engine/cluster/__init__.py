@@ -42,7 +42,7 @@ from engine.cluster.channel import (
     hash_of,
     vocab_sample,
 )
-from engine.cluster.constraints import apply_constraints
+from engine.cluster.constraints import apply_constraints, contradictions
 from engine.cluster.edits import (
     EditableGrouping,
     SplitResult,
@@ -131,6 +131,7 @@ __all__ = [
     "clustering_accuracy",
     "collection_rows",
     "compact_labels",
+    "contradictions",
     "default_k_graph",
     "diagonal_dominance",
     "discover_categories",

@@ -11,7 +11,13 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["apply_constraints", "constraint_pairs", "enforce_must", "relabel_by_size"]
+__all__ = [
+    "apply_constraints",
+    "constraint_pairs",
+    "contradictions",
+    "enforce_must",
+    "relabel_by_size",
+]
 
 
 def constraint_pairs(pairs: Iterable[Sequence[int]], n: int, name: str) -> np.ndarray:
@@ -53,6 +59,35 @@ def _must_components(must: np.ndarray, n: int) -> np.ndarray:
 
     g = coo_matrix((np.ones(len(must)), (must[:, 0], must[:, 1])), shape=(n, n))
     return connected_components(g, directed=False)[1]
+
+
+def contradictions(
+    must: Iterable[Sequence[int]], cannot: Iterable[Sequence[int]], n: int
+) -> list[tuple[int, int]]:
+    """The cannot-link pairs that the must-links contradict.
+
+    A must-link is transitive (A with B and B with C puts A with C), so a cannot-link
+    between two images of one must-linked chain can never be satisfied.
+
+    Parameters
+    ----------
+    must, cannot : iterable of (int, int)
+        Pairs of image indices in ``[0, n)``.
+    n : int
+        Number of images.
+
+    Returns
+    -------
+    list of (int, int)
+        The contradicted cannot-link pairs, in the order given (empty: consistent).
+    """
+    must_arr = constraint_pairs(must, n, "must")
+    cannot_arr = constraint_pairs(cannot, n, "cannot")
+    if not len(must_arr) or not len(cannot_arr):
+        return []
+    comp = _must_components(must_arr, n)
+    bad = comp[cannot_arr[:, 0]] == comp[cannot_arr[:, 1]]
+    return [(int(a), int(b)) for a, b in cannot_arr[bad]]
 
 
 def apply_constraints(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,31 +132,66 @@ def read_feedback_file(path: str | os.PathLike, base: str | os.PathLike) -> list
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ValueError(f"{path}: cannot read feedback file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = _text_line(exc.object[: exc.start])
+        raise ValueError(f"{path}: line {line}: not UTF-8 text") from None
+    if "\x00" in text:
+        raise ValueError(f"{path}: line {_text_line(text[: text.index(chr(0))])}: NUL byte")
     marks: list[Mark] = []
     if text.lstrip().startswith(("{", "[")):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: invalid JSON (nested too deeply)") from None
         items = data.get("marks") if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise ValueError(f'{path}: expected {{"marks": [...]}} or a list of marks')
+        starts = _mark_lines(text)
         for k, item in enumerate(items):
-            where = f"{path}: mark {k}"
+            line = f" (line {starts[k]})" if k < len(starts) else ""
+            where = f"{path}: mark {k}{line}"
             if not isinstance(item, dict) or not {"query", "result", "relevant"} <= set(item):
                 raise ValueError(f"{where}: needs query, result and relevant")
+            q = _path_value(item["query"], where, "query")
+            r = _path_value(item["result"], where, "result")
             rel = _parse_relevant(item["relevant"], where)
-            marks.append(Mark(_abs(item["query"], base), _abs(item["result"], base), rel))
+            marks.append(Mark(_abs(q, base), _abs(r, base), rel))
         return marks
     reader = csv.DictReader(text.splitlines())
     fields = {f.strip().lower() for f in (reader.fieldnames or [])}
     if not {"query", "result", "relevant"} <= fields:
         raise ValueError(f"{path}: CSV header must name the columns query,result,relevant")
     for k, row in enumerate(reader, start=2):
+        where = f"{path}: line {k}"
         row = {(key or "").strip().lower(): (v or "").strip() for key, v in row.items()}
-        rel = _parse_relevant(row["relevant"], f"{path}: line {k}")
-        marks.append(Mark(_abs(row["query"], base), _abs(row["result"], base), rel))
+        q = _path_value(row["query"], where, "query")
+        r = _path_value(row["result"], where, "result")
+        rel = _parse_relevant(row["relevant"], where)
+        marks.append(Mark(_abs(q, base), _abs(r, base), rel))
     return marks
+
+
+def _text_line(prefix: str | bytes) -> int:
+    """1-based line number of the position right after ``prefix``."""
+    return prefix.count("\n" if isinstance(prefix, str) else b"\n") + 1
+
+
+def _mark_lines(text: str) -> list[int]:
+    """Lines where the marks of a JSON feedback file start (each mark's ``"query"`` key),
+    for messages; a best effort that never raises."""
+    return [_text_line(text[: m.start()]) for m in re.finditer(r'"query"\s*:', text)]
+
+
+def _path_value(value: Any, where: str, name: str) -> str:
+    """A photo path of a feedback file: a non-empty string."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"{where}: {name} is empty (a photo path is needed)")
+    if not isinstance(value, str):
+        got = "nothing" if value is None else type(value).__name__
+        raise ValueError(f"{where}: {name} must be a photo path, got {got}")
+    return value
 
 
 def triplets_from_marks(

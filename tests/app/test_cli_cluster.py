@@ -170,6 +170,24 @@ def test_cluster_spatial_affinities_group_scenes(folder, capsys):
         (["--partners", "0"], "--partners"),
         (["--spatial", "3"], "--spatial"),
         (["--spatial", "1"], "--spatial"),
+        (
+            ["--must", "brick.jpg", "brick_light.jpg", "--cannot", "brick.jpg", "brick_light.jpg"],
+            "contradicts the --must links",
+        ),
+        (
+            [
+                "--must",
+                "brick.jpg",
+                "brick_light.jpg",
+                "--must",
+                "brick_light.jpg",
+                "coffee.jpg",
+                "--cannot",
+                "coffee.jpg",
+                "brick.jpg",
+            ],
+            "contradicts the --must links",
+        ),
     ],
 )
 def test_cluster_errors(folder, capsys, extra, message):
@@ -178,6 +196,7 @@ def test_cluster_errors(folder, capsys, extra, message):
     err = capsys.readouterr().err
     assert code == 2
     assert message in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_classify_without_grouping_fails(tmp_path, demo_folder, capsys):

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 import shutil
 import threading
 
@@ -339,3 +340,29 @@ def test_full_resolution_dense_features_and_symlinked_folder(tmp_path, demo_fold
     paths = [real / "x.jpg", real / "a" / "y.jpg", real / "a" / "z.jpg"]
     assert _labels_of(paths, link).tolist() == [-1, 0, 0]
     assert _labels_of(paths, real).tolist() == [-1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "null.json",
+            '{"marks": [\n {"query": "a.jpg", "result": "b.jpg", "relevant": 1},\n'
+            ' {"query": null, "result": "b.jpg", "relevant": 1}\n]}',
+            "mark 1 (line 3): query must be a photo path, got nothing",
+        ),
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (
+            "nul.csv",
+            "query,result,relevant\na.jpg,b.jpg,yes\na\x00.jpg,b.jpg,no\n",
+            "line 3: NUL byte",
+        ),
+        ("latin1.csv", b"query,result,relevant\na.jpg,b\xff.jpg,yes\n", "line 2: not UTF-8"),
+        ("empty.csv", "query,result,relevant\n,b.jpg,yes\n", "line 2: query is empty"),
+    ],
+)
+def test_malformed_feedback_files_name_the_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_feedback_file(path, tmp_path)
