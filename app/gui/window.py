@@ -1065,12 +1065,7 @@ class MainWindow(QMainWindow):
                 self.status_label.setText("Learning cancelled; nothing was changed.")
             else:
                 s.add_method("learned")
-                self.status_label.setText(
-                    f"Learned a similarity from {summary.n_constraints} comparisons in "
-                    f"{format_duration(summary.seconds)} ({summary.score_name} "
-                    f"{summary.score_before:.2f} → {summary.score_after:.2f}). Choose "
-                    f"'{METHODS['learned']}' to search with it."
-                )
+                self.status_label.setText(learned_message(summary, METHODS["learned"]))
             self.learning_finished.emit(summary)
 
         def aborted() -> None:
@@ -1283,6 +1278,26 @@ class MainWindow(QMainWindow):
         self.session.close()  # what workers still deliver is stale; the index is closed
         self._tmpdir.cleanup()
         super().closeEvent(event)
+
+
+def learned_message(summary, method_label: str) -> str:
+    """The status line after learning. With fewer comparisons than OASIS holds some aside
+    for (:data:`engine.learn.oasis.MIN_TRIPLETS_TO_SCORE`), there is no before/after score
+    to show: say how many more marks make one, never "nan → nan"."""
+    from engine.learn.oasis import MIN_TRIPLETS_TO_SCORE
+
+    n = int(summary.n_constraints)
+    text = f"Learned a similarity from {n} comparisons in {format_duration(summary.seconds)}"
+    before, after = float(summary.score_before), float(summary.score_after)
+    if before == before and after == after:  # both measured
+        text += f" ({summary.score_name} {before:.2f} → {after:.2f})"
+    elif n < MIN_TRIPLETS_TO_SCORE:
+        more = MIN_TRIPLETS_TO_SCORE - n
+        text += (
+            f"; too few marks to measure what it learned: mark at least {more} more "
+            f"result{'s' if more > 1 else ''} (✓ similar, ✗ not) and learn again"
+        )
+    return text + f". Choose '{method_label}' to search with it."
 
 
 # ============================================================================ worker side

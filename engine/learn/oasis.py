@@ -74,11 +74,14 @@ from engine.core.validate import check_choice, check_positive
 from engine.learn.supervision import LearnProgress, State, class_members, validation_split
 from engine.metrics import mean_average_precision
 
-__all__ = ["FACTORED_MAX_IMAGES", "KERNEL_MAX_IMAGES", "OASIS"]
+__all__ = ["FACTORED_MAX_IMAGES", "KERNEL_MAX_IMAGES", "MIN_TRIPLETS_TO_SCORE", "OASIS"]
 
 #: Largest number of images for which :class:`OASIS` trains in kernel form
 #: (three N × N float32 matrices: 430 MB at 6,000 images).
 KERNEL_MAX_IMAGES = 6000
+#: Fewest triplets from which :meth:`OASIS.fit_triplets_iter` holds some aside to score
+#: its progress (with fewer, every triplet trains and the score is NaN).
+MIN_TRIPLETS_TO_SCORE = 10
 #: Largest number of training images whose kernel-form factors are stored instead of the
 #: dense ``W`` (rebuilding ``W`` then costs at most ~1,000 · d² operations at load).
 FACTORED_MAX_IMAGES = 1000
@@ -393,7 +396,11 @@ class OASIS:
         t = t.reshape(-1, 3).astype(np.int64)
         rng = np.random.default_rng(self.random_state)
         perm = rng.permutation(t.shape[0])
-        n_val = round(self.validation_fraction * t.shape[0]) if t.shape[0] >= 10 else 0
+        n_val = (
+            round(self.validation_fraction * t.shape[0])
+            if t.shape[0] >= MIN_TRIPLETS_TO_SCORE
+            else 0
+        )
         val, tr = t[perm[:n_val]], t[perm[n_val:]]
 
         def score(sim: _Similarity) -> float:

@@ -120,3 +120,17 @@ def test_marks_need_an_idle_index(qtbot, window, grouped):
         window.learn_from_marks()
     assert "indexing" in msg.args[0]
     qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+
+
+def test_learned_message_says_how_many_more_marks_instead_of_nan():
+    from types import SimpleNamespace
+
+    from app.gui.window import learned_message
+
+    few = SimpleNamespace(n_constraints=3, seconds=1.0, score_name="triplet accuracy",
+                          score_before=float("nan"), score_after=float("nan"))  # fmt: skip
+    text = learned_message(few, "Learned similarity")
+    assert "nan" not in text and "mark at least 7 more results" in text
+    enough = SimpleNamespace(n_constraints=40, seconds=2.0, score_name="triplet accuracy",
+                             score_before=0.5, score_after=0.8)  # fmt: skip
+    assert "triplet accuracy 0.50 → 0.80" in learned_message(enough, "Learned similarity")
