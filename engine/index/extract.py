@@ -1,13 +1,24 @@
 """Parallel feature extraction in worker processes, one file never stopping the batch.
 
 :func:`extract_parallel` runs :func:`engine.features.extract_features` in worker
-processes with a bounded number of files in flight. The workers are forked on Linux when
-the calling process runs no other Python thread and has not loaded Qt (the ``simile``
-command line): they then start at once with everything imported. Otherwise (a GUI, any
-threaded caller, other systems) they are spawned, which is safe everywhere
-(:func:`worker_context`). A worker that dies (segfaulting decoder, OOM killer)
-breaks the pool; its files are then retried one at a time in a fresh pool so the culprit
-is identified and reported as failed while every other file is still indexed.
+processes (:class:`engine.index.workers.WorkerPool`) with a bounded number of files in
+flight. The workers are forked on Linux when the calling process runs no other Python
+thread and has not loaded Qt (the ``simile`` command line): they then start at once with
+everything imported. Otherwise (a GUI, any threaded caller, other systems) they are
+spawned, which is safe everywhere (:func:`worker_context`).
+
+No file stops the batch, and nothing hangs it:
+
+- A worker that dies (segfaulting decoder, OOM killer) is replaced; the file it was on is
+  retried alone, with nothing else running, and reported as failed (:data:`CRASH_REASON`)
+  if its worker dies again, while every other file is still indexed.
+- A file not finished within :data:`FILE_TIMEOUT` seconds plus :data:`FILE_TIMEOUT_PER_MB`
+  per MiB (a read blocked on a stalled network share or FUSE file, a decoder that loops)
+  has its worker killed and is reported as failed (:func:`timeout_reason`); it is retried
+  by the next run.
+- Closing the iterator, Ctrl-C in the caller or its ``cancel`` event kill the workers at
+  once; a worker never sees Ctrl-C itself, and ends by itself within a second when its
+  parent is killed.
 
 Each file is opened without blocking (a FIFO put in its place never hangs the open),
 checked to be a regular file below :data:`engine.io.imageio.MAX_FILE_BYTES`, and sniffed
@@ -22,10 +33,19 @@ import stat as stat_mod
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from engine.index.workers import (
+    FILE_TIMEOUT,
+    FILE_TIMEOUT_PER_MB,
+    Done,
+    Failed,
+    Lost,
+    Returned,
+    WorkerPool,
+    worker_context,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
@@ -33,11 +53,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "CRASH_REASON",
+    "FILE_TIMEOUT",
+    "FILE_TIMEOUT_PER_MB",
     "ExtractResult",
     "default_jobs",
     "extract_parallel",
     "keep_heap_warm",
     "outcome",
+    "timeout_reason",
     "worker_context",
 ]
 
@@ -156,56 +179,6 @@ def numpy_huge_pages(enable: bool) -> bool:
     return bool(multiarray._set_madvise_hugepage(bool(enable)))
 
 
-_QT_MODULES = ("PySide6", "PyQt6", "PySide2", "PyQt5")
-
-
-def worker_context() -> Any:
-    """The ``multiprocessing`` context :func:`extract_parallel` starts its workers with.
-
-    ``fork`` on Linux when this process runs no other Python thread and has not loaded a
-    Qt binding, else ``spawn``. A forked worker starts at once with every module already
-    imported, where a spawned one starts a fresh interpreter and imports numpy, OpenCV
-    and the engine again (UKBench: the decode + SIFT floor is 1.03-1.14x slower with
-    spawned workers, ``bench_ukbench.py --breakdown``). Forking is only safe when no
-    other thread can hold a lock at that moment (and Qt's threads are invisible to
-    :mod:`threading`); numpy's OpenBLAS threads are made fork-safe by OpenBLAS itself.
-    Checked again for every pool, so a pool restarted after a crash, while other threads
-    run, is spawned. OpenCV's own thread pool does not survive a fork: it is stopped
-    while the workers are forked. The index's writer lock is not inherited usefully: a
-    forked child closes its copy (:mod:`engine.store`).
-    """
-    import multiprocessing
-    import sys
-
-    qt = any(name in sys.modules for name in _QT_MODULES)
-    if sys.platform.startswith("linux") and threading.active_count() == 1 and not qt:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
-
-
-def _forked_pool(n_jobs: int, ctx: Any) -> ProcessPoolExecutor:
-    """A pool whose ``n_jobs`` workers are forked now, with OpenCV single-threaded.
-
-    OpenCV's thread pool (started by any parallel OpenCV call in this process) does not
-    survive a fork: a child that reconfigures it waits forever for threads it does not
-    have. Setting one thread stops the pool; the workers are forked meanwhile (a fork
-    pool starts all its processes at its first task) and the setting is then restored.
-    """
-    import sys
-
-    cv2 = sys.modules.get("cv2")
-    threads = cv2.getNumThreads() if cv2 is not None else None
-    if cv2 is not None:
-        cv2.setNumThreads(1)
-    try:
-        pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=init_worker)
-        pool.submit(int)  # forks every worker
-    finally:
-        if cv2 is not None:
-            cv2.setNumThreads(threads)
-    return pool
-
-
 def init_worker() -> None:
     """Worker set-up: leave Ctrl-C to the parent, one OpenCV thread per process, keep
     freed memory for the next image (:func:`keep_heap_warm`)."""
@@ -234,26 +207,21 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _stat_or_zero(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return 0, 0
-    return st.st_size, st.st_mtime_ns
-
-
 def _extract_one(
     path: str,
     known_hash: str | None,
     feature_kwargs: Mapping[str, Any],
     extractor: Callable[..., Features] | None,
     pack: bool = False,
+    report: Callable[..., None] | None = None,
 ) -> ExtractResult:
     """Stat, read, hash and (unless the hash is known) extract one file; never raises.
 
     The file is read once: the same bytes are hashed and handed to the extractor
     (:func:`engine.features.extract_features` accepts encoded bytes). ``pack``: features
     in the store's 8-bit codec where it applies (:class:`engine.store.PackedFeatures`).
+    ``report``: in a worker, told when the read starts (with the file's stat) and ends
+    (:data:`engine.index.workers.PHASES`), which sets and explains its time limit.
     """
     from engine.io.imageio import MAX_FILE_BYTES, sniff_format
 
@@ -275,12 +243,14 @@ def _extract_one(
                 f"{MAX_FILE_BYTES / 2**30:.0f} GiB)"
             )
             return ExtractResult(path, None, reason, size, mtime)
+        if report is not None:
+            report("read", size, mtime)
         try:
             head = fh.read(32)
             if extractor is None and sniff_format(head) is None:  # not read whole
                 reason = (
-                    "not a supported image: the file does not start like JPEG, PNG, GIF, "
-                    "BMP, TIFF or WebP"
+                    "not a supported image: the file does not start like any image format "
+                    "Simile reads (JPEG, PNG, GIF, BMP, TIFF, WebP, HEIC/HEIF, AVIF, RAW)"
                     if head
                     else "empty file (0 bytes)"
                 )
@@ -291,6 +261,8 @@ def _extract_one(
             return ExtractResult(path, None, reason, size, mtime)
         except MemoryError:
             return ExtractResult(path, None, "out of memory while reading the file", size, mtime)
+    if report is not None:
+        report("extract")
     chash = hashlib.blake2b(data, digest_size=16).hexdigest()  # == scan.content_hash(path)
     if known_hash is not None and chash == known_hash:
         return ExtractResult(path, None, None, st.st_size, st.st_mtime_ns, chash, True)
@@ -307,16 +279,6 @@ def _extract_one(
     return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash)
 
 
-def _extract_many(
-    tasks: list[tuple[str, str | None]],
-    feature_kwargs: Mapping[str, Any],
-    extractor: Callable[..., Features] | None,
-    pack: bool = False,
-) -> list[ExtractResult]:
-    """:func:`_extract_one` of every ``(path, known_hash)``, in order (one worker task)."""
-    return [_extract_one(path, known, feature_kwargs, extractor, pack) for path, known in tasks]
-
-
 def outcome(res: ExtractResult) -> tuple[str, str]:
     """Progress ``(status, message)`` of one extraction result."""
     if res.error is not None:
@@ -324,6 +286,17 @@ def outcome(res: ExtractResult) -> tuple[str, str]:
     if res.same_content:
         return "unchanged", "content unchanged"
     return "indexed", f"{len(res.features)} features"
+
+
+def timeout_reason(phase: str, seconds: float) -> str:
+    """Failure reason of a file abandoned after ``seconds`` in ``phase``
+    (:data:`engine.index.workers.PHASES`)."""
+    if phase == "extract":
+        return f"extracting features did not finish within {seconds:.0f} s (abandoned)"
+    return (
+        f"reading the file did not finish within {seconds:.0f} s "
+        "(abandoned; a stalled network drive?)"
+    )
 
 
 def extract_parallel(
@@ -338,6 +311,8 @@ def extract_parallel(
     mp_context: Any = None,
     files_per_task: int = 1,
     pack: bool = False,
+    timeout: float | None = FILE_TIMEOUT,
+    timeout_per_mb: float = FILE_TIMEOUT_PER_MB,
 ) -> Iterator[ExtractResult]:
     """Extract features of ``paths`` in parallel, yielding results as they complete.
 
@@ -347,37 +322,46 @@ def extract_parallel(
         Files to process.
     jobs : int, optional
         Worker processes (default :func:`default_jobs`, capped at ``len(paths)``).
-        ``1`` runs in this process (no pool; used by tests and tiny updates).
+        ``1`` runs in this process, without ``timeout``: a read that never returns blocks
+        the caller (used by tests and tiny updates).
     cancel : threading.Event, optional
-        When set, no new file is submitted, pending ones are cancelled and the
-        iterator ends after at most ~0.2 s (results already finished are not yielded).
+        When set, no new file is submitted, the workers are killed whatever they are
+        doing and the iterator ends after at most ~0.2 s (results already finished are
+        not yielded). Closing the iterator (or an exception in its consumer, such as
+        Ctrl-C's ``KeyboardInterrupt``) kills them as well.
     feature_kwargs : mapping, optional
         Keyword arguments of :func:`engine.features.extract_features`.
     known_hashes : mapping of str to str, optional
         ``path -> content hash`` already indexed: a file whose hash matches is not
         extracted (``same_content=True``).
     max_in_flight : int, optional
-        Bound on submitted-but-unfinished files (default ``4 * jobs * files_per_task``),
-        which bounds memory whatever the number of paths.
+        Bound on submitted-but-unfinished files (default ``4 * jobs * files_per_task``,
+        at most two tasks per worker), which bounds memory whatever the number of paths.
     extractor : callable, optional
         Replacement for ``extract_features``, called as ``extractor(data: bytes, **kw)``
         (a module-level function, so that worker processes can import it).
     mp_context : multiprocessing context, optional
-        Default :func:`worker_context` (chosen when each pool starts). A pool restarted
-        after a crash is forked only if :func:`worker_context` allows it then, whatever
-        this says.
+        Default :func:`worker_context`. A worker started to replace a lost one is forked
+        only if :func:`worker_context` allows it then, whatever this says.
     files_per_task : int
-        Files sent to a worker at once (their results come back together). Each task is
-        a round trip through the pool's queues and its manager thread, which on a busy
+        Files sent to a worker at once (each result still comes back on its own). Each
+        task is a round trip between this process and the worker, which on a busy
         machine can leave a worker waiting: for decode + SIFT (~25 ms a photo) 4 files
         per task cost about 0.4 s less on UKBench's 500 photos than 1 (a floor run with
-        ``ProcessPoolExecutor.map``'s chunks of 1 against 8). Files in flight when a
-        worker dies are retried one per task, so a crash is still pinned on its file.
+        ``ProcessPoolExecutor.map``'s chunks of 1 against 8). When a worker dies, the
+        files of its tasks it had not started are not blamed: they go back in the queue.
     pack : bool
         Return features whose values are all in [0, 1] as
         :class:`engine.store.PackedFeatures` (the store's 8-bit codes: what
         :meth:`engine.store.IndexStore.write_batch` keeps of them anyway, a quarter of
         the bytes to send between processes).
+    timeout, timeout_per_mb : float
+        A file not read and extracted within ``timeout + timeout_per_mb * size / 2**20``
+        seconds (default :data:`FILE_TIMEOUT` = 120 s + :data:`FILE_TIMEOUT_PER_MB` =
+        1 s per MiB) is abandoned: its worker is killed and replaced, and the file is
+        reported as failed (:func:`timeout_reason`) without its stat, so that the next
+        run tries it again. Only time spent waiting for the workers counts, not the
+        time the consumer takes between results. ``timeout=None``: no limit.
 
     Yields
     ------
@@ -391,7 +375,7 @@ def extract_parallel(
     if n_jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs!r}")
     n_jobs = min(n_jobs, max(1, len(todo)))
-    if n_jobs == 1:
+    if jobs == 1 or not todo:
         for path in todo:
             if cancel is not None and cancel.is_set():
                 return
@@ -399,99 +383,77 @@ def extract_parallel(
         return
     per_task = max(1, int(files_per_task))
     limit = max_in_flight or 4 * n_jobs * per_task
-    yield from _extract_in_pool(
-        todo, hashes, kw, extractor, pack, n_jobs, per_task, limit, cancel, mp_context
+    pool = WorkerPool(
+        n_jobs,
+        _extract_one,
+        (kw, extractor, pack),
+        mp_context=mp_context,
+        initializer=init_worker,
+        timeout=timeout,
+        timeout_per_mb=timeout_per_mb,
     )
+    finished = False
+    try:
+        yield from _extract_in_pool(pool, todo, hashes, per_task, limit, cancel)
+        finished = True
+    finally:  # never waits for work: on cancel, close or an exception workers are killed
+        pool.close(kill=not finished)
 
 
 def _extract_in_pool(
+    pool: WorkerPool,
     todo: deque[str],
     hashes: Mapping[str, str],
-    kw: dict[str, Any],
-    extractor: Callable[..., Features] | None,
-    pack: bool,
-    n_jobs: int,
     per_task: int,
     limit: int,
     cancel: threading.Event | None,
-    mp_context: Any,
 ) -> Iterator[ExtractResult]:
-    """:func:`extract_parallel` in ``n_jobs`` worker processes: at most ``limit`` files
-    in flight, ``per_task`` per task; the files in flight when a worker dies are retried
-    one at a time in a fresh pool."""
-    suspects: deque[str] = deque()  # files in flight when a worker died: retried alone
-    in_flight: dict[Future, list[str]] = {}
-    pool: ProcessPoolExecutor | None = None
-    finished = False
-
-    restarted = False
-
-    def new_pool() -> ProcessPoolExecutor:
-        nonlocal restarted
-        ctx = mp_context
-        if ctx is None or (restarted and ctx.get_start_method() == "fork"):
-            ctx = worker_context()  # after a crash the broken pool's threads may hold locks
-        restarted = True
-        if ctx.get_start_method() == "fork":
-            return _forked_pool(n_jobs, ctx)
-        return ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=init_worker)
-
-    def submit(chunk: list[str]) -> None:
-        tasks = [(path, hashes.get(path)) for path in chunk]
-        in_flight[pool.submit(_extract_many, tasks, kw, extractor, pack)] = chunk
-
-    try:
-        while todo or suspects or in_flight:
-            if cancel is not None and cancel.is_set():
-                return
-            if pool is None:
-                pool = new_pool()
-            broken = False
-            try:
-                if suspects:
-                    if not in_flight:
-                        submit([suspects[0]])
-                        suspects.popleft()
+    """:func:`extract_parallel` in ``pool``: at most ``limit`` files in flight,
+    ``per_task`` per task; a file whose worker died is retried alone (nothing else in
+    flight), and reported as crashing if its worker dies then too."""
+    suspects: deque[str] = deque()  # files on which a worker died: retried alone
+    while todo or suspects or pool.n_items:
+        if cancel is not None and cancel.is_set():
+            return
+        if suspects:
+            if not pool.n_items:
+                path = suspects.popleft()
+                pool.submit([(path, hashes.get(path))])
+        else:
+            n_files = pool.n_items
+            while todo and n_files < limit and pool.can_take():
+                # no more than a fair share of what is left per task, so that every
+                # worker gets files to the end
+                size = min(per_task, limit - n_files, -(-len(todo) // pool.n_jobs))
+                chunk = [todo.popleft() for _ in range(size)]
+                pool.submit([(path, hashes.get(path)) for path in chunk])
+                n_files += size
+        alone = pool.n_items == 1  # a crash now is this file's fault
+        for event in pool.poll(0.2):
+            if isinstance(event, Done):
+                yield event.result
+            elif isinstance(event, Failed):  # e.g. a result that cannot be pickled
+                yield ExtractResult(event.item[0], None, event.error)
+            elif isinstance(event, Returned):  # not started by a lost worker
+                todo.extendleft(reversed([path for path, _ in event.items]))
+            elif isinstance(event, Lost):
+                result = _lost_result(event, alone)
+                if result is None:
+                    suspects.append(event.item[0])
                 else:
-                    n_files = sum(map(len, in_flight.values()))
-                    while todo and n_files < limit:
-                        # no more than a fair share of what is left per task, so that
-                        # every worker gets files to the end
-                        size = min(per_task, limit - n_files, -(-len(todo) // n_jobs))
-                        submit([todo[i] for i in range(size)])
-                        for _ in range(size):
-                            todo.popleft()
-                        n_files += size
-            except BrokenProcessPool:
-                broken = True
-            # a crash now is this file's fault
-            alone = len(in_flight) == 1 and len(next(iter(in_flight.values()))) == 1
-            done, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
-            for fut in done:
-                chunk = in_flight.pop(fut)
-                try:
-                    results = fut.result()
-                except BrokenProcessPool:
-                    broken = True
-                    if alone:  # record the stat so it is retried only once changed
-                        size, mtime_ns = _stat_or_zero(chunk[0])
-                        yield ExtractResult(chunk[0], None, CRASH_REASON, size, mtime_ns)
-                    else:
-                        suspects.extend(chunk)
-                    continue
-                except Exception as exc:  # e.g. an unpicklable result
-                    results = [ExtractResult(path, None, _describe(exc)) for path in chunk]
-                yield from results
-            if broken:
-                for chunk in in_flight.values():
-                    suspects.extend(chunk)
-                in_flight.clear()
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = None
-        finished = True
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=finished, cancel_futures=True)
+                    yield result
 
 
-# --------------------------------------------------------------------------- ingest
+def _lost_result(event: Lost, alone: bool) -> ExtractResult | None:
+    """Result of a file whose worker was lost, ``None`` if it is to be retried alone."""
+    path = event.item[0]
+    if event.cause == "timeout" and event.phase != "start":
+        # no stat: the next run tries it again (the share may be back)
+        return ExtractResult(path, None, timeout_reason(event.phase, event.allowed))
+    if not alone:
+        return None
+    if event.cause == "timeout":  # the worker never started
+        reason = f"the worker process did not start within {event.allowed:.0f} s"
+        return ExtractResult(path, None, reason)
+    # record the stat so it is retried only once changed
+    return ExtractResult(path, None, CRASH_REASON, event.size, event.mtime_ns)

@@ -524,3 +524,38 @@ def test_catalogue_order_does_not_depend_on_which_worker_finishes_first(tmp_path
         finished = [e.path for e in events if e.status == "indexed"]
         assert finished[0] != order[0]  # it really finished out of order
         assert [r.path for r in store.records(None)] == order
+
+
+HANG_MARKER = b"SIMILE-TEST-HANG"
+
+
+def hanging_extractor(data, **kw):
+    """Module-level: never returns on files carrying HANG_MARKER (a stalled read)."""
+    if HANG_MARKER in data:
+        time.sleep(3600)
+    return extract_features(data, **kw)
+
+
+def test_file_that_hangs_is_reported_and_retried_by_the_next_run(tmp_path, folder, monkeypatch):
+    import functools
+
+    import engine.index.ingest as ingest_mod
+
+    hang = _img(folder / "hang.png", 9)
+    with open(hang, "ab") as fh:
+        fh.write(HANG_MARKER)
+    short = functools.partial(extract_parallel, timeout=1.5, timeout_per_mb=0.0)
+    monkeypatch.setattr(ingest_mod, "extract_parallel", short)
+    with IndexStore.open(tmp_path / "index") as store:
+        t0 = time.monotonic()
+        summary, _ = _run(
+            ingest(store, folder, jobs=2, feature_kwargs=FEAT_KW, extractor=hanging_extractor)
+        )
+        assert time.monotonic() - t0 < 30
+        assert summary.indexed == 6 and summary.total == 7
+        assert summary.failed == [
+            (_r(hang), "extracting features did not finish within 2 s (abandoned)")
+        ]
+        # its stat was not recorded: the next run tries it again (the share is back)
+        summary, _ = _run(ingest(store, folder, jobs=2, feature_kwargs=FEAT_KW))
+        assert (summary.indexed, summary.unchanged, summary.failed) == (1, 6, [])
