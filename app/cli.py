@@ -69,6 +69,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simile: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # an index problem met after opening: one line, no traceback
+        from app.commands._collection import disk_full, store_error_message
+        from engine.index.store_errors import StoreError
+
+        folder, index = getattr(args, "folder", None), getattr(args, "index", None)
+        if isinstance(exc, StoreError):
+            print_error(store_error_message(exc, folder, index))
+            return 1
+        if disk_full(exc):
+            print_error(f"the disk is full (writing the index of {folder}); free some space")
+            return 1
+        raise
     except BrokenPipeError:  # `simile ... | head`: the reader left, which is fine
         _silence_stdout()
         return 0

@@ -25,6 +25,19 @@ By default the index lives in ``<folder>/.simile/``. When the folder is not writ
 (``$XDG_CACHE_HOME`` is honoured). An existing index is always found in either place.
 ``index_dir=`` (``--index DIR``) overrides both.
 
+Reliability
+-----------
+Every update commits its search models and data together, as one version of the saved
+states (:mod:`engine.index.manifest`): a crash, a power cut or a full disk at any instant
+leaves the previous version whole and usable, and a reader -- ``Collection.open(...,
+readonly=True)``, which works while another process is updating the folder and on
+read-only media -- always sees one consistent version. A damaged or missing index file
+is a one-line :class:`~engine.index.store_errors.IndexCorruptError` naming it;
+:meth:`Collection.repair` (``simile index FOLDER --repair``) rebuilds what is damaged
+from what is intact (:mod:`engine.index.repair`), and the next :meth:`Collection.update`
+completes it into what a clean build gives. A first index that was interrupted, then
+completed, gives the models and answers of an uninterrupted one.
+
 Search methods
 --------------
 ``hybrid`` (default), ``vocabulary``, ``uniform``, ``wta`` are built in
@@ -207,7 +220,9 @@ class Collection:
         create : bool
             Create an empty index when there is none.
         readonly : bool
-            Open for queries only: no writer lock, :meth:`update` refused.
+            Open for queries only: no writer lock, :meth:`update` refused. Works while
+            another process updates the index (queries see one consistent version of it)
+            and on read-only media.
         methods : mapping of str to SearchMethod, optional
             The search methods of :meth:`query`; default the registry
             :data:`engine.index.methods.REGISTRY` (built-in methods and those registered
@@ -220,6 +235,8 @@ class Collection:
             no index and it may not be created.
         engine.index.store.IndexLockedError
             Another process is updating the index (``readonly=False``).
+        engine.index.store.IndexCorruptError
+            A file of the index is damaged or missing: :meth:`repair` it.
         """
         path = Path(os.path.abspath(os.fspath(folder)))
         if not path.is_dir():
@@ -227,6 +244,36 @@ class Collection:
         idx = Path(index_dir).expanduser() if index_dir is not None else default_index_dir(path)
         store = IndexStore.open(idx, create=create, readonly=readonly)
         return cls(path, store, methods)
+
+    @staticmethod
+    def repair(folder: str | os.PathLike, index_dir: str | os.PathLike | None = None) -> list[str]:
+        """Repair the index of ``folder``: rebuild what is damaged from what is intact
+        (:func:`engine.index.repair.repair_index`); then :meth:`update` completes it.
+
+        Parameters
+        ----------
+        folder : path-like
+            The photo folder.
+        index_dir : path-like, optional
+            Index location; default :func:`default_index_dir`.
+
+        Returns
+        -------
+        list of str
+            What was repaired, one line each (empty when nothing was damaged).
+
+        Raises
+        ------
+        engine.index.store.IndexLockedError
+            Another process is updating the index.
+        engine.index.store.StoreError, OSError
+            The folder is not an index, or cannot be written.
+        """
+        from engine.index.repair import repair_index
+
+        path = Path(os.path.abspath(os.fspath(folder)))
+        idx = Path(index_dir).expanduser() if index_dir is not None else default_index_dir(path)
+        return repair_index(idx)
 
     def close(self) -> None:
         """Release the index (and the writer lock)."""

@@ -2,14 +2,60 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
+import sqlite3
 from pathlib import Path
 
 from app.commands._common import CommandError
 
 
-def open_collection(folder: str, index: str | None, *, create: bool, readonly: bool = False):
-    """Open ``folder``'s collection or raise :class:`CommandError` naming the problem."""
+def repair_command(folder: str | None, index: str | None = None) -> str:
+    """The command that repairs the index of ``folder`` (``FOLDER`` when unknown)."""
+    words = ["simile", "index", shlex.quote(folder) if folder else "FOLDER"]
+    if index:
+        words += ["--index", shlex.quote(index)]
+    return " ".join([*words, "--repair"])
+
+
+def store_error_message(
+    exc: Exception, folder: str | None = None, index: str | None = None
+) -> str:
+    """One line for an index-store error: its message (which names the index and the
+    file) and, when repairing mends it, the command that does (``simile index FOLDER
+    --repair``)."""
+    from engine.index.store_errors import one_line
+
+    text = one_line(exc)
+    if getattr(exc, "remedy", None) == "repair":
+        text = f"{text}; run '{repair_command(folder, index)}'"
+    return text
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk: ``OSError`` ENOSPC / EDQUOT, or SQLite's
+    ``SQLITE_FULL``."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in str(exc)
+    return False
+
+
+def open_collection(
+    folder: str,
+    index: str | None,
+    *,
+    create: bool,
+    readonly: bool = False,
+    check: bool | None = None,
+):
+    """Open ``folder``'s collection or raise :class:`CommandError` naming the problem.
+
+    ``check`` (default: ``readonly``) loads the search models and data at once, so that
+    a damaged index is one line here, with its remedy, rather than a failed query.
+    """
     import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
     from engine.collection import Collection, default_index_dir
     from engine.index.store import IndexLockedError, IndexNotFoundError, StoreError
@@ -21,15 +67,50 @@ def open_collection(folder: str, index: str | None, *, create: bool, readonly: b
         raise CommandError(f"{folder}: no such folder")
     where = Path(index) if index else default_index_dir(path)
     try:
-        return Collection.open(path, index, create=create, readonly=readonly)
+        col = Collection.open(path, index, create=create, readonly=readonly)
     except IndexNotFoundError:
         raise CommandError(
             f"no index for {path} (looked in {where}); run 'simile index {folder}' first"
         ) from None
     except IndexLockedError as exc:
         raise CommandError(str(exc)) from None
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
+        raise CommandError(store_error_message(exc, folder, index)) from None
+    except OSError as exc:
+        if disk_full(exc):
+            raise CommandError(f"no space left on the disk of the index {where}", 1) from None
         raise CommandError(f"cannot open the index in {where}: {exc}") from None
+    if readonly if check is None else check:
+        try:
+            col.searcher.ensure()
+        except LookupError:
+            pass  # an empty index: the command says so
+        except StoreError as exc:
+            col.close()
+            raise CommandError(store_error_message(exc, folder, index)) from None
+    return col
+
+
+def repair_collection(folder: str, index: str | None) -> list[str]:
+    """Repair the index of ``folder`` (:meth:`engine.collection.Collection.repair`): what
+    was repaired, one line each; :class:`CommandError` when it cannot be."""
+    from engine.collection import Collection, default_index_dir
+    from engine.index.store import IndexLockedError, StoreError
+
+    path = Path(os.path.abspath(folder))
+    if not path.is_dir():
+        raise CommandError(f"{folder}: no such folder")
+    where = Path(index) if index else default_index_dir(path)
+    try:
+        return Collection.repair(path, index)
+    except IndexLockedError as exc:
+        raise CommandError(str(exc)) from None
+    except StoreError as exc:
+        raise CommandError(f"cannot repair the index in {where}: {exc}") from None
+    except OSError as exc:
+        if disk_full(exc):
+            raise CommandError(f"no space left on the disk of the index {where}", 1) from None
+        raise CommandError(f"cannot repair the index in {where}: {exc}", 1) from None
 
 
 def check_method(method: str) -> None:

@@ -7,7 +7,12 @@ import signal
 import sys
 import threading
 
-from app.commands._collection import open_collection
+from app.commands._collection import (
+    disk_full,
+    open_collection,
+    repair_collection,
+    store_error_message,
+)
 from app.commands._common import CommandError, Progress, emit_json
 
 
@@ -19,12 +24,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "Index every image under FOLDER (recursively, recognised by content). A second "
             "run only processes new and changed files and drops deleted ones. The index goes "
             "to FOLDER/.simile, or to ~/.cache/simile/<hash> when FOLDER is not writable. "
-            "Ctrl-C stops cleanly: what is finished stays usable and the next run completes it."
+            "Ctrl-C stops cleanly: what is finished stays usable and the next run completes it. "
+            "--repair first rebuilds what is damaged in the index from what is intact."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
     p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
     p.add_argument("--jobs", type=int, metavar="N", help="feature extraction processes")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help=(
+            "check every file of the index first and rebuild what is damaged (stored "
+            "features whose checksums hold are kept, the rest extracted again)"
+        ),
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -34,8 +48,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.index.store_errors import StoreError
+
     if args.jobs is not None and args.jobs < 1:
         raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.repair:
+        for line in repair_collection(args.folder, args.index) or ["nothing was damaged"]:
+            print(f"simile: repair: {line}", file=sys.stderr)
     col = open_collection(args.folder, args.index, create=True)
     cancel = threading.Event()
     progress = Progress("indexing", json_lines=args.json)
@@ -66,6 +85,17 @@ def run(args: argparse.Namespace) -> int:
                 progress.update(p.done, p.total, "finalizing")
             elif p.total:
                 progress.update(p.done, p.total, p.path or "")
+    except StoreError as exc:
+        raise CommandError(store_error_message(exc, args.folder, args.index), 1) from None
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        raise CommandError(
+            f"no space left on the disk of the index {col.index_dir} (indexing {col.folder}): "
+            "the index keeps its previous version; free some space and run "
+            f"'simile index {args.folder}' again",
+            1,
+        ) from None
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)

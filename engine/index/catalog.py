@@ -1,26 +1,45 @@
 """The catalogue of an index folder: the SQLite schema, the marker file and opening.
 
 ``catalog.sqlite`` has four tables (:data:`SCHEMA_SQL`): ``images`` (one row per file,
-indexed or failed, pointing into a feature chunk), ``chunks`` (one row per chunk file),
-``settings`` (JSON values) and ``kv`` (small blobs, and the ``generation`` counter bumped
-by every committed write). ``PRAGMA application_id`` (:data:`APPLICATION_ID`) marks a
-simile catalogue and ``PRAGMA user_version`` its schema version (:data:`SCHEMA_VERSION`).
+indexed or failed, pointing into a feature chunk), ``chunks`` (one row per chunk file,
+with its checksum), ``settings`` (JSON values) and ``kv`` (small blobs, the
+``generation`` counter bumped by every committed write and the catalogue's random
+identity :data:`CATALOG_ID_KEY`, which the saved states name: search data is never paired
+with a catalogue it was not made from). ``PRAGMA application_id`` (:data:`APPLICATION_ID`)
+marks a simile catalogue and ``PRAGMA user_version`` its schema version
+(:data:`SCHEMA_VERSION`).
+
+Schema versions: 1 had no chunk checksums, no catalogue identity and per-state JSON
+files; 2 (this one) adds both and keeps the states in one manifest
+(:mod:`engine.index.manifest`). A writer migrates a version-1 catalogue when it opens it
+(:func:`migrate`; the checksums of old chunks are recorded when ``--repair`` first
+verifies them); version 1 simile refuses version 2, whose states it would not see.
 
 The marker file (:data:`MARKER_NAME`) is written first into a new index folder;
 :func:`claim` refuses a non-empty folder that is not an index, so the store's clean-up
 can never see a person's files.
+
+Read-only media: a WAL catalogue cannot be opened with ``mode=ro`` where its ``-shm``
+file cannot be created; :func:`connect` then opens it ``immutable`` (the index is on a
+read-only file system, so nothing can change it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
 import time
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.index.files import atomic_write
+import numpy as np
+
+from engine.index import keys
+from engine.index.files import CHUNK_RE, atomic_write
 from engine.index.lock import WriterLock
 from engine.index.store_errors import (
     IndexCorruptError,
@@ -32,7 +51,9 @@ from engine.index.store_errors import (
 
 __all__ = [
     "APPLICATION_ID",
+    "CATALOG_ID_KEY",
     "CATALOG_NAME",
+    "CHUNK_TABLE_SQL",
     "CHUNK_USAGE_SQL",
     "DUPLICATES_SQL",
     "FEATURE_SELECT_SQL",
@@ -48,20 +69,26 @@ __all__ = [
     "UPSERT_FAILED_SQL",
     "UPSERT_OK_SQL",
     "ImageRecord",
+    "catalog_info",
     "check_schema",
     "claim",
     "connect",
+    "forget_chunks",
+    "has_index_content",
     "init_schema",
     "insert_chunk",
     "is_empty",
+    "migrate",
+    "new_catalog_id",
     "open_reader",
     "open_writer",
     "read_marker",
+    "row_keys",
     "write_marker",
 ]
 
 #: Schema version written to ``PRAGMA user_version``; newer catalogues are refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Name of the index folder inside (or for) a photo folder.
 INDEX_DIRNAME = ".simile"
 #: The catalogue's file name in the index folder.
@@ -73,6 +100,8 @@ MARKER_NAME = "SIMILE-INDEX"
 MARKER_FORMAT = "simile-index"
 #: ``PRAGMA application_id`` of a simile catalogue ("SIML").
 APPLICATION_ID = 0x53494D4C
+#: kv key of the catalogue's random identity (hex), written when it is created.
+CATALOG_ID_KEY = keys.CATALOG_ID_KEY
 
 #: The catalogue's tables and indexes (created by :func:`init_schema`).
 SCHEMA_SQL = """
@@ -103,7 +132,8 @@ CREATE TABLE chunks (
     n_rows INTEGER NOT NULL,
     desc_codec TEXT NOT NULL,
     desc_scale REAL NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    checksum TEXT
 );
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB);
@@ -151,6 +181,13 @@ CHUNK_USAGE_SQL = (
     "LEFT JOIN images i ON i.feature_chunk = c.id AND i.status = 'ok' "
     "GROUP BY c.id ORDER BY c.id"
 )
+#: ``(chunk id, file, n_rows, checksum, rows used)`` of every chunk, ascending id (rows
+#: used: the end of the last feature an image reads from it).
+CHUNK_TABLE_SQL = (
+    "SELECT c.id, c.file, c.n_rows, c.checksum, "
+    "COALESCE(MAX(i.feature_offset + i.n_features), 0) FROM chunks c "
+    "LEFT JOIN images i ON i.feature_chunk = c.id GROUP BY c.id ORDER BY c.id"
+)
 #: ``(content_hash, path)`` of usable images whose content another usable image shares.
 DUPLICATES_SQL = (
     "SELECT content_hash, path FROM images WHERE status = 'ok' AND content_hash IN "
@@ -190,7 +227,13 @@ class ImageRecord:
 
 
 def read_marker(index_dir: Path) -> dict | None:
-    """The marker of ``index_dir`` (a dict), ``None`` when there is no marker file."""
+    """The marker of ``index_dir`` (a dict), ``None`` when there is no marker file.
+
+    Raises
+    ------
+    IndexCorruptError
+        The marker cannot be read or is not a simile marker.
+    """
     marker = index_dir / MARKER_NAME
     try:
         data = json.loads(marker.read_text("utf-8"))
@@ -198,11 +241,30 @@ def read_marker(index_dir: Path) -> dict | None:
         return None
     except (OSError, ValueError) as exc:
         raise IndexCorruptError(
-            f"index marker {marker} is damaged ({exc}); rebuild with `simile index --repair`"
+            f"the marker of the index {index_dir} is damaged ({MARKER_NAME}: {exc})",
+            path=marker,
         ) from exc
     if not isinstance(data, dict) or data.get("format") != MARKER_FORMAT:
-        raise IndexFormatError(f"{marker} is not a simile index marker")
+        raise IndexCorruptError(
+            f"the marker of the index {index_dir} is damaged ({MARKER_NAME}: not a simile "
+            "index marker)",
+            path=marker,
+        )
     return data
+
+
+def has_index_content(index_dir: Path) -> bool:
+    """Whether ``index_dir`` holds what only an index that had a catalogue holds (saved
+    states or feature chunks): without its catalogue such a folder is a damaged index,
+    not a new one."""
+    for sub, wanted in (("states", lambda n: n.endswith(".json")), ("features", CHUNK_RE.match)):
+        try:
+            with os.scandir(index_dir / sub) as it:
+                if any(wanted(e.name) for e in it):
+                    return True
+        except OSError:
+            pass
+    return False
 
 
 def write_marker(index_dir: Path) -> None:
@@ -214,17 +276,24 @@ def write_marker(index_dir: Path) -> None:
     atomic_write(index_dir / MARKER_NAME, lambda fh: fh.write(payload))
 
 
-def claim(index_dir: Path, catalog: Path) -> None:
+def claim(index_dir: Path, catalog: Path, *, repair: bool = False) -> None:
     """Make sure ``index_dir`` is a simile index folder before writing anything there.
 
     A new or empty folder gets the marker; a folder with the marker, or an index
     written before markers existed (a catalogue with simile's ``application_id``),
     is accepted (the latter gets its marker now). Any other non-empty folder is
     refused: it holds someone else's files, which the clean-up must never see.
+
+    With ``repair``, a damaged marker (or catalogue) in a folder that holds nothing but
+    the index's own files is accepted and the marker written again.
     """
     index_dir.mkdir(parents=True, exist_ok=True)
-    if read_marker(index_dir) is not None:
-        return
+    try:
+        if read_marker(index_dir) is not None:
+            return
+    except IndexCorruptError:
+        if not repair:
+            raise
     try:
         with os.scandir(index_dir) as it:
             names = {e.name for e in it}
@@ -232,24 +301,47 @@ def claim(index_dir: Path, catalog: Path) -> None:
         raise StoreError(f"cannot read the index folder {index_dir}: {exc}") from exc
     own = {CATALOG_NAME, f"{CATALOG_NAME}-wal", f"{CATALOG_NAME}-shm", LOCK_NAME,
            "features", "arrays", "states"}  # fmt: skip
+    if repair:
+        own.add(MARKER_NAME)
+    refused = IndexFormatError(
+        f"{index_dir} is not a simile index and is not empty; refusing to use it "
+        "(choose a new or empty folder for the index)"
+    )
     if names and CATALOG_NAME in names and catalog.is_file():
-        conn = connect(catalog, readonly=True)
         try:
-            check_schema(conn, catalog)  # raises unless it is a simile catalogue
+            conn = connect(catalog, readonly=True)
+            try:
+                check_schema(conn, catalog)  # raises unless it is a simile catalogue
+            finally:
+                conn.close()
         except IndexNotFoundError:  # an older creation stopped before its first commit
             if not names <= own:
-                raise IndexFormatError(
-                    f"{index_dir} is not a simile index and is not empty; refusing to "
-                    "use it (choose a new or empty folder for the index)"
-                ) from None
-        finally:
-            conn.close()
-    elif names - {LOCK_NAME}:
-        raise IndexFormatError(
-            f"{index_dir} is not a simile index and is not empty; refusing to use it "
-            "(choose a new or empty folder for the index)"
-        )
+                raise refused from None
+        except IndexCorruptError:
+            if not (repair and names <= own):
+                raise
+    elif names - ({LOCK_NAME} | (own if repair else set())):
+        raise refused
     write_marker(index_dir)
+
+
+def catalog_info(conn: sqlite3.Connection) -> tuple[str | None, bool]:
+    """The catalogue's identity (None: written before catalogues had one) and whether its
+    chunks have checksums (a version-1 catalogue opened read-only has no such column)."""
+    try:
+        row = conn.execute("SELECT value FROM kv WHERE key = ?", (CATALOG_ID_KEY,)).fetchone()
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(chunks)")}
+    except sqlite3.DatabaseError:
+        return None, False
+    value = row[0] if row else None
+    return (value.decode("utf-8", "replace") if isinstance(value, bytes) else value), (
+        "checksum" in cols
+    )
+
+
+def new_catalog_id() -> str:
+    """A fresh random catalogue identity (32 hex digits)."""
+    return uuid.uuid4().hex
 
 
 def connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -267,11 +359,21 @@ def connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
     ------
     IndexCorruptError
         SQLite cannot open the file.
+
+    Notes
+    -----
+    A read-only connection to a WAL catalogue needs its ``-shm`` file; where that
+    cannot be created (read-only media, whose folder is not writable, even for root)
+    the catalogue is opened ``immutable=1``: nothing can change it there.
     """
     try:
         if readonly:
-            uri = catalog.as_uri() + "?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+            try:
+                conn = _connect_ro(catalog, "?mode=ro")
+            except sqlite3.OperationalError:
+                if os.access(catalog.parent, os.W_OK):
+                    raise
+                conn = _connect_ro(catalog, "?mode=ro&immutable=1")
         else:
             conn = sqlite3.connect(
                 os.fspath(catalog), check_same_thread=False, timeout=30, isolation_level=None
@@ -282,8 +384,31 @@ def connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
         if readonly:
             conn.isolation_level = None
     except sqlite3.DatabaseError as exc:
-        raise IndexCorruptError(f"cannot open index catalogue {catalog}: {exc}") from exc
+        raise IndexCorruptError(
+            f"the catalogue of the index {catalog.parent} is damaged or unreadable "
+            f"({catalog.name}: {exc})",
+            path=catalog,
+        ) from exc
     return conn
+
+
+def _connect_ro(catalog: Path, query: str) -> sqlite3.Connection:
+    """A read-only connection with the URI parameters ``query``, tried with one read
+    (SQLite opens files lazily)."""
+    conn = sqlite3.connect(catalog.as_uri() + query, uri=True, check_same_thread=False, timeout=30)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _damaged(catalog: Path, why: object) -> IndexCorruptError:
+    return IndexCorruptError(
+        f"the catalogue of the index {catalog.parent} is damaged ({catalog.name}: {why})",
+        path=catalog,
+    )
 
 
 def is_empty(conn: sqlite3.Connection, catalog: Path) -> bool:
@@ -292,13 +417,26 @@ def is_empty(conn: sqlite3.Connection, catalog: Path) -> bool:
     try:
         n = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     except sqlite3.DatabaseError as exc:
-        raise IndexCorruptError(f"index catalogue {catalog} is damaged: {exc}") from exc
+        raise _damaged(catalog, exc) from exc
     return n == 0
 
 
-def init_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables of :data:`SCHEMA_SQL`, the ``application_id``, the schema version
-    and the ``generation`` counter, in one transaction."""
+def init_schema(conn: sqlite3.Connection, catalog_id: str | None = None) -> str:
+    """Create the tables of :data:`SCHEMA_SQL`, the ``application_id``, the schema version,
+    the ``generation`` counter and the catalogue's identity, in one transaction.
+
+    Parameters
+    ----------
+    conn : sqlite3.Connection
+    catalog_id : str, optional
+        The identity to record (default: :func:`new_catalog_id`).
+
+    Returns
+    -------
+    str
+        The catalogue's identity.
+    """
+    catalog_id = catalog_id or new_catalog_id()
     conn.execute("BEGIN IMMEDIATE")
     try:
         for stmt in SCHEMA_SQL.split(";"):
@@ -307,6 +445,32 @@ def init_schema(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("INSERT INTO kv(key, value) VALUES ('generation', 0)")
+        conn.execute(
+            "INSERT INTO kv(key, value) VALUES (?, ?)", (CATALOG_ID_KEY, catalog_id.encode())
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return catalog_id
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring a version-1 catalogue to :data:`SCHEMA_VERSION` in one transaction: the
+    ``chunks.checksum`` column (empty for old chunks: recorded when ``--repair`` verifies
+    them) and the catalogue's identity. A no-op on a current catalogue."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(chunks)")}
+        if "checksum" not in cols:
+            conn.execute("ALTER TABLE chunks ADD COLUMN checksum TEXT")
+        conn.execute(
+            "INSERT OR IGNORE INTO kv(key, value) VALUES (?, ?)",
+            (CATALOG_ID_KEY, new_catalog_id().encode()),
+        )
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -332,7 +496,7 @@ def check_schema(conn: sqlite3.Connection, catalog: Path) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
-        raise IndexCorruptError(f"index catalogue {catalog} is damaged: {exc}") from exc
+        raise _damaged(catalog, exc) from exc
     if app_id == 0 and not tables:  # creation was interrupted before its first commit
         raise IndexNotFoundError(f"the index in {catalog.parent} is empty")
     if app_id != APPLICATION_ID:
@@ -343,9 +507,8 @@ def check_schema(conn: sqlite3.Connection, catalog: Path) -> None:
             f"simile supports ({SCHEMA_VERSION}); upgrade simile or rebuild the index"
         )
     if version < 1 or not TABLES <= tables:
-        raise IndexCorruptError(
-            f"index catalogue {catalog} is damaged: missing tables "
-            f"{sorted(TABLES - tables)} (schema version {version})"
+        raise _damaged(
+            catalog, f"missing tables {sorted(TABLES - tables)}, schema version {version}"
         )
 
 
@@ -367,9 +530,22 @@ def open_reader(catalog: Path) -> sqlite3.Connection:
     return conn
 
 
-def open_writer(index_dir: Path, catalog: Path) -> tuple[sqlite3.Connection, WriterLock]:
+def open_writer(
+    index_dir: Path, catalog: Path, *, repair: bool = False, before_create=None
+) -> tuple[sqlite3.Connection, WriterLock]:
     """Claim ``index_dir`` (:func:`claim`), take its writer lock, connect for writing and
-    create (or check) the schema and the ``features``, ``arrays`` and ``states`` folders.
+    create (or check and :func:`migrate`) the schema and the ``features``, ``arrays`` and
+    ``states`` folders.
+
+    Parameters
+    ----------
+    index_dir, catalog : Path
+    repair : bool
+        Passed to :func:`claim`.
+    before_create : callable, optional
+        ``before_create(catalog_id)`` is called (with the lock held) before a new
+        catalogue with identity ``catalog_id`` is created: the store disowns the states
+        an earlier catalogue left there.
 
     Returns
     -------
@@ -385,18 +561,22 @@ def open_writer(index_dir: Path, catalog: Path) -> tuple[sqlite3.Connection, Wri
     IndexCorruptError, IndexFormatError, IndexVersionError, StoreError
         A damaged, foreign or newer catalogue, or a folder that is not an index.
     """
-    claim(index_dir, catalog)
+    claim(index_dir, catalog, repair=repair)
     lock = WriterLock(index_dir / LOCK_NAME)
     lock.acquire()
     try:
         conn = connect(catalog, readonly=False)
         try:
-            if is_empty(conn, catalog):
-                init_schema(conn)
-            else:
-                check_schema(conn, catalog)
             for sub in ("features", "arrays", "states"):
                 (index_dir / sub).mkdir(exist_ok=True)
+            if is_empty(conn, catalog):
+                catalog_id = new_catalog_id()
+                if before_create is not None:
+                    before_create(catalog_id)
+                init_schema(conn, catalog_id)
+            else:
+                check_schema(conn, catalog)
+                migrate(conn)
         except BaseException:
             conn.close()
             raise
@@ -406,7 +586,12 @@ def open_writer(index_dir: Path, catalog: Path) -> tuple[sqlite3.Connection, Wri
     return conn, lock
 
 
-def insert_chunk(conn: sqlite3.Connection, chunk: tuple[str, int, str, float], now: float) -> int:
+def insert_chunk(
+    conn: sqlite3.Connection,
+    chunk: tuple[str, int, str, float],
+    now: float,
+    checksum: str | None = None,
+) -> int:
     """Add the catalogue row of a chunk file written by :func:`engine.index.chunks.write_chunk`
     (inside the caller's transaction).
 
@@ -416,6 +601,8 @@ def insert_chunk(conn: sqlite3.Connection, chunk: tuple[str, int, str, float], n
     chunk : (file, rows, codec, scale)
     now : float
         Unix time stored as ``created_at``.
+    checksum : str, optional
+        :func:`engine.index.files.file_digest` of the file.
 
     Returns
     -------
@@ -424,7 +611,63 @@ def insert_chunk(conn: sqlite3.Connection, chunk: tuple[str, int, str, float], n
     """
     file, n_rows, codec, scale = chunk
     return conn.execute(
-        "INSERT INTO chunks(file, n_rows, desc_codec, desc_scale, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (file, n_rows, codec, scale, now),
+        "INSERT INTO chunks(file, n_rows, desc_codec, desc_scale, created_at, checksum) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (file, n_rows, codec, scale, now, checksum),
     ).lastrowid
+
+
+def row_keys(rows: Iterable[tuple[str | None, str | None]]) -> np.ndarray:
+    """What ties a row of search data to the catalogue row it was made from: a 64-bit
+    digest of the image's content hash and feature-settings key (a file whose content
+    or features changed gets another key, and its search data is made again).
+
+    Parameters
+    ----------
+    rows : iterable of (content_hash, fkey)
+        ``images.content_hash`` and ``images.fkey`` (None allowed).
+
+    Returns
+    -------
+    (n,) uint64
+    """
+    keys = [
+        int.from_bytes(
+            hashlib.blake2b(f"{h}\0{k}".encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+            "little",
+        )
+        for h, k in rows
+    ]
+    return np.array(keys, dtype=np.uint64)
+
+
+def forget_chunks(conn: sqlite3.Connection, chunk_ids: list[int], reason: str) -> int:
+    """Forget damaged feature chunks (inside the caller's transaction): their images, and
+    usable images whose chunk is gone, become failed rows with ``reason`` and no
+    feature-settings key, which the next :func:`engine.index.ingest.ingest` extracts
+    again (they keep their ids); the chunks' rows are deleted.
+
+    Parameters
+    ----------
+    conn : sqlite3.Connection
+    chunk_ids : list of int
+    reason : str
+        Shown as the images' error until they are extracted again.
+
+    Returns
+    -------
+    int
+        Images marked.
+    """
+    marks = ",".join("?" * len(chunk_ids)) or "NULL"
+    before = conn.total_changes
+    conn.execute(
+        "UPDATE images SET status = 'failed', error = ?, n_features = 0, feature_chunk = NULL, "
+        f"feature_offset = 0, fkey = NULL WHERE feature_chunk IN ({marks}) OR (status = 'ok' "
+        "AND n_features > 0 AND (feature_chunk IS NULL OR feature_chunk NOT IN "
+        "(SELECT id FROM chunks)))",
+        (reason, *chunk_ids),
+    )
+    n = conn.total_changes - before
+    conn.executemany("DELETE FROM chunks WHERE id = ?", [(c,) for c in chunk_ids])
+    return n

@@ -15,7 +15,10 @@ state):
   (thesis Eqs. 5.8-5.11).
 
 :func:`encode` computes these for a batch of images (or a query: only the parts it
-needs); :func:`stacked` reads a batch's stored descriptors in one pass.
+needs); :func:`stacked` reads a batch's stored descriptors in one pass. The saved state
+also holds :data:`ROW_KEYS`, what ties each row to the catalogue row it was made from
+(:func:`engine.index.catalog.row_keys`), and is always committed together with the
+models it was encoded with (:func:`compatible` checks an older index's pair).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from engine.index.codes import StackedSets, batch_codes, intersection_index
+from engine.index.keys import DATA_STATE
 from engine.index.search import IntersectionIndex, code_values
 from engine.index.threads import thread_map
 
@@ -41,8 +45,10 @@ __all__ = [
     "ALL_PARTS",
     "DATA_STATE",
     "ENCODE_BATCH",
+    "ROW_KEYS",
     "EncodedImages",
     "bow_from_codes",
+    "compatible",
     "descriptor_sets",
     "embedding",
     "encode",
@@ -52,8 +58,8 @@ __all__ = [
     "uniform_index",
 ]
 
-#: Name of the search data's state in the store.
-DATA_STATE = "search.data"
+#: Key of the search data state's ``(n,) uint64`` row keys (catalogue tie).
+ROW_KEYS = "row_keys"
 # images per encoding batch. Smaller batches keep the sorts and gathers of encoding in
 # cache, next to the extraction workers: a first UKBench index with 64 took 10.1 s
 # against 10.8 s with 256 (7 alternating pairs; the parent 0.6 s less CPU, the workers
@@ -415,3 +421,25 @@ def bow_from_codes(models: SearchModels, codes: SimpleNamespace) -> sp.csr_matri
     norms = np.sqrt(np.bincount(np.repeat(np.arange(n), lens), weights=bow.data**2, minlength=n))
     bow.data = (bow.data / np.repeat(np.where(norms > 0, norms, 1.0), lens)).astype(np.float32)
     return bow
+
+
+def compatible(models: SearchModels, data: EncodedImages) -> bool:
+    """Whether ``data`` can have been encoded with ``models``: its bags of words have
+    the models' words, its WTA codes and hash bits their lengths. (An index written
+    before the models and data were one commit may hold new models with old data after
+    a crash between the two writes.)
+
+    Parameters
+    ----------
+    models : SearchModels
+    data : EncodedImages
+
+    Returns
+    -------
+    bool
+    """
+    return (
+        data.bow.shape[1] == len(models.leaf_keys)
+        and data.wta.shape[1] == models.dwta.n_codes
+        and data.rh.shape[1] * 8 == models.rh.n_bits
+    )

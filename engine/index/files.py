@@ -2,7 +2,9 @@
 
 Every file of an index is written to a temporary name in the same directory, flushed,
 fsynced and atomically renamed into place (:func:`atomic_write`) before the catalogue
-transaction that references it commits. The store's own file names follow fixed patterns
+transaction or the states manifest that references it commits. :data:`WRITE_HOOK` lets a
+test stop the program at any of these writes (a crash or a full disk at that instant).
+The store's own file names follow fixed patterns
 (:data:`TMP_RE`, :data:`CHUNK_RE`, :data:`STATE_NPZ_RE`): the clean-up deletes nothing
 else. Paths are kept losslessly whatever bytes the file system hands us
 (:func:`db_path`, :func:`py_path`) and shown to a person with :func:`display_path`.
@@ -10,9 +12,11 @@ else. Paths are kept losslessly whatever bytes the file system hands us
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +26,12 @@ __all__ = [
     "STATE_NPZ_RE",
     "TMP_RE",
     "TMP_SUFFIX",
+    "WRITE_HOOK",
     "atomic_write",
     "check_name",
     "db_path",
     "display_path",
+    "file_digest",
     "fsync_dir",
     "norm_path",
     "py_path",
@@ -68,8 +74,20 @@ def tmp_path(final: Path) -> Path:
     return final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
 
 
+#: Test hook: when set, every :func:`atomic_write` calls ``WRITE_HOOK("before", final)``
+#: before it writes and ``WRITE_HOOK("after", final)`` once the file is in place: raising
+#: there (or ending the process) emulates a full disk or a crash at that instant.
+WRITE_HOOK: Callable[[str, Path], None] | None = None
+
+
 def atomic_write(final: Path, write: Any) -> None:
-    """Write through ``write(fileobj)`` to a temp file, fsync, and rename onto ``final``."""
+    """Write through ``write(fileobj)`` to a temp file, fsync, and rename onto ``final``.
+
+    A failure (e.g. ``OSError`` ENOSPC, a full disk) leaves ``final`` as it was and no
+    temporary file behind.
+    """
+    if WRITE_HOOK is not None:
+        WRITE_HOOK("before", final)
     tmp = tmp_path(final)
     try:
         with open(tmp, "wb") as fh:
@@ -84,6 +102,23 @@ def atomic_write(final: Path, write: Any) -> None:
             pass
         raise
     fsync_dir(final.parent)
+    if WRITE_HOOK is not None:
+        WRITE_HOOK("after", final)
+
+
+def file_digest(path: Path | str) -> str:
+    """BLAKE2b-128 hex digest of a file's bytes (the checksum of a feature chunk).
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def unlink(path: str) -> int:

@@ -15,10 +15,17 @@ On a first index the fit does not wait for the end of extraction: :class:`Prefit
 the models on ``PREFIT_SPREAD`` files spread evenly over the folder, extracted first, on
 a background thread and encodes every new image's pyramids as soon as its batch is
 stored, while the worker processes go on extracting.
+
+A first index that was interrupted (or whose models were lost) and is then completed
+gets the models of an uninterrupted one: the files the models are fitted on are chosen
+by path over the whole folder (:func:`first_files`, the files an uninterrupted first
+index extracts first), whichever of them happened to be extracted before, and the fit
+waits until every one of them is in the store.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -30,6 +37,7 @@ from engine.core.blas import single_threaded_blas
 from engine.index import candidates
 from engine.index.codes import batch_codes
 from engine.index.encode import ENCODE_BATCH, descriptor_sets, stacked, uniform_index
+from engine.index.keys import MODELS_STATE
 from engine.index.search import IntersectionIndex, fit_key_idf
 from engine.index.threads import ENCODE_THREADS, thread_map
 
@@ -48,13 +56,14 @@ __all__ = [
     "VOCAB_TREES",
     "Prefit",
     "SearchModels",
+    "first_files",
     "fit_binnings",
     "fit_weights",
+    "path_sample",
     "sample_ids",
+    "spread",
 ]
 
-#: Name of the models' state in the store.
-MODELS_STATE = "search.models"
 REFIT_GROWTH = 2.0
 SAMPLE_DESCRIPTORS = 40_000
 # the vocabulary trees are fitted on a random subset of that sample (the uniform pyramid's
@@ -241,6 +250,84 @@ def sample_ids(ids: np.ndarray, n_features: np.ndarray) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(ids, take, replace=False))
 
 
+def spread(paths: Sequence[str], n: int) -> list[str]:
+    """``n`` of ``paths`` spread evenly over them, the first and last included (what
+    :func:`engine.index.ingest.ingest` submits first with ``spread=n``).
+
+    Parameters
+    ----------
+    paths : sequence of str
+        In the order of the work list.
+    n : int
+
+    Returns
+    -------
+    list of str
+        In ``paths`` order.
+    """
+    total = len(paths)
+    n = min(int(n), total)
+    if n <= 0:
+        return []
+    pick = sorted({round(i * (total - 1) / max(n - 1, 1)) for i in range(n)})
+    return [paths[i] for i in pick]
+
+
+def first_files(store: IndexStore, folder: str | os.PathLike) -> list[str]:
+    """The files an uninterrupted first index of ``folder`` fits its models on: the
+    ``PREFIT_SPREAD`` files spread over every image of the folder in path order (its
+    work list), whether or not they are in the store already.
+
+    Parameters
+    ----------
+    store : IndexStore
+        The folder's index (its known files are not read again by the scan).
+    folder : path-like
+
+    Returns
+    -------
+    list of str
+        Paths as the scan gives them.
+    """
+    from engine.io.scan import scan_folder
+
+    scan = scan_folder(os.fspath(folder), store.known_stats(), exclude=[store.index_dir])
+    paths = sorted([f.path for f in scan.new] + [f.path for f in scan.changed] + scan.unchanged)
+    return spread(paths, PREFIT_SPREAD)
+
+
+def path_sample(store: IndexStore, wanted: set) -> np.ndarray:
+    """The images the models are fitted on, chosen among the stored files ``wanted``
+    (catalogue form of their paths) by path: independent of the order in which they
+    were extracted or of their ids.
+
+    Parameters
+    ----------
+    store : IndexStore
+    wanted : set of str
+
+    Returns
+    -------
+    (m,) int64
+        Store ids (:func:`sample_ids` over the usable ``wanted`` images with features,
+        sorted by path).
+
+    Raises
+    ------
+    LookupError
+        No usable image among them.
+    """
+    recs = store.records(None)
+    ok = sorted(
+        (r.path, r.id, r.n_features) for r in recs if r.status == "ok" and r.path in wanted
+    )
+    ok = [r for r in ok if r[2] > 0]
+    if not ok:
+        raise LookupError("no usable image among the first files")
+    pos = sample_ids(np.arange(len(ok)), np.array([r[2] for r in ok[:200]]))
+    return np.array([ok[i][1] for i in pos], np.int64)
+
+
 def fit_weights(m: SearchModels, all_codes: list[SimpleNamespace], random_state: int = 0) -> None:
     """idf of every vocabulary bin and of the leaves (bag of words) over the whole
     collection (``ln(N / N_b)``, Nistér & Stewénius), and the densified WTA permutations
@@ -287,11 +374,19 @@ class Prefit:
     Only images whose path was not in the catalogue before the run are encoded here (a
     changed file keeps its id while its features are replaced); the refresh encodes the
     others from the store. Any error leaves everything to the refresh.
+
+    Parameters
+    ----------
+    store : IndexStore
+    first : list of str, optional
+        The files to fit on (:func:`first_files`), when they are not the spread files
+        that :meth:`plan` receives: a first index completed after an interruption.
     """
 
-    def __init__(self, store: IndexStore) -> None:
+    def __init__(self, store: IndexStore, first: list[str] | None = None) -> None:
         self.store = store
         self.before = set(store.known_stats())
+        self.fixed = None if first is None else [store.norm_path(p) for p in first]
         self.first: list[str] | None = None
         self.models: SearchModels | None = None
         self.ids: list[np.ndarray] = []
@@ -304,8 +399,9 @@ class Prefit:
         self._started = False
 
     def plan(self, first: list[str]) -> None:
-        """Callback of ``ingest(on_plan=...)``: the spread files; starts the thread."""
-        self.first = [self.store.norm_path(p) for p in first]
+        """Callback of ``ingest(on_plan=...)``: the spread files (unless :attr:`fixed`);
+        starts the thread."""
+        self.first = self.fixed or [self.store.norm_path(p) for p in first]
         if self.first:
             self._started = True
             self._thread.start()
@@ -316,15 +412,7 @@ class Prefit:
         landed = {r.path for r in recs} & wanted
         if len(landed) < len(wanted) and not self._done.is_set():
             return False
-        ok = sorted(
-            (r.path, r.id, r.n_features) for r in recs if r.status == "ok" and r.path in wanted
-        )
-        ok = [r for r in ok if r[2] > 0]
-        if not ok:
-            raise LookupError("no usable image among the first files")
-        pos = sample_ids(np.arange(len(ok)), np.array([r[2] for r in ok[:200]]))
-        sample = np.array([ok[i][1] for i in pos], np.int64)
-        sets = descriptor_sets(self.store, sample)
+        sets = descriptor_sets(self.store, path_sample(self.store, wanted))
         self.models = fit_binnings(sets, len(recs))
         return True
 

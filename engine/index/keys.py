@@ -43,12 +43,20 @@ key                           kind     written / read by
                                        chosen number of groups; JSON)
 ``feature_kwargs``            setting  :mod:`engine.index.ingest` (feature settings of
                                        the stored keypoints)
+``catalog.id``                kv       :mod:`engine.index.catalog` (the catalogue's random
+                                       id: states made under another id are never used)
 ============================  =======  ===============================================
+
+Model states are committed through ``states/MANIFEST.json`` (:mod:`engine.index.manifest`):
+one file names the files of one consistent version of every state, so states that must
+agree (the search models and data) are saved together with ``store.save_states({...})``
+and read together with ``store.load_states([...])``.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CATALOG_ID_KEY",
     "CATEGORY_EDITS_KEY",
     "DATA_STATE",
     "DENSE_NAMESPACE",
@@ -99,6 +107,8 @@ DENSE_NAMESPACE = "cluster"
 LEARN_DENSE_NAMESPACE = "learn"
 #: The person's edits of a grouping in the app (kv, JSON).
 CATEGORY_EDITS_KEY = "gui.categories"
+#: The catalogue's random id (kv): saved states name it, and are never used with another.
+CATALOG_ID_KEY = "catalog.id"
 #: Feature-extraction settings of the stored keypoint features (setting).
 FEATURE_SETTINGS = "feature_kwargs"
 

@@ -21,10 +21,16 @@ folder (:func:`engine.index.ingest.ingest`), then refreshes the search data
   asks for is re-hashed from its stored pyramids (no feature is re-read; 30 s at 10,000
   images).
 
-Everything is stored with the store's state API (arrays + JSON, no pickle) in one atomic
-write at the end of an update. An interrupted run keeps the catalogue of what was
+Everything is stored with the store's state API (arrays + JSON, no pickle): the models
+and the data in ONE commit at the end of an update (:meth:`IndexStore.save_states
+<engine.index.store.IndexStore.save_states>`), and read from one version, so no reader
+ever sees new models with old data; the data names the catalogue rows it was made from
+(:data:`~engine.index.encode.ROW_KEYS`): a row whose photo changed, or search data of
+another catalogue, is never used. An interrupted run keeps the catalogue of what was
 finished; opening such an index encodes the images the search data does not yet hold in
-memory, so queries always cover everything that is held.
+memory, so queries always cover everything that is held. A first index that was
+interrupted, then completed, fits its models on the files an uninterrupted one would
+(:func:`~engine.index.fit.first_files`).
 
 A reader (e.g. the query process) loads the search data without the ``(nnz,) int64`` bin
 keys of the pyramids (:class:`~engine.index.search.IntersectionIndex` scores candidate
@@ -52,24 +58,29 @@ from engine.index import candidates, fit
 from engine.index.codes import batch_codes
 from engine.index.encode import (
     ALL_PARTS,
-    DATA_STATE,
     ENCODE_BATCH,
+    ROW_KEYS,
     EncodedImages,
+    compatible,
     encode,
     pyramid_state,
     rehash_bits,
     stacked,
 )
 from engine.index.ingest import IngestProgress, IngestSummary, ingest
+from engine.index.keys import DATA_STATE, MODELS_STATE
 from engine.index.search import IntersectionIndex
+from engine.index.store_errors import IndexCorruptError
 from engine.index.threads import thread_map
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.index.store import IndexStore
+    from engine.index.store import IndexStore, Snapshot
 
-__all__ = ["FEATURE_KWARGS", "Searcher"]
+__all__ = ["FEATURE_KWARGS", "SEARCH_STATES", "Searcher"]
 
 FEATURE_KWARGS: dict[str, Any] = {}  # extract_features defaults: RootSIFT, <= 500, side <= 1024
+#: The states of the search, committed and read together.
+SEARCH_STATES = (MODELS_STATE, DATA_STATE)
 
 
 class Searcher:
@@ -92,6 +103,13 @@ class Searcher:
         The search data of every usable image, rows in ascending store id.
     generation : int or None
         The store's generation ``data`` was made from (:meth:`ensure` reloads on change).
+    states_token : tuple or None
+        The saved version of the models and data (:meth:`Snapshot.token
+        <engine.index.manifest.Snapshot.token>`) the ones in memory are: a writer that
+        commits another makes :meth:`ensure` load it.
+    data_keys : (n,) uint64 or None
+        Row keys of ``data`` (:func:`engine.index.catalog.row_keys`), None when unknown
+        (an index written before they were saved).
     row_paths : list of Path
         Path of every row of ``data``.
     row_of_id : dict of int to int
@@ -114,6 +132,9 @@ class Searcher:
         self.models: fit.SearchModels | None = None
         self.data: EncodedImages | None = None
         self.generation: int | None = None
+        self.states_token: tuple | None = None
+        self.data_keys: np.ndarray | None = None
+        self.fit_paths: list[str] | None = None
         self.row_paths: list[Path] = []
         self.row_of_id: dict[int, int] = {}
         self.cache: dict[str, Any] = {}
@@ -127,9 +148,15 @@ class Searcher:
     ) -> Generator[IngestProgress, None, IngestSummary]:
         """Bring the index up to date with the folder: a generator of progress, returning
         the summary (see :meth:`engine.collection.Collection.update`)."""
-        # a first index fits its models while the features are still being extracted
+        # a first index fits its models while the features are still being extracted; one
+        # completed after an interruption (or whose models were lost) on the same files
         store = self.store
-        prefit = None if store.has_state(fit.MODELS_STATE) else fit.Prefit(store)
+        prefit = first = None
+        if not store.snapshot().has(MODELS_STATE):  # (a damaged manifest: raised here)
+            if store.count(None):
+                first = fit.first_files(store, self.folder)
+            prefit = fit.Prefit(store, first)
+        self.fit_paths = first
         try:
             summary = yield from ingest(
                 store,
@@ -137,7 +164,7 @@ class Searcher:
                 jobs=jobs,
                 cancel=cancel,
                 feature_kwargs=FEATURE_KWARGS,
-                spread=fit.PREFIT_SPREAD if prefit is not None else 0,
+                spread=fit.PREFIT_SPREAD if prefit is not None and first is None else 0,
                 on_plan=prefit.plan if prefit is not None else None,
             )
         except BaseException:
@@ -151,7 +178,10 @@ class Searcher:
         yield IngestProgress(0, 0, None, "finalizing", "fitting models and hashing")
         t0 = time.perf_counter()
         prepared = prefit.finish() if prefit is not None else None
-        self.refresh(save=True, cancel=cancel, prepared=prepared)
+        try:
+            self.refresh(save=True, cancel=cancel, prepared=prepared)
+        finally:
+            self.fit_paths = None
         seconds = summary.seconds + (time.perf_counter() - t0)
         return dataclasses.replace(
             summary,
@@ -181,17 +211,21 @@ class Searcher:
         """
         with self.lock:
             store = self.store
-            ids = store.ids("ok")
-            models, data = self.models, self.data
-            if models is None and store.has_state(fit.MODELS_STATE):
-                models, data = self._load_saved()
+            ids, keys = store.content_keys()
+            snap = store.snapshot()
+            token = snap.token(SEARCH_STATES)
+            models, data, data_keys = self.models, self.data, self.data_keys
+            if models is None or token != self.states_token:
+                # nothing in memory, or a writer committed another version meanwhile
+                models, data, data_keys, token = self._load_saved(snap, save)
             if ids.size == 0:
-                self._install(None, None, ids)
+                self._install(None, None, ids, None, token)
                 return
             uniform_part = None  # (uniform pyramids, their state file) written early
             changed = False
             if self._needs_refit(models, ids):
                 models, data, uniform_part = self._refit(ids, prepared, save)
+                data_keys = keys[np.searchsorted(ids, data.ids)]
                 changed = True
             elif (
                 data is not None
@@ -204,31 +238,70 @@ class Searcher:
                 # update() only, readers use the stored bits
                 rehash_bits(models, data, candidates.rh_bits(ids.size))
                 changed = True
-            data, covered = self._cover(models, data, ids, save, cancel)
+            data, covered = self._cover(models, data, data_keys, ids, keys, save, cancel)
+            data_keys = keys[np.searchsorted(ids, data.ids)]
             changed = changed or covered
             if save and changed and not store.readonly:
-                store.save_state(fit.MODELS_STATE, models.to_state())
-                if uniform_part is not None and uniform_part[0] is data.uniform:
-                    store.save_state(
-                        DATA_STATE, data.to_state(uniform=False), parts=[uniform_part[1]]
-                    )
-                else:  # rows changed since (a part that no state names: the store's gc deletes it)
-                    store.save_state(DATA_STATE, data.to_state())
-            self._install(models, data, data.ids)
+                whole = uniform_part is None or uniform_part[0] is not data.uniform
+                # (rows changed since the part was written: no state names it, gc deletes it)
+                data_state = data.to_state(uniform=whole)
+                data_state[ROW_KEYS] = data_keys
+                store.save_states(
+                    {MODELS_STATE: models.to_state(), DATA_STATE: data_state},
+                    parts=None if whole else {DATA_STATE: [uniform_part[1]]},
+                )
+                token = store.snapshot().token(SEARCH_STATES)
+            self._install(models, data, data.ids, data_keys, token)
 
-    def _load_saved(self) -> tuple[fit.SearchModels | None, EncodedImages | None]:
-        """The saved models and data (None, None when unreadable: they are refitted)."""
+    def _load_saved(
+        self, snap: Snapshot, save: bool
+    ) -> tuple[fit.SearchModels | None, EncodedImages | None, np.ndarray | None, tuple]:
+        """The saved models and data of version ``snap`` (or of a newer one, when a writer
+        committed meanwhile), the data's row keys and the version's token; ``None`` for
+        the first three when there are none, or they cannot be used (another version's
+        format: they are refitted).
+
+        Raises
+        ------
+        IndexCorruptError
+            They are damaged; or, for a reader (``save`` false), they were made from
+            another catalogue, or the data does not match the models (a writer refits, or
+            re-encodes, then).
+        """
         store = self.store
+        if not snap.has(MODELS_STATE):
+            if not save and set(SEARCH_STATES) & set(snap.hidden):
+                raise IndexCorruptError(
+                    f"the search data of the index {store.index_dir} was made from another "
+                    "catalogue (states/MANIFEST.json names another catalog.id)",
+                    path=store.states_dir / "MANIFEST.json",
+                )
+            return None, None, None, snap.token(SEARCH_STATES)
         try:
-            models = fit.SearchModels.from_state(store.load_state(fit.MODELS_STATE))
-            data = (
-                EncodedImages.from_state(store.load_state(DATA_STATE), consume=True)
-                if store.has_state(DATA_STATE)
-                else None
-            )
+            snap, states = store.load_version([n for n in SEARCH_STATES if snap.has(n)])
+        except KeyError:  # deleted by a commit meanwhile
+            return None, None, None, store.snapshot().token(SEARCH_STATES)
+        token = snap.token(SEARCH_STATES)
+        try:
+            models = fit.SearchModels.from_state(states[MODELS_STATE])
+            st = states.get(DATA_STATE)
+            data = None if st is None else EncodedImages.from_state(st, consume=True)
         except (KeyError, ValueError):
-            models, data = None, None
-        return models, data
+            return None, None, None, token
+        data_keys = None
+        if data is not None:
+            data_keys = st.pop(ROW_KEYS, None)
+            if data_keys is not None and data_keys.shape != data.ids.shape:
+                data_keys = None
+            if not compatible(models, data):
+                if not save:
+                    raise IndexCorruptError(
+                        f"the search data of the index {store.index_dir} does not match its "
+                        "models (states/search.data: left by an interrupted update)",
+                        path=store.states_dir,
+                    )
+                data, data_keys = None, None  # encoded again with the models
+        return models, data, data_keys, token
 
     def _needs_refit(self, models: fit.SearchModels | None, ids: np.ndarray) -> bool:
         """No models, a collection grown past ``REFIT_GROWTH``, or other features."""
@@ -258,8 +331,12 @@ class Searcher:
             rest = ids[~np.isin(ids, pre.ids)]
             pre_parts = list(zip(pre.batches, pre.codes, pre.uniform, strict=True))
         else:
-            n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
-            sample = stacked(store, fit.sample_ids(ids, n_feat)).sets()
+            if self.fit_paths:  # a first index completed after an interruption
+                chosen = fit.path_sample(store, {store.norm_path(p) for p in self.fit_paths})
+            else:
+                n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
+                chosen = fit.sample_ids(ids, n_feat)
+            sample = stacked(store, chosen).sets()
             models = fit.fit_binnings(sample, ids.size)
             rest = ids
             pre_parts = []
@@ -301,15 +378,23 @@ class Searcher:
         self,
         models: fit.SearchModels,
         data: EncodedImages | None,
+        data_keys: np.ndarray | None,
         ids: np.ndarray,
+        keys: np.ndarray,
         save: bool,
         cancel: threading.Event | None,
     ) -> tuple[EncodedImages, bool]:
-        """``data`` made to hold exactly the rows of ``ids``, in ascending id order:
-        rows of images gone dropped, new images encoded; and whether anything changed."""
+        """``data`` made to hold exactly the rows of ``ids`` (ascending, with row ``keys``),
+        in ascending id order: rows of images gone, or whose photo or features changed
+        since (``data_keys``: None, not known), dropped; new ones encoded; and whether
+        anything changed."""
         changed = False
         if data is not None:
-            keep = np.flatnonzero(np.isin(data.ids, ids))
+            held = np.isin(data.ids, ids)
+            if data_keys is not None:
+                at = np.searchsorted(ids, data.ids[held])
+                held[held] = keys[at] == data_keys[held]
+            keep = np.flatnonzero(held)
             if keep.size != data.ids.size:
                 data = data.subset(keep)
                 changed = True
@@ -334,9 +419,15 @@ class Searcher:
         return data, changed
 
     def _install(
-        self, models: fit.SearchModels | None, data: EncodedImages | None, ids: np.ndarray
+        self,
+        models: fit.SearchModels | None,
+        data: EncodedImages | None,
+        ids: np.ndarray,
+        data_keys: np.ndarray | None,
+        token: tuple | None,
     ) -> None:
-        self.models, self.data = models, data
+        self.models, self.data, self.data_keys = models, data, data_keys
+        self.states_token = token
         self.generation = self.store.generation
         recs = {r.id: r.path for r in self.store.records("ok")}
         self.row_paths = [Path(recs[int(i)]) for i in ids]
@@ -353,7 +444,8 @@ class Searcher:
             The index holds no usable image.
         """
         with self.lock:
-            if self.data is None or self.generation != self.store.generation:
+            stale = self.data is None or self.generation != self.store.generation
+            if stale or self.states_token != self.store.snapshot().token(SEARCH_STATES):
                 self.refresh(save=False)
             if self.models is None or self.data is None:
                 raise LookupError(

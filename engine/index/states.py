@@ -1,39 +1,49 @@
-"""What models keep beside the catalogue: named arrays and model states.
+"""What models keep beside the catalogue: named arrays, and the files of model states.
 
 A named array ``name`` is ``arrays/<name>.npy`` (:func:`save_array`, :func:`load_array`).
-A state (a model's ``to_state()`` dict) ``name`` is ``states/<name>.json`` with its
-scalars (int, float, str, bool, None) and the names of its array files:
-``states/<name>.<token>.npz`` (``np.savez``, no pickle) and the parts written ahead
-(:func:`write_state_part`). The JSON is written last and renamed into place, so readers
-see the old or the new state whole. These functions work on the ``arrays`` and ``states``
-folders; the store (:class:`engine.index.store.IndexStore`) checks the writer lock before
-calling them.
+
+A state (a model's ``to_state()`` dict) is split into its scalars (int, float, str,
+bool, None) and its arrays (:func:`state_arrays`). The arrays go to immutable files
+``states/<name>.<token>.npz`` (``np.savez``, no pickle): :func:`write_state_files` writes
+the main one, :func:`write_state_part` parts written ahead. Which files and scalars make
+the current version of every state is recorded in one manifest
+(:mod:`engine.index.manifest`); :func:`load_state_files` reads a state back from them.
+
+Indexes written before the manifest kept one ``states/<name>.json`` per state (its
+scalars, ``__npz__`` and ``__parts__``): :func:`read_legacy_state` reads one of them (the
+manifest adopts them on its first write).
+
+These functions work on the ``arrays`` and ``states`` folders; the store
+(:class:`engine.index.store.IndexStore`) checks the writer lock before calling them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from engine.index.files import NAME_RE, atomic_write, check_name, unlink
+from engine.index import files as _files
+from engine.index.files import NAME_RE, STATE_NPZ_RE, check_name
 from engine.index.store_errors import IndexCorruptError
 
 __all__ = [
-    "delete_state",
     "load_array",
-    "load_state",
+    "load_state_files",
+    "read_legacy_state",
     "save_array",
-    "save_state",
     "state_arrays",
-    "state_files",
+    "write_state_files",
     "write_state_part",
 ]
+
+# what reading a damaged npz raises: a bad zip (or CRC), a truncated member, a bad header
+NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError)
 
 
 def save_array(arrays: Path, name: str, arr: np.ndarray) -> None:
@@ -42,7 +52,7 @@ def save_array(arrays: Path, name: str, arr: np.ndarray) -> None:
     arr = np.asarray(arr)
     if arr.dtype.hasobject:
         raise TypeError(f"array {name!r} has object dtype; only plain arrays can be stored")
-    atomic_write(arrays / f"{name}.npy", lambda fh: np.save(fh, arr, allow_pickle=False))
+    _files.atomic_write(arrays / f"{name}.npy", lambda fh: np.save(fh, arr, allow_pickle=False))
 
 
 def load_array(arrays: Path, name: str, *, mmap: bool = True) -> np.ndarray:
@@ -61,8 +71,12 @@ def load_array(arrays: Path, name: str, *, mmap: bool = True) -> np.ndarray:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise KeyError(f"no array {name!r} in index {arrays.parent}") from None
-    except ValueError as exc:
-        raise IndexCorruptError(f"array file {path} is damaged: {exc}") from exc
+    except (ValueError, OSError, EOFError) as exc:
+        raise IndexCorruptError(
+            f"the array {name!r} of the index {arrays.parent} is damaged "
+            f"(arrays/{path.name}: {exc})",
+            path=path,
+        ) from exc
 
 
 def state_arrays(state: Mapping[str, Any], scalars: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -95,11 +109,42 @@ def state_arrays(state: Mapping[str, Any], scalars: dict[str, Any]) -> dict[str,
     return arrays
 
 
-def save_state(
+def _npz_name(name: str) -> str:
+    return f"{name}.{uuid.uuid4().hex[:12]}.npz"
+
+
+def write_state_files(
     states: Path, name: str, state: Mapping[str, Any], parts: Sequence[str] = ()
-) -> None:
-    """Atomically save state ``name`` in the folder ``states``
-    (:meth:`engine.index.store.IndexStore.save_state`)."""
+) -> tuple[dict[str, Any], list[str]]:
+    """Write the arrays of state ``name`` to a new file of the folder ``states``.
+
+    Parameters
+    ----------
+    states : Path
+        The index's ``states`` folder.
+    name : str
+        The state's name.
+    state : mapping of str to ndarray or scalar
+        A model's ``to_state()`` dict.
+    parts : sequence of str
+        Files of more arrays of this state, written before by :func:`write_state_part`.
+
+    Returns
+    -------
+    scalars : dict
+        The state's scalars.
+    files : list of str
+        Its array files: the new one, then ``parts``. Nothing names them yet: the caller
+        commits them in the manifest (or deletes them).
+
+    Raises
+    ------
+    ValueError, TypeError
+        A key or value that cannot be stored (:func:`state_arrays`), or a part that is
+        not one of this state.
+    FileNotFoundError
+        A part was not written.
+    """
     check_name(name)
     scalars: dict[str, Any] = {}
     arrays = state_arrays(state, scalars)
@@ -110,92 +155,81 @@ def save_state(
             raise ValueError(f"{part!r} is not a part of state {name!r}")
         if not (states / part).is_file():
             raise FileNotFoundError(f"state part {part} was not written")
-    npz_name = f"{name}.{uuid.uuid4().hex[:12]}.npz"
-    atomic_write(states / npz_name, lambda fh: np.savez(fh, **arrays))
-    scalars["__npz__"] = npz_name
-    if parts:
-        scalars["__parts__"] = parts
-    payload = json.dumps(scalars, sort_keys=True).encode("utf-8")
-    json_path = states / f"{name}.json"
-    old = state_files(json_path)
-    atomic_write(json_path, lambda fh: fh.write(payload))
-    for file in old - {npz_name, *parts}:
-        unlink(os.fspath(states / file))
+    npz_name = _npz_name(name)
+    _files.atomic_write(states / npz_name, lambda fh: np.savez(fh, **arrays))
+    return scalars, [npz_name, *parts]
 
 
 def write_state_part(states: Path, name: str, arrays: Mapping[str, np.ndarray]) -> str:
-    """Write (and sync) arrays of state ``name`` ahead of :func:`save_state`; returns the
-    file's name (:meth:`engine.index.store.IndexStore.write_state_part`)."""
+    """Write (and sync) arrays of state ``name`` ahead of its commit; returns the file's
+    name (:meth:`engine.index.store.IndexStore.write_state_part`)."""
     check_name(name)
     scalars: dict[str, Any] = {}
     data = state_arrays(arrays, scalars)
     if scalars:
         raise TypeError(f"state parts hold arrays only, got {sorted(scalars)}")
-    part = f"{name}.{uuid.uuid4().hex[:12]}.npz"
-    atomic_write(states / part, lambda fh: np.savez(fh, **data))
+    part = _npz_name(name)
+    _files.atomic_write(states / part, lambda fh: np.savez(fh, **data))
     return part
 
 
-def state_files(json_path: Path) -> set[str]:
-    """The npz files that state JSON ``json_path`` names (empty if unreadable)."""
-    try:
-        st = json.loads(json_path.read_text("utf-8"))
-        files = {st["__npz__"], *st.get("__parts__", ())}
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-    return {f for f in files if isinstance(f, str) and NAME_RE.match(f)}
-
-
-def load_state(states: Path, name: str) -> dict[str, Any]:
-    """State ``name`` of the folder ``states``, scalars and arrays in one dict.
+def load_state_files(
+    states: Path, name: str, scalars: Mapping[str, Any], handles: Mapping[str, IO[bytes]]
+) -> dict[str, Any]:
+    """State ``name``: its ``scalars`` and the arrays of its files, read from ``handles``
+    (file name -> open binary file, opened by the caller while one version named them).
 
     Raises
     ------
-    KeyError
-        No such state.
     IndexCorruptError
-        Its JSON or an array file is damaged or missing.
+        A file is damaged (bad zip, CRC, truncated, bad array header) or an array is
+        stored twice.
     """
-    check_name(name)
-    json_path = states / f"{name}.json"
-    for attempt in range(2):
+    out = dict(scalars)
+    arrays: dict[str, np.ndarray] = {}
+    for file, fh in handles.items():
         try:
-            scalars = json.loads(json_path.read_text("utf-8"))
-        except FileNotFoundError:
-            raise KeyError(f"no state {name!r} in index {states.parent}") from None
-        except ValueError as exc:
-            raise IndexCorruptError(f"state file {json_path} is damaged: {exc}") from exc
-        npz = scalars.pop("__npz__", None)
-        parts = scalars.pop("__parts__", [])
-        if not isinstance(npz, str) or not NAME_RE.match(npz):
-            raise IndexCorruptError(f"state file {json_path} names no array file")
-        if not isinstance(parts, list) or not all(
-            isinstance(p, str) and NAME_RE.match(p) for p in parts
-        ):
-            raise IndexCorruptError(f"state file {json_path} names bad array files")
-        arrays: dict[str, np.ndarray] = {}
-        try:
-            for file in (npz, *parts):
-                with np.load(states / file, allow_pickle=False) as data:
-                    for k in data.files:
-                        if k in arrays or k in scalars:
-                            raise ValueError(f"array {k!r} is stored twice")
-                        arrays[k] = data[k]
-        except FileNotFoundError:
-            if attempt == 0:  # replaced by a concurrent save_state: re-read the JSON
-                continue
-            raise IndexCorruptError(f"state {name!r}: array file {file} is missing") from None
-        except ValueError as exc:
-            raise IndexCorruptError(f"state {name!r}: {file} is damaged: {exc}") from exc
-        scalars.update(arrays)
-        return scalars
-    raise AssertionError("unreachable")  # pragma: no cover
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as data:
+                for k in data.files:
+                    if k in arrays or k in out:
+                        raise ValueError(f"array {k!r} is stored twice")
+                    arrays[k] = data[k]
+        except NPZ_ERRORS as exc:
+            raise IndexCorruptError(
+                f"the saved state {name!r} of the index {states.parent} is damaged "
+                f"(states/{file}: {exc})",
+                path=states / file,
+            ) from exc
+    out.update(arrays)
+    return out
 
 
-def delete_state(states: Path, name: str) -> None:
-    """Delete state ``name`` (JSON first, then its npz files) if present."""
-    json_path = states / f"{check_name(name)}.json"
-    files = state_files(json_path)
-    unlink(os.fspath(json_path))
-    for file in files:
-        unlink(os.fspath(states / file))
+def read_legacy_state(json_path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Scalars and array files of a state saved before the manifest (``<name>.json``).
+
+    Raises
+    ------
+    IndexCorruptError
+        The JSON is unreadable or names no (or bad) array files.
+    """
+    where = f"the saved state {json_path.stem!r} of the index {json_path.parent.parent}"
+    try:
+        scalars = json.loads(json_path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IndexCorruptError(
+            f"{where} is damaged (states/{json_path.name}: {exc})", path=json_path
+        ) from exc
+    if not isinstance(scalars, dict):
+        raise IndexCorruptError(
+            f"{where} is damaged (states/{json_path.name}: not a state)", path=json_path
+        )
+    npz = scalars.pop("__npz__", None)
+    parts = scalars.pop("__parts__", [])
+    files = [npz, *parts] if isinstance(parts, list) else [None]
+    if not all(isinstance(f, str) and STATE_NPZ_RE.match(f) for f in files):
+        raise IndexCorruptError(
+            f"{where} is damaged (states/{json_path.name}: names no valid array file)",
+            path=json_path,
+        )
+    return scalars, files

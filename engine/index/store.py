@@ -6,17 +6,26 @@ Layout of an index directory::
                                     a folder without it is never used (or cleaned) as an index
     catalog.sqlite (+ -wal, -shm)   catalogue: images, chunks, settings, kv (WAL mode)
     lock                            writer lock (flock / msvcrt), holds the writer's pid
-    features/c<id>-<token>.npy      append-only feature chunks, one per ingest batch
+    features/c<id>-<token>.npy      append-only feature chunks, one per ingest batch, each
+                                    with its checksum in the catalogue
     arrays/<name>.npy               named arrays (``save_array``)
-    states/<name>.json + .npz       model states (``save_state``): scalars in JSON, arrays in npz
-                                    (and in parts written ahead, ``write_state_part``)
+    states/MANIFEST.json            model states (``save_states``): one manifest names the
+    states/<name>.<token>.npz       scalars and the immutable array files of every state
+                                    of ONE consistent version (:mod:`engine.index.manifest`)
 
 Crash safety rests on one ordering rule: every file is written to a temporary name in
 the same directory, flushed, fsynced and atomically renamed into place BEFORE the SQLite
-transaction that references it commits. A crash at any moment therefore leaves either an
-unreferenced file (an orphan, deleted on the next writer open by :meth:`IndexStore.gc`)
-or a committed catalogue whose every reference points at a complete file. Nothing is
-ever loaded with pickle (``allow_pickle=False`` everywhere).
+transaction, or the manifest, that references it commits. A crash (or a full disk) at
+any moment therefore leaves either an unreferenced file (an orphan, deleted on the next
+writer open by :meth:`IndexStore.gc`) or a committed catalogue and manifest whose every
+reference points at a complete file: the previous version stays whole and usable.
+States that must agree (the search models and data) are committed together
+(:meth:`IndexStore.save_states`) and read from one version (:meth:`IndexStore.load_states`);
+the manifest names the catalogue they were made from (``kv['catalog.id']``), so search
+data is never paired with photos it was not made from. Nothing is ever loaded with
+pickle. A damaged or missing file is an :class:`IndexCorruptError`, one line naming it,
+mended by :func:`engine.index.repair.repair_index` (``simile index --repair``). An index
+on read-only media opens read-only (:func:`engine.index.catalog.connect`).
 
 Only a folder that carries the marker file (or an index written before the marker
 existed, recognised by its catalogue's ``application_id``) is opened for writing: a
@@ -32,8 +41,9 @@ chunk with the smallest faithful codec (8-bit for SIFT kinds; :mod:`engine.index
 The pieces live beside this module: the catalogue's schema, marker and opening
 (:mod:`engine.index.catalog`), the feature chunks and their codecs
 (:mod:`engine.index.chunks`), the writer lock (:mod:`engine.index.lock`), crash-safe
-files and path codecs (:mod:`engine.index.files`), named arrays and model states
-(:mod:`engine.index.states`) and the errors (:mod:`engine.index.store_errors`).
+files and path codecs (:mod:`engine.index.files`), named arrays and state files
+(:mod:`engine.index.states`), the versions of the states (:mod:`engine.index.manifest`)
+and the errors (:mod:`engine.index.store_errors`).
 :class:`IndexStore` ties them together; the names below stay importable from here.
 """
 
@@ -44,18 +54,21 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.index import manifest as _manifest
 from engine.index import states as _states
 from engine.index.catalog import (
+    CATALOG_ID_KEY,
     CATALOG_NAME,
+    CHUNK_TABLE_SQL,
     CHUNK_USAGE_SQL,
     DUPLICATES_SQL,
-    FEATURE_SELECT_SQL,
     IMAGE_COLS,
     INDEX_DIRNAME,
     MARKER_NAME,
@@ -64,30 +77,30 @@ from engine.index.catalog import (
     UPSERT_FAILED_SQL,
     UPSERT_OK_SQL,
     ImageRecord,
+    catalog_info,
+    forget_chunks,
+    has_index_content,
     insert_chunk,
     open_reader,
     open_writer,
     read_marker,
+    row_keys,
 )
-from engine.index.chunks import (
-    ChunkCache,
-    PackedFeatures,
-    decode_features,
-    descriptor_dim,
-    write_chunk,
-)
+from engine.index.chunks import ChunkCache, PackedFeatures, descriptor_dim, write_chunk
+from engine.index.feature_reads import FeatureReads
 from engine.index.files import (
     CHUNK_RE,
-    STATE_NPZ_RE,
     TMP_RE,
     check_name,
     display_path,
+    file_digest,
     norm_path,
     py_path,
     resolved_path,
     unlink,
 )
 from engine.index.lock import WriterLock
+from engine.index.manifest import Snapshot, StateVersions
 from engine.index.store_errors import (
     IndexCorruptError,
     IndexFormatError,
@@ -115,22 +128,19 @@ __all__ = [
     "IndexVersionError",
     "PackedFeatures",
     "ReadOnlyIndexError",
+    "Snapshot",
     "StoreError",
     "display_path",
+    "row_keys",
 ]
-
-
-# feature reads of at most this many ids select them by id, more scan the catalogue once
-# (SQLite allows 999 parameters in old builds)
-_ROWS_BY_ID = 500
 
 
 class IndexStore:
     """An index directory: catalogue, feature chunks, named arrays and model states.
 
     Use :meth:`open`. A writable store holds the writer lock until :meth:`close`;
-    read-only stores never lock and see committed snapshots (SQLite WAL), so readers
-    may run while one writer updates the index.
+    read-only stores never lock and see committed snapshots (SQLite WAL, the states'
+    manifest), so readers may run while one writer updates the index.
 
     Thread safety: one store may be used from several threads (e.g. a GUI worker
     thread running an ingest); calls are serialised by an internal lock.
@@ -144,13 +154,30 @@ class IndexStore:
         self._lock = lock
         self._mutex = threading.RLock()
         self._chunks = ChunkCache(index_dir / "features")
+        self._verified: set[str] = set()  # chunk files whose checksum held
         self._closed = False
+        #: The catalogue's random identity (None: a catalogue written before it had one).
+        self.catalog_id, self._checksums = catalog_info(conn)
+        self._states = StateVersions(
+            index_dir / "states", self.catalog_id, self._mutex, self._current_catalog_id
+        )
+        self._reads = FeatureReads(index_dir, self._q, self._chunk)
+
+    def _current_catalog_id(self) -> str | None:
+        """The catalogue's identity read again (a writer may have migrated it since)."""
+        with self._mutex:
+            return catalog_info(self._conn)[0]
 
     # ------------------------------------------------------------------ open / close
 
     @classmethod
     def open(
-        cls, index_dir: str | os.PathLike, *, create: bool = True, readonly: bool = False
+        cls,
+        index_dir: str | os.PathLike,
+        *,
+        create: bool = True,
+        readonly: bool = False,
+        repair: bool = False,
     ) -> IndexStore:
         """Open (and with ``create`` make) the index in ``index_dir``.
 
@@ -163,6 +190,10 @@ class IndexStore:
             ``readonly``.
         readonly : bool
             Open without the writer lock; write methods raise :class:`ReadOnlyIndexError`.
+            Works while another process writes, and on read-only media.
+        repair : bool
+            (Writers) accept a damaged marker and a missing catalogue
+            (:func:`engine.index.repair.repair_index` calls it so).
 
         Raises
         ------
@@ -171,18 +202,36 @@ class IndexStore:
         IndexLockedError
             ``readonly=False`` and another process holds the writer lock.
         IndexCorruptError, IndexFormatError, IndexVersionError
-            Damaged, foreign, or newer-schema catalogue.
+            Damaged (or missing: the folder holds states or chunks but no catalogue),
+            foreign, or newer-schema catalogue.
         """
         index_dir = Path(os.path.abspath(os.fspath(index_dir)))
         catalog = index_dir / CATALOG_NAME
-        exists = catalog.is_file()
-        if not exists and (readonly or not create):
-            raise IndexNotFoundError(f"no simile index in {index_dir}")
+        if not catalog.is_file():
+            if has_index_content(index_dir) and (readonly or not repair):
+                raise IndexCorruptError(
+                    f"the catalogue of the index {index_dir} is missing ({CATALOG_NAME})",
+                    path=catalog,
+                )
+            if readonly or not create:
+                raise IndexNotFoundError(f"no simile index in {index_dir}")
         if readonly:
             return cls(index_dir, open_reader(catalog), True, None)
-        conn, lock = open_writer(index_dir, catalog)
+        states = index_dir / "states"
+
+        def disown(catalog_id: str) -> None:  # a new catalogue: older states are not its
+            base = _manifest.read_snapshot(states)
+            if base.legacy and (base.entries or base.damaged):
+                _manifest.commit(states, base, {}, None)  # made from an unknown catalogue
+
+        conn, lock = open_writer(index_dir, catalog, repair=repair, before_create=disown)
         store = cls(index_dir, conn, False, lock)
-        store.gc()
+        try:
+            store.adopt_legacy_states()
+            store.gc()
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def close(self) -> None:
@@ -239,6 +288,18 @@ class IndexStore:
             self._conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (committed with the generation bumped, or rolled back)."""
+        with self._mutex:
+            try:
+                self._begin()
+                yield self._conn
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
 
     @property
     def generation(self) -> int:
@@ -341,165 +402,71 @@ class IndexStore:
     # ------------------------------------------------------------------ features
 
     def _chunk(self, file: str, n_rows: int) -> np.ndarray:
-        """Rows of chunk ``file``, memory-mapped (:class:`engine.index.chunks.ChunkCache`)."""
+        """Rows of chunk ``file``, memory-mapped (:class:`engine.index.chunks.ChunkCache`);
+        a file whose header cannot be parsed at all is a damaged chunk too. The first read
+        of a chunk in this store checks its checksum (lazily: chunks nobody reads cost
+        nothing; those this store wrote are known good)."""
         with self._mutex:
-            return self._chunks.get(file, n_rows)
+            try:
+                if file not in self._verified:
+                    self._verify_chunk(file)
+                return self._chunks.get(file, n_rows)
+            except (FileNotFoundError, StoreError):
+                raise
+            except Exception as exc:  # (numpy's header parser: SyntaxError, TokenError)
+                raise IndexCorruptError(
+                    f"the stored features of the index {self.index_dir} are damaged "
+                    f"(features/{file}: {type(exc).__name__})",
+                    path=self.index_dir / "features" / file,
+                ) from exc
 
-    def _features_from_row(self, row: tuple) -> Features:
-        from engine.features.keypoints import Features
-
-        path, status, n, chunk_id, offset, width, height, kind, dim, file, n_rows, scale = row
-        path = display_path(py_path(path))
-        if status != "ok":
-            raise StoreError(f"{path} has no features: indexing it failed")
-        if n == 0 or chunk_id is None:
-            return Features(
-                descriptors=np.zeros((0, int(dim)), np.float32),
-                xy=np.zeros((0, 2), np.float32),
-                scale=None,
-                angle=None,
-                image_size=(int(width), int(height)),
-                kind=kind or "sift",
+    def _verify_chunk(self, file: str) -> None:
+        """Compare chunk ``file`` with its recorded checksum (none: a chunk written before
+        checksums, recorded by the repair). ``FileNotFoundError`` when it is gone."""
+        rows = self._checksums and self._q("SELECT checksum FROM chunks WHERE file = ?", (file,))
+        if rows and rows[0][0] and file_digest(self.index_dir / "features" / file) != rows[0][0]:
+            raise IndexCorruptError(
+                f"the stored features of the index {self.index_dir} are damaged "
+                f"(features/{file}: checksum mismatch)",
+                path=self.index_dir / "features" / file,
             )
-        if file is None:
-            raise IndexCorruptError(f"feature chunk {chunk_id} of {path} is not in the catalogue")
-        arr = self._chunk(file, int(n_rows))
-        return decode_features(arr, offset, n, scale, (int(width), int(height)), kind)
-
-    def _feature_rows(self, ids: list[int]) -> list[tuple]:
-        """``FEATURE_SELECT_SQL`` rows of ``ids`` (any order; unknown ids have none): by
-        id for a batch, one scan of the catalogue for many (an encoding batch of a large
-        collection then reads its 64 rows, not every row)."""
-        if len(ids) > _ROWS_BY_ID:
-            return self._q(FEATURE_SELECT_SQL)
-        marks = ",".join("?" * len(ids))
-        return self._q(f"{FEATURE_SELECT_SQL} WHERE i.id IN ({marks})", tuple(ids))
-
-    def _feature_row(self, key: int | str | os.PathLike) -> tuple:
-        if isinstance(key, int | np.integer):
-            rows = self._q(f"{FEATURE_SELECT_SQL} WHERE i.id = ?", (int(key),))
-        else:
-            rows = self._q(f"{FEATURE_SELECT_SQL} WHERE i.path = ?", (self.norm_path(key),))
-            if not rows and self._resolved(key) is not None:
-                rows = self._q(f"{FEATURE_SELECT_SQL} WHERE i.path = ?", (self._resolved(key),))
-        if not rows:
-            raise KeyError(f"image {key!r} is not in the index")
-        return rows[0][1:]
+        self._verified.add(file)
 
     def get_features(self, key: int | str | os.PathLike) -> Features:
-        """Stored features of image id or path ``key``.
-
-        Returns
-        -------
-        Features
-            ``descriptors (M, D) float32`` (dequantised), ``xy (M, 2) float32``,
-            ``scale``/``angle`` ``(M,) float32`` or ``None``.
-
-        Raises
-        ------
-        KeyError
-            Unknown image. :class:`StoreError` if the image failed to index.
-        """
-        try:
-            return self._features_from_row(self._feature_row(key))
-        except FileNotFoundError:
-            # A concurrent writer compacted the chunk away after we read the row: re-read.
-            return self._features_from_row(self._feature_row(key))
+        """Stored features of image id or path ``key``
+        (:meth:`engine.index.feature_reads.FeatureReads.get_features`)."""
+        return self._reads.get_features(key)
 
     def iter_features(self, ids: Iterable[int] | None = None) -> Iterator[tuple[int, Features]]:
-        """Yield ``(id, Features)`` for ``ids`` (default: every ok image, ascending id).
-
-        The rows come from one query and each chunk is mapped once, so iterating the
-        whole collection is one sequential pass over the chunk files.
-
-        Raises
-        ------
-        KeyError
-            An id is unknown. :class:`StoreError` if one is a failed image.
-        """
-        if ids is None:
-            rows = self._q(f"{FEATURE_SELECT_SQL} WHERE i.status = 'ok' ORDER BY i.id")
-            order = [r[0] for r in rows]
-        else:
-            order = [int(i) for i in ids]
-            rows = self._feature_rows(order)
-        by_id = {r[0]: r[1:] for r in rows}
-        for i in order:
-            row = by_id.get(i)
-            if row is None:
-                raise KeyError(f"image {i!r} is not in the index")
-            try:
-                feats = self._features_from_row(row)
-            except FileNotFoundError:
-                feats = self.get_features(i)
-            yield i, feats
+        """Yield ``(id, Features)`` for ``ids`` (default: every ok image, ascending id)
+        (:meth:`engine.index.feature_reads.FeatureReads.iter_features`)."""
+        return self._reads.iter_features(ids)
 
     def stacked_descriptors(
         self, ids: Iterable[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """All descriptors of ``ids`` stacked, with per-image offsets.
-
-        Returns
-        -------
-        X : (N, D) float32
-            Descriptors of every image, concatenated in ``ids`` order.
-        indptr : (n + 1,) int64
-            Image ``k`` owns ``X[indptr[k]:indptr[k + 1]]``.
-        """
-        if ids is None:
-            rows = self._q(f"{FEATURE_SELECT_SQL} WHERE i.status = 'ok' ORDER BY i.id")
-        else:
-            ids = [int(i) for i in ids]
-            by_id = {r[0]: r for r in self._feature_rows(ids)}
-            try:
-                rows = [by_id[int(i)] for i in ids]
-            except KeyError as exc:
-                raise KeyError(f"image {exc.args[0]!r} is not in the index") from None
-        for r in rows:
-            if r[2] != "ok":
-                raise StoreError(f"{r[1]} has no features: indexing it failed")
-        counts = np.array([r[3] for r in rows], dtype=np.int64)
-        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        dims = {r[9] for r in rows if r[3]}
-        if len(dims) > 1:
-            raise StoreError("stored descriptors have mixed dimensions; re-index the folder")
-        dim = dims.pop() if dims else max((r[9] for r in rows), default=0)
-        X = np.empty((int(indptr[-1]), dim), dtype=np.float32)
-        for k, (
-            _id,
-            path,
-            _st,
-            n,
-            _cid,
-            off,
-            _w,
-            _h,
-            _kind,
-            _dim,
-            file,
-            n_rows,
-            scale,
-        ) in enumerate(rows):
-            if not n:
-                continue
-            if file is None:
-                raise IndexCorruptError(f"the feature chunk of {path} is not in the catalogue")
-            try:
-                desc = self._chunk(file, int(n_rows))["desc"][off : off + n]
-            except FileNotFoundError:  # compacted away meanwhile: take the fresh row
-                desc = self.get_features(int(_id)).descriptors
-                scale = 1.0
-            np.multiply(desc, np.float32(scale), out=X[indptr[k] : indptr[k + 1]])
-        return X, indptr
+        """All descriptors of ``ids`` stacked ``(N, D) float32``, with per-image offsets
+        ``(n + 1,) int64`` (:meth:`~engine.index.feature_reads.FeatureReads.stacked_descriptors`
+        of :class:`engine.index.feature_reads.FeatureReads`)."""
+        return self._reads.stacked_descriptors(ids)
 
     # ------------------------------------------------------------------ writes
 
     def _write_chunk(
         self, feats: Sequence[Features | PackedFeatures]
-    ) -> tuple[str, int, str, float] | None:
-        """:func:`engine.index.chunks.write_chunk` into this index's ``features`` folder."""
-        return write_chunk(self.index_dir / "features", feats)
+    ) -> tuple[tuple[str, int, str, float], str] | None:
+        """:func:`engine.index.chunks.write_chunk` into this index's ``features`` folder;
+        the chunk and the checksum of its file (read back: what the disk holds)."""
+        chunk = write_chunk(self.index_dir / "features", feats)
+        if chunk is None:
+            return None
+        try:
+            digest = file_digest(self.index_dir / "features" / chunk[0])
+            self._verified.add(chunk[0])
+            return chunk, digest
+        except BaseException:
+            unlink(os.fspath(self.index_dir / "features" / chunk[0]))
+            raise
 
     def write_batch(
         self,
@@ -533,10 +500,13 @@ class IndexStore:
         touched = list(touched)
         now = time.time()
         with self._mutex:
-            chunk = self._write_chunk([f for *_, f in ok])
+            written = self._write_chunk([f for *_, f in ok])
+            chunk = None if written is None else written[0]
             try:
                 self._begin()
-                chunk_id = None if chunk is None else insert_chunk(self._conn, chunk, now)
+                chunk_id = None
+                if chunk is not None:
+                    chunk_id = insert_chunk(self._conn, chunk, now, written[1])
                 offset = 0
                 ok_rows = []
                 for path, size, mtime_ns, chash, f in ok:
@@ -575,16 +545,10 @@ class IndexStore:
         keys = [(self.norm_path(p),) for p in paths]
         if not keys:
             return 0
-        with self._mutex:
-            try:
-                self._begin()
-                before = self._conn.total_changes
-                self._conn.executemany("DELETE FROM images WHERE path = ?", keys)
-                n = self._conn.total_changes - before
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+        with self._transaction() as conn:
+            before = conn.total_changes
+            conn.executemany("DELETE FROM images WHERE path = ?", keys)
+            n = conn.total_changes - before
         return n
 
     def _chunk_usage(self) -> list[tuple[int, str, int, int]]:
@@ -625,29 +589,23 @@ class IndexStore:
                 feats = [self.get_features(i) for i in ids]
                 new_chunks.append((ids, feats, self._write_chunk(feats)))
             now = time.time()
-            try:
-                self._begin()
-                for ids, feats, chunk in new_chunks:
-                    cid = insert_chunk(self._conn, chunk, now)
+            with self._transaction() as conn:
+                for ids, feats, (chunk, digest) in new_chunks:
+                    cid = insert_chunk(conn, chunk, now, digest)
                     offs = np.concatenate([[0], np.cumsum([len(f) for f in feats])[:-1]])
-                    self._conn.executemany(
+                    conn.executemany(
                         "UPDATE images SET feature_chunk = ?, feature_offset = ? WHERE id = ?",
                         [(cid, int(o), int(i)) for i, o in zip(ids, offs, strict=True)],
                     )
-                self._conn.executemany(
-                    "DELETE FROM chunks WHERE id = ?", [(c,) for c in victim_ids]
-                )
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+                conn.executemany("DELETE FROM chunks WHERE id = ?", [(c,) for c in victim_ids])
             self._chunks.clear()
         self.gc()
         return True
 
     def gc(self) -> int:
         """Delete orphans: temp files, chunk files the catalogue does not reference,
-        chunk rows with no live image, and state npz files no JSON names.
+        chunk rows with no live image, and state files the manifest does not name
+        (:func:`engine.index.manifest.collect`; nothing while it is unreadable).
 
         Only files whose names match the store's own patterns (chunk files, state array
         files, temporary files) are ever deleted, and only inside a marked index folder.
@@ -660,15 +618,8 @@ class IndexStore:
             usage = self._chunk_usage()
             dead_ids = [u[0] for u in usage if u[3] == 0]
             if dead_ids:
-                try:
-                    self._begin()
-                    self._conn.executemany(
-                        "DELETE FROM chunks WHERE id = ?", [(c,) for c in dead_ids]
-                    )
-                    self._commit()
-                except BaseException:
-                    self._rollback()
-                    raise
+                with self._transaction() as conn:
+                    conn.executemany("DELETE FROM chunks WHERE id = ?", [(c,) for c in dead_ids])
             if read_marker(self.index_dir) is None:  # never clean an unmarked folder
                 return removed
             referenced = {r[0] for r in self._q("SELECT file FROM chunks")}
@@ -681,16 +632,7 @@ class IndexStore:
             for entry in os.scandir(self.index_dir / "arrays"):
                 if TMP_RE.match(entry.name) and entry.is_file(follow_symlinks=False):
                     removed += unlink(entry.path)
-            states = self.index_dir / "states"
-            named = set()
-            for entry in os.scandir(states):
-                if entry.name.endswith(".json"):
-                    named.update(_states.state_files(Path(entry.path)))
-            for entry in os.scandir(states):
-                name = entry.name
-                orphan = STATE_NPZ_RE.match(name) and name not in named
-                if (orphan or TMP_RE.match(name)) and entry.is_file(follow_symlinks=False):
-                    removed += unlink(entry.path)
+            removed += _manifest.collect(self.index_dir / "states")
         return removed
 
     # ------------------------------------------------------------------ settings / kv
@@ -712,7 +654,7 @@ class IndexStore:
 
     def get_kv(self, key: str, default: bytes | None = None) -> bytes | None:
         """Raw value of ``key`` in the generic key-value table, or ``default``."""
-        if key == "generation":
+        if key == "generation":  # (the catalogue's identity may be read: catalog.id)
             raise KeyError("'generation' is reserved; use IndexStore.generation")
         rows = self._q("SELECT value FROM kv WHERE key = ?", (key,))
         if not rows:
@@ -723,8 +665,8 @@ class IndexStore:
     def set_kv(self, key: str, value: bytes | str) -> None:
         """Store small metadata ``value`` (bytes, or str stored as UTF-8) under ``key``."""
         self._require_writer()
-        if key == "generation":
-            raise KeyError("'generation' is reserved")
+        if key in ("generation", CATALOG_ID_KEY):
+            raise KeyError(f"{key!r} is reserved")
         blob = value.encode("utf-8") if isinstance(value, str) else bytes(value)
         self._write_sql(
             "INSERT INTO kv(key, value) VALUES (?, ?) "
@@ -733,14 +675,8 @@ class IndexStore:
         )
 
     def _write_sql(self, sql: str, params: Sequence[Any]) -> None:
-        with self._mutex:
-            try:
-                self._begin()
-                self._conn.execute(sql, params)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+        with self._transaction() as conn:
+            conn.execute(sql, params)
 
     def save_array(self, name: str, arr: np.ndarray) -> None:
         """Atomically save ``arr`` (no object dtype) as ``arrays/<name>.npy``."""
@@ -762,36 +698,101 @@ class IndexStore:
 
     # ------------------------------------------------------------------ model states
 
-    def save_state(self, name: str, state: dict[str, Any], *, parts: Sequence[str] = ()) -> None:
-        """Atomically save a model state (``to_state()`` dict).
+    @property
+    def states_dir(self) -> Path:
+        """The ``states`` folder."""
+        return self.index_dir / "states"
 
-        Scalars (int, float, str, bool, None) go to ``states/<name>.json``; arrays to
-        ``states/<name>.<token>.npz`` (``np.savez``, no pickle). The JSON, written last
-        and renamed into place, names its npz, so readers see the old or the new pair.
+    def snapshot(self) -> Snapshot:
+        """The current version of the saved states: :meth:`StateVersions.snapshot
+        <engine.index.manifest.StateVersions.snapshot>`."""
+        return self._states.snapshot()
 
-        ``parts``: files of more arrays of this state, written before by
-        :meth:`write_state_part` (e.g. while the rest was still being computed); the JSON
-        names them too and :meth:`load_state` merges them in.
-        """
+    def load_states(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """States ``names`` (name -> scalars and arrays), all from ONE version:
+        :meth:`load_version`."""
+        return self._states.load_states(names)
+
+    def load_version(self, names: Iterable[str]) -> tuple[Snapshot, dict[str, dict[str, Any]]]:
+        """States ``names``, all from ONE version, and that version
+        (:meth:`engine.index.manifest.StateVersions.load_version`)."""
+        return self._states.load_version(names)
+
+    def save_states(
+        self,
+        states: Mapping[str, Mapping[str, Any] | None],
+        *,
+        parts: Mapping[str, Sequence[str]] | None = None,
+    ) -> int:
+        """Commit several states together, atomically (readers see all of them or none):
+        :meth:`StateVersions.save_states <engine.index.manifest.StateVersions.save_states>`.
+        Returns the new version's generation."""
         self._require_writer()
-        _states.save_state(self.index_dir / "states", name, state, parts)
+        return self._states.save_states(states, parts=parts)
+
+    def adopt_legacy_states(self) -> bool:
+        """Move per-state JSON files of an older index into the manifest (done when a
+        writer opens the store): :meth:`StateVersions.adopt_legacy
+        <engine.index.manifest.StateVersions.adopt_legacy>`."""
+        self._require_writer()
+        return self._states.adopt_legacy()
+
+    def save_state(self, name: str, state: dict[str, Any], *, parts: Sequence[str] = ()) -> None:
+        """Atomically save one model state (``to_state()`` dict): scalars in the manifest,
+        arrays in a new ``states/<name>.<token>.npz``; ``parts``: files of more of its
+        arrays, written before (:meth:`write_state_part`). States that must agree with
+        each other are saved with ONE call of :meth:`save_states`."""
+        self.save_states({name: state}, parts={name: parts})
 
     def write_state_part(self, name: str, arrays: dict[str, np.ndarray]) -> str:
         """Write (and sync) arrays of a state that :meth:`save_state` will name in
         ``parts``; returns the file's name. Until then no state refers to it: a run that
         stops before leaves a file that :meth:`gc` deletes."""
         self._require_writer()
-        return _states.write_state_part(self.index_dir / "states", name, arrays)
+        return _states.write_state_part(self.states_dir, name, arrays)
 
     def load_state(self, name: str) -> dict[str, Any]:
-        """Load a state saved by :meth:`save_state`. ``KeyError`` if absent."""
-        return _states.load_state(self.index_dir / "states", name)
+        """Load a state saved by :meth:`save_state`. ``KeyError`` if absent; see
+        :meth:`load_states` to read several from one version."""
+        return self.load_states([name])[name]
 
     def has_state(self, name: str) -> bool:
-        """Whether state ``name`` exists."""
-        return (self.index_dir / "states" / f"{check_name(name)}.json").is_file()
+        """Whether state ``name`` exists (in the current version)."""
+        return self.snapshot().has(check_name(name))
 
     def delete_state(self, name: str) -> None:
-        """Delete state ``name`` (JSON first, then its npz) if present."""
+        """Delete state ``name`` (a commit without it; its files are then collected)."""
         self._require_writer()
-        _states.delete_state(self.index_dir / "states", name)
+        if self.has_state(name):
+            self.save_states({name: None})
+
+    # ------------------------------------------------------------------ repair support
+
+    def content_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of the usable images, ascending, and their :func:`row_keys`, read in one
+        query: ``(n,) int64`` and ``(n,) uint64``."""
+        rows = self._q("SELECT id, content_hash, fkey FROM images WHERE status = 'ok' ORDER BY id")
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return ids, row_keys((r[1], r[2]) for r in rows)
+
+    def chunk_table(self) -> list[tuple[int, str, int, str | None, int]]:
+        """``(id, file, n_rows, checksum, rows used)`` of every chunk, ascending id
+        (:data:`engine.index.catalog.CHUNK_TABLE_SQL`)."""
+        return self._q(CHUNK_TABLE_SQL)
+
+    def set_chunk_checksums(self, checksums: Mapping[int, str]) -> None:
+        """Record the checksums of chunks (id -> :func:`engine.index.files.file_digest`)
+        written before chunks had them."""
+        self._require_writer()
+        with self._transaction() as conn:
+            rows = [(d, int(c)) for c, d in checksums.items()]
+            conn.executemany("UPDATE chunks SET checksum = ? WHERE id = ?", rows)
+
+    def drop_features(self, chunk_ids: Iterable[int], reason: str) -> int:
+        """Forget damaged feature chunks, their images to be extracted again
+        (:func:`engine.index.catalog.forget_chunks`); returns the number of images."""
+        self._require_writer()
+        with self._transaction() as conn:
+            n = forget_chunks(conn, [int(c) for c in chunk_ids], reason)
+        self._chunks.clear()
+        return n

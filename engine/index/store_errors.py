@@ -1,5 +1,11 @@
 """The exceptions of the index store (:mod:`engine.index.store`), one base class
-:class:`StoreError` for every failure to open, read or write an index."""
+:class:`StoreError` for every failure to open, read or write an index.
+
+Every message is one line that names the index folder (and the damaged file, when one
+is); :attr:`StoreError.remedy` says what a person can do about it, so that a front end
+(the CLI, the app) can add the command that does it: ``"repair"`` for
+``simile index FOLDER --repair`` (:func:`engine.index.repair.repair_index`).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,26 @@ __all__ = [
     "IndexVersionError",
     "ReadOnlyIndexError",
     "StoreError",
+    "one_line",
 ]
 
 
+def one_line(text: object) -> str:
+    """``text`` on one line: line breaks and runs of blanks become one space."""
+    return " ".join(str(text).split())
+
+
 class StoreError(Exception):
-    """Base class of every index-store error."""
+    """Base class of every index-store error.
+
+    Attributes
+    ----------
+    remedy : str or None
+        ``"repair"`` when repairing the index (``simile index FOLDER --repair``) mends it;
+        ``None`` when the message says what to do, or nothing can be done here.
+    """
+
+    remedy: str | None = None
 
 
 class IndexLockedError(StoreError):
@@ -43,7 +64,22 @@ class IndexNotFoundError(StoreError, FileNotFoundError):
 
 
 class IndexCorruptError(StoreError):
-    """The catalogue cannot be read (damaged SQLite file or missing tables)."""
+    """A file of the index is damaged or missing (the catalogue, a feature chunk, a saved
+    state, the states manifest, the marker), or two of them do not belong together.
+
+    Parameters
+    ----------
+    message : str
+        One line naming the index and the file (see :func:`one_line`).
+    path : path-like, optional
+        The damaged (or missing) file.
+    """
+
+    remedy = "repair"
+
+    def __init__(self, message: str, *, path: os.PathLike | str | None = None) -> None:
+        super().__init__(one_line(message))
+        self.path = None if path is None else os.fspath(path)
 
 
 class IndexFormatError(StoreError):

@@ -133,7 +133,7 @@ STEP_TIMEOUT = 4 * 3600
 #: random tokens the index stores (``secrets.token_hex`` / ``uuid4``): scalars of states and
 #: key-value entries, recorded as "<random token>"
 RANDOM_STATE_SCALARS = ("token",)
-RANDOM_KV = ("learned.model.token",)
+RANDOM_KV = ("learned.model.token", "catalog.id")
 
 
 # ============================================================================ helpers
@@ -210,20 +210,25 @@ class PathRewriter:
 
 
 def _load_states(index: Path) -> dict[str, tuple[dict, dict[str, np.ndarray]]]:
-    """Every state of ``index/states``: name -> (scalars, arrays), merged as
-    ``IndexStore.load_state`` does (the main npz named by ``__npz__`` plus ``__parts__``)."""
+    """Every state of ``index/states``: name -> (scalars, arrays), from the manifest
+    (``states/MANIFEST.json``) or, for an index written before it, the per-state JSON."""
     out = {}
     states = index / "states"
     if not states.is_dir():
         return out
-    for js in sorted(states.glob("*.json")):
-        name = js.name[: -len(".json")]
-        scalars = json.loads(js.read_text())
-        files = [scalars.pop("__npz__", None), *scalars.pop("__parts__", [])]
+    manifest = states / "MANIFEST.json"
+    if manifest.is_file():
+        doc = json.loads(manifest.read_text())
+        entries = {n: (dict(e["scalars"]), list(e["files"])) for n, e in doc["states"].items()}
+    else:
+        entries = {}
+        for js in sorted(states.glob("*.json")):
+            scalars = json.loads(js.read_text())
+            files = [scalars.pop("__npz__", None), *scalars.pop("__parts__", [])]
+            entries[js.name[: -len(".json")]] = (scalars, [f for f in files if f])
+    for name, (scalars, files) in sorted(entries.items()):
         arrays: dict[str, np.ndarray] = {}
         for f in files:
-            if not f:
-                continue
             with np.load(states / f, allow_pickle=False) as z:
                 for k in z.files:
                     if k in arrays:

@@ -159,9 +159,11 @@ def test_iter_and_stacked(store):
     # a few ids are selected by id, many by one scan of the catalogue: the same rows,
     # in the order asked (repeats included); an unknown id is an error either way
     ask = store.ids()[[5, 0, 3, 0]]
-    for limit in (store_mod._ROWS_BY_ID, 2):
+    from engine.index import feature_reads  # (the store's feature reads live there)
+
+    for limit in (feature_reads.ROWS_BY_ID, 2):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(store_mod, "_ROWS_BY_ID", limit)
+            mp.setattr(feature_reads, "ROWS_BY_ID", limit)
             X2, indptr2 = store.stacked_descriptors(ask)
             assert indptr2.tolist() == np.cumsum([0, 15, 10, 13, 10]).tolist()
             np.testing.assert_allclose(
@@ -565,7 +567,137 @@ def test_store_module_still_exports_its_pieces():
     assert store_mod.PackedFeatures is chunks.PackedFeatures
     assert store_mod.display_path is files.display_path
     assert store_mod.IndexLockedError is store_errors.IndexLockedError
-    assert store_mod.SCHEMA_VERSION == catalog.SCHEMA_VERSION == 1
+    # (2: chunk checksums, the catalogue's identity, the states' manifest)
+    assert store_mod.SCHEMA_VERSION == catalog.SCHEMA_VERSION == 2
     assert IndexStore.norm_path("/a/b") == "/a/b"
     bad = os.fsdecode(b"/a/caf\xe9")
     assert IndexStore.norm_path(bad) == b"/a/caf\xe9"
+
+
+# ---------------------------------------------------------------- versions of the states
+
+
+def test_save_states_commits_together_or_not_at_all(store, monkeypatch):
+    """Several states in one commit; a write that fails (a full disk at the second array
+    file, or at the manifest) leaves the previous version and no new file."""
+    import errno
+
+    from engine.index import files
+    from engine.index.manifest import MANIFEST_NAME
+
+    states = store.index_dir / "states"
+    gen = store.save_states({"a": {"g": 1, "x": np.arange(3)}, "b": {"g": 1}})
+    assert store.snapshot().generation == gen
+    before = sorted(os.listdir(states))
+    for target in ("b.", MANIFEST_NAME):
+
+        def full(where, path, target=target):
+            if where == "before" and path.name.startswith(target):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(files, "WRITE_HOOK", full)
+        with pytest.raises(OSError, match="No space"):
+            store.save_states({"a": {"g": 2, "x": np.arange(4)}, "b": {"g": 2}})
+        monkeypatch.setattr(files, "WRITE_HOOK", None)
+        assert sorted(os.listdir(states)) == before
+        got = store.load_states(["a", "b"])
+        assert got["a"]["g"] == got["b"]["g"] == 1 and got["a"]["x"].tolist() == [0, 1, 2]
+    store.save_states({"a": None})  # deletes a, keeps b
+    assert not store.has_state("a") and store.load_state("b")["g"] == 1
+    snap, got = store.load_version(["b"])
+    assert snap.generation == gen + 1 and got["b"]["g"] == 1
+
+
+def test_states_of_another_catalogue_are_hidden_then_dropped(tmp_path):
+    from engine.index.manifest import read_snapshot
+
+    idx = tmp_path / "idx"
+    with IndexStore.open(idx) as s:
+        s.save_state("m", {"w": np.ones(2)})
+        files = read_snapshot(idx / "states").files()
+    os.remove(idx / "catalog.sqlite")
+    with pytest.raises(IndexCorruptError, match="missing"):  # a catalogue lost: refused
+        IndexStore.open(idx)
+    with IndexStore.open(idx, repair=True) as s:  # a new catalogue, with a new identity
+        snap = s.snapshot()
+        assert not s.has_state("m") and snap.hidden == ("m",)
+        with pytest.raises(KeyError):
+            s.load_state("m")
+        assert files <= set(os.listdir(idx / "states"))  # kept until a commit
+        s.save_state("n", {"v": np.zeros(1)})
+        assert sorted(s.snapshot().entries) == ["n"]
+        assert not files & set(os.listdir(idx / "states"))
+
+
+def test_manifest_damage_and_newer_versions_are_reported(store):
+    import json
+
+    from engine.index.manifest import MANIFEST_NAME
+
+    store.save_state("m", {"w": np.ones(2)})
+    path = store.index_dir / "states" / MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    doc["states"]["m"]["scalars"]["extra"] = 1  # the checksum no longer holds
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IndexCorruptError, match=r"MANIFEST\.json: checksum mismatch"):
+        store.load_state("m")
+    assert store.gc() == 0  # nothing is collected while the manifest is unreadable
+    doc = {"format": "simile-states", "version": 99}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IndexVersionError, match="newer simile"):
+        store.has_state("m")
+
+
+def test_chunks_have_checksums_checked_on_first_read(tmp_path):
+    idx = tmp_path / "idx"
+    with IndexStore.open(idx) as s:
+        s.write_batch(ok=[("/p/a", 1, 1, "h", _feats(40))])
+        ((cid, file, n_rows, checksum, used),) = s.chunk_table()
+        assert len(checksum) == 32 and used == n_rows == 40
+    with open(idx / "features" / file, "r+b") as fh:  # a bit flip in the descriptors
+        fh.seek(-100, os.SEEK_END)
+        fh.write(b"\x01\x02")
+    with IndexStore.open(idx, readonly=True) as r:
+        with pytest.raises(IndexCorruptError, match=f"{file}: checksum mismatch"):
+            r.get_features("/p/a")
+    with IndexStore.open(idx) as s:
+        assert s.drop_features([cid], "damaged") == 1
+        rec = s.record("/p/a")
+        assert (rec.status, rec.error) == ("failed", "damaged")
+        assert s.feature_keys()["/p/a"] is None  # the next ingest extracts it again
+
+
+def test_a_version_1_catalogue_is_read_and_migrated(tmp_path):
+    """Catalogues written before checksums, identities and the manifest: a reader uses
+    them as they are (and keeps reading while a writer migrates them), a writer migrates
+    them (schema version 2, the per-state JSON files adopted into the manifest)."""
+    import json
+
+    from engine.index.manifest import MANIFEST_NAME, read_snapshot
+
+    idx = tmp_path / "idx"
+    with IndexStore.open(idx) as s:
+        s.write_batch(ok=[("/p/a", 1, 1, "h", _feats(5))])
+        s.save_state("m", {"n": 7, "w": np.arange(3)})
+    states = idx / "states"
+    for name, e in read_snapshot(states).entries.items():  # the way version 1 kept them
+        doc = {**e.scalars, "__npz__": e.files[0], "__parts__": list(e.files[1:])}
+        (states / f"{name}.json").write_text(json.dumps(doc))
+    os.remove(states / MANIFEST_NAME)
+    con = sqlite3.connect(idx / "catalog.sqlite", isolation_level=None)
+    con.execute("ALTER TABLE chunks DROP COLUMN checksum")
+    con.execute("DELETE FROM kv WHERE key = 'catalog.id'")
+    con.execute("PRAGMA user_version=1")
+    con.close()
+    with IndexStore.open(idx, readonly=True) as r:
+        assert r.catalog_id is None and len(r.get_features("/p/a")) == 5
+        assert r.snapshot().legacy and r.load_state("m")["n"] == 7
+        with IndexStore.open(idx) as s:
+            assert s.catalog_id and len(s.get_features("/p/a")) == 5
+            assert [row[3] for row in s.chunk_table()] == [None]  # recorded by the repair
+            assert not s.snapshot().legacy and s.load_state("m")["n"] == 7
+        assert not r.snapshot().legacy and r.load_state("m")["w"].tolist() == [0, 1, 2]
+    assert sorted(os.listdir(states)) == sorted([MANIFEST_NAME, *read_snapshot(states).files()])
+    con = sqlite3.connect(idx / "catalog.sqlite")
+    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    con.close()
