@@ -161,6 +161,20 @@ def _load_tree(store: Any, channel: CategoryChannel):
     return VocabularyTree.from_state({k: v for k, v in st.items() if k not in _VOCAB_EXTRA})
 
 
+def _channel_binner(collection: Any) -> tuple[CategoryChannel, Any]:
+    """The collection's dense channel and a function mapping its descriptors ``(m, 128)``
+    to their vocabulary-tree bins ``(m, levels) int64`` (the stored tree)."""
+    channel = CategoryChannel(collection.store)
+    tree = _load_tree(collection.store, channel)
+    levels = int(CATEGORY_VOCAB["levels"])
+
+    def binned(d: np.ndarray) -> np.ndarray:
+        d = as_float(np.asarray(d))
+        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+
+    return channel, binned
+
+
 def category_features_of(collection: Any, path: Any):
     """The cached dense categorisation features of an indexed image (the features the
     masks of :func:`categorize_iter` refer to); computed on the fly when not cached."""
@@ -193,13 +207,7 @@ def category_kernel_rows(
     engine.io.imageio.ImageLoadError
         An image cannot be read.
     """
-    channel = CategoryChannel(collection.store)
-    tree = _load_tree(collection.store, channel)
-    levels = int(CATEGORY_VOCAB["levels"])
-
-    def binned(d: np.ndarray) -> np.ndarray:
-        d = as_float(np.asarray(d))
-        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+    channel, binned = _channel_binner(collection)
 
     q = [binned(category_features(img, **channel.settings).descriptors) for img in images]
     cols = [binned(channel.raw(hash_of(collection, p))[0]) for p in columns]
@@ -223,13 +231,7 @@ def category_mask(
         The image's dense features (``xy`` in pixels of the image loaded at 1024 px).
     mask : (m,) float32 in [0, 1]
     """
-    channel = CategoryChannel(collection.store)
-    tree = _load_tree(collection.store, channel)
-    levels = int(CATEGORY_VOCAB["levels"])
-
-    def binned(d: np.ndarray) -> np.ndarray:
-        d = as_float(np.asarray(d))
-        return tree.assign(d)[0][:, :levels] if d.shape[0] else np.zeros((0, levels), np.int64)
+    _, binned = _channel_binner(collection)
 
     feats = category_features_of(collection, path)
     bi = binned(feats.descriptors)
