@@ -6,11 +6,19 @@ of the GUI process that shows up as a frozen window. Here it runs in a ``spawn``
 child process: progress comes back as plain tuples over a queue, cancellation is
 a shared event, and the GUI process opens the finished index afterwards.
 
+A failure in the child comes back as :class:`IndexingError`: its one-line message and
+what the window needs to decide what to do about it (another process holds the writer
+lock; the index cannot be written here, e.g. on read-only media; the disk is full; a
+damaged index file that repairing mends). With ``repair=True`` the child first repairs
+the index (:meth:`engine.collection.Collection.repair`), then indexes as usual.
+
 Qt-free: this module is imported by the child.
 """
 
 from __future__ import annotations
 
+import errno
+import importlib
 import multiprocessing as mp
 import os
 import queue
@@ -20,7 +28,78 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Progress", "Summary", "index_in_child"]
+__all__ = ["CHILD_SETUP", "IndexingError", "Progress", "Summary", "index_in_child"]
+
+#: ``"module:function"`` the indexing child calls first, before it opens the index (None:
+#: nothing). A test hook: the child is another process, so a test that must change what
+#: the engine does there (e.g. emulate a full disk) names a function here.
+CHILD_SETUP: str | None = None
+
+#: errno values that mean "this place cannot be written" (read-only media, permissions)
+NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+class IndexingError(RuntimeError):
+    """The indexing child failed: its one-line message and what is known about why.
+
+    Attributes
+    ----------
+    kind : str
+        The class name of the child's exception (``"IndexCorruptError"``, ``"OSError"``…).
+    remedy : str or None
+        ``"repair"`` when repairing the index mends it (``StoreError.remedy``).
+    stage : str
+        ``"open"`` (the index could not be opened) or ``"update"`` (it failed later).
+    errno : int or None
+        The ``OSError`` number, when it was one.
+    """
+
+    def __init__(self, message: str, kind: str = "", info: dict | None = None) -> None:
+        super().__init__(message)
+        info = dict(info or {})
+        self.kind = kind or "RuntimeError"
+        self.remedy: str | None = info.get("remedy")
+        self.stage: str = info.get("stage") or "update"
+        self.errno: int | None = info.get("errno")
+        self._disk_full = info.get("disk_full")
+
+    @property
+    def locked(self) -> bool:
+        """Another process holds the index's writer lock."""
+        return self.kind == "IndexLockedError"
+
+    @property
+    def disk_full(self) -> bool:
+        """The disk (of the index) is full."""
+        if self._disk_full is not None:
+            return bool(self._disk_full)
+        text = str(self).lower()  # (a child that did not say: its message)
+        return self.errno == errno.ENOSPC or "no space left" in text or "disk is full" in text
+
+    @property
+    def not_writable(self) -> bool:
+        """The index could not be opened for writing because its place cannot be written
+        (read-only media, no permission): it may still open read-only."""
+        return self.stage == "open" and self.errno in NOT_WRITABLE
+
+
+def _describe(exc: BaseException, stage: str) -> dict:
+    """What the window needs to know of the child's exception (plain values only)."""
+    from app.commands._collection import disk_full
+
+    code = getattr(exc, "errno", None)
+    return {
+        "remedy": getattr(exc, "remedy", None),
+        "stage": stage,
+        "errno": code if isinstance(code, int) else None,
+        "disk_full": disk_full(exc),
+    }
+
+
+def _run_setup(name: str | None) -> None:
+    if name:
+        module, _, func = name.partition(":")
+        getattr(importlib.import_module(module), func)()
 
 
 @dataclass(frozen=True)
@@ -49,16 +128,25 @@ class Summary:
     skipped: list = field(default_factory=list)
 
 
-def _child(folder: str, index_dir: str | None, q, cancel, jobs: int | None) -> None:
-    """Child process: open, update, report; every failure becomes an ("error", text)."""
+def _child(
+    folder: str, index_dir: str | None, q, cancel, jobs: int | None,
+    repair: bool = False, setup: str | None = None,
+) -> None:  # fmt: skip
+    """Child process: (repair,) open, update, report; every failure becomes an
+    ``("error", one line, exception class name, details)``."""
     if hasattr(os, "setsid"):
         os.setsid()  # own process group: the parent can always stop us and our pool
+    stage = "open"
     try:
         from engine.collection import Collection
         from engine.index.ingest import keep_heap_warm
 
+        _run_setup(setup)
         keep_heap_warm()  # this process exists to index (models and batches reuse memory)
+        if repair:
+            q.put(("repaired", list(Collection.repair(folder, index_dir))))
         coll = Collection.open(folder, index_dir)
+        stage = "update"
         try:
             q.put(("opened", [str(p) for p in coll.paths()], str(coll.index_dir)))
             gen = coll.update(jobs=jobs, cancel=cancel)
@@ -82,23 +170,32 @@ def _child(folder: str, index_dir: str | None, q, cancel, jobs: int | None) -> N
         finally:
             coll.close()
     except BaseException as exc:
-        q.put(("error", f"{exc}" or type(exc).__name__, type(exc).__name__))
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        q.put(("error", text, type(exc).__name__, _describe(exc, stage)))
 
 
 def index_in_child(
-    folder: Path, index_dir: Path | None, *, cancel: threading.Event, jobs: int | None = None
+    folder: Path,
+    index_dir: Path | None,
+    *,
+    cancel: threading.Event,
+    jobs: int | None = None,
+    repair: bool = False,
 ) -> Iterator[tuple]:
-    """Run the indexing child; yield ``("opened", paths, index_dir)`` and
-    ``("progress", Progress)``; return a :class:`Summary`.
+    """Run the indexing child; yield ``("repaired", lines)`` (with ``repair``),
+    ``("opened", paths, index_dir)`` and ``("progress", Progress)``; return a
+    :class:`Summary`.
 
-    Raises RuntimeError with the child's message if it failed.
+    Raises :class:`IndexingError` (a ``RuntimeError``) with the child's message if it
+    failed.
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     child_cancel = ctx.Event()
+    idx = None if index_dir is None else str(index_dir)
     proc = ctx.Process(
         target=_child,
-        args=(str(folder), None if index_dir is None else str(index_dir), q, child_cancel, jobs),
+        args=(str(folder), idx, q, child_cancel, jobs, repair, CHILD_SETUP),
         name="simile-indexer",
     )
     proc.start()
@@ -115,13 +212,13 @@ def index_in_child(
                         msg = q.get(timeout=0.5)
                     except queue.Empty:
                         code = proc.exitcode
-                        raise RuntimeError(
+                        raise IndexingError(
                             f"the indexing process stopped unexpectedly (exit code {code})"
                         ) from None
                 else:
                     continue
             kind = msg[0]
-            if kind == "opened":
+            if kind in ("opened", "repaired"):
                 yield msg
             elif kind == "progress":
                 yield ("progress", Progress(*msg[1]))
@@ -131,7 +228,7 @@ def index_in_child(
                     wind_down = 3.0  # a cancelled extraction pool can be slow to exit
                 return summary
             elif kind == "error":
-                raise RuntimeError(msg[1])
+                raise IndexingError(*msg[1:4])
     finally:
         child_cancel.set()  # if the generator is closed early, stop the child as well
         proc.join(timeout=wind_down)  # everything is written; only process exit remains

@@ -6,7 +6,7 @@ events; the window and its views forward what the person does to it, connect
 imports Qt, so the whole model is driven by tests without a window::
 
     Session                       the open folder
-    ├── epoch, folder, index_dir, collection, photos, problems, methods
+    ├── epoch, folder, index_dir, collection, readonly, photos, problems, methods
     ├── query       QueryModel        the current search and its ranked hits
     ├── marks       MarkBook          thumbs up / down on results (stored in the index)
     ├── match       MatchModel        the pair shown in "Why do they match?"
@@ -24,6 +24,12 @@ and a per-topic serial (bumped by every newer request of the same topic: ``"quer
 ``"duplicates"``, ``"grouping"``, …). Its results go through :meth:`Session.accept`, which
 drops them once the token is stale — a result of an earlier folder or an earlier query
 never reaches a view.
+
+**Read-only collections.** The collection may be open read-only (:attr:`Session.readonly`
+says why: ``"locked"`` — another Simile process is indexing the folder; ``"media"`` — the
+index is on read-only media; ``"permission"`` — its folder may not be written). Nothing
+is saved then; the window disables or refuses what would write, and the trash is refused
+(the index could not forget the photo).
 
 **Guarded file actions.** Trash, move and link actions first ask
 :meth:`Session.authorize`: the path must lie inside the open folder *lexically*
@@ -565,10 +571,14 @@ class Session:
     """The state of one window (see the module docstring).
 
     Events (``session.events``): ``folder_opened``, ``folder_closed``,
-    ``collection_opened``, ``collection_closed``, ``photos_reset``, ``photos_added``,
+    ``collection_opened``, ``collection_closed``, ``access_changed`` (``readonly``: None
+    or why the collection is read-only), ``photos_reset``, ``photos_added``,
     ``photo_removed``, ``problems_changed``, ``methods_changed``, ``marks_changed``,
     ``refused``.
     """
+
+    #: why a collection may be read-only (:attr:`readonly`)
+    READONLY_REASONS = ("locked", "media", "permission")
 
     #: a new request of the key also supersedes the pending ones of these topics
     DEPENDENT_TOPICS: ClassVar[dict[str, tuple[str, ...]]] = {"duplicates": ("copies",)}
@@ -576,7 +586,7 @@ class Session:
     def __init__(self) -> None:
         self.events = EmitterGroup(self, (
             "folder_opened", "folder_closed", "collection_opened", "collection_closed",
-            "photos_reset", "photos_added", "photo_removed", "problems_changed",
+            "access_changed", "photos_reset", "photos_added", "photo_removed", "problems_changed",
             "methods_changed", "marks_changed", "refused",
         ))  # fmt: skip
         self.epoch = 0
@@ -584,6 +594,8 @@ class Session:
         self.folder: Path | None = None
         self.index_dir: Path | None = None
         self.collection: Any = None
+        #: None (the index is writable) or why it is read-only (:data:`READONLY_REASONS`)
+        self.readonly: str | None = None
         self._photos: list[str] = []
         self._photo_set: set[str] = set()
         self._arrived: list[str] = []
@@ -658,6 +670,7 @@ class Session:
         self._serials.clear()
         self.jobs._stop_all()
         self.close_collection()
+        self.set_readonly(None)
         self.folder, self.index_dir = folder, index_dir
         self._arrived = []
         self.set_photos([])
@@ -683,19 +696,36 @@ class Session:
         self.add_photos(paths)
         return True
 
+    def set_readonly(self, reason: str | None) -> None:
+        """The collection is writable (None) or read-only for ``reason``
+        (:data:`READONLY_REASONS`); emits ``access_changed`` when that changes."""
+        if reason is not None and reason not in self.READONLY_REASONS:
+            raise ValueError(
+                f"reason must be None or one of {', '.join(self.READONLY_REASONS)}, got {reason!r}"
+            )
+        if reason != self.readonly:
+            self.readonly = reason
+            self.events.access_changed(readonly=reason)
+
     def collection_ready(
-        self, token: Token, collection, paths, problems=(), methods=None, marks=()
-    ) -> bool:
-        """Indexing of ``token`` finished: the searchable collection, its photos, the
-        skipped files, the offered methods and the stored marks. A stale result is
+        self, token: Token, collection, paths, problems=(), methods=None, marks=(),
+        *, readonly: str | None = None, index_dir=None,
+    ) -> bool:  # fmt: skip
+        """Indexing of ``token`` finished: the searchable collection (None: none could be
+        opened yet), its photos, the skipped files, the offered methods, the stored marks,
+        whether it is read-only (and why) and where its index is. A stale result is
         closed and ignored (False)."""
         if not self.is_current(token):
-            _close(collection)
+            if collection is not None:
+                _close(collection)
             return False
         self.jobs.finish(token)
         if collection is not self.collection:
             self.close_collection()
         self.collection = collection
+        if index_dir is not None:
+            self.index_dir = Path(index_dir)
+        self.set_readonly(readonly)
         self.flush_arrivals()
         paths = sorted({str(p) for p in paths})
         if paths != self._photos:
@@ -704,7 +734,8 @@ class Session:
         if methods is not None:
             self.set_methods(methods)
         self.load_marks(marks)
-        self.events.collection_opened(collection=collection)
+        if collection is not None:
+            self.events.collection_opened(collection=collection)
         return True
 
     # -- photos ------------------------------------------------------------------------------
@@ -732,6 +763,15 @@ class Session:
     def flush_arrivals(self) -> list[str]:
         batch, self._arrived = self._arrived, []
         return self.add_photos(batch) if batch else []
+
+    def sync_photos(self, paths) -> tuple[list[str], list[str]]:
+        """Show exactly ``paths``, as additions and removals (the grid keeps its place):
+        the photos added and those removed."""
+        wanted = {str(p) for p in paths}
+        gone = sorted(self._photo_set - wanted)
+        for p in gone:
+            self.remove_photo(p)
+        return self.add_photos(wanted), gone
 
     def remove_photo(self, path) -> None:
         p = str(path)
@@ -795,6 +835,8 @@ class Session:
         if not self.inside_folder(p):
             self._refuse(action, p, f"Refused to {what_to_do}: it is not inside the open "
                                     f"folder {self.folder}.")  # fmt: skip
+        if action == "trash" and self.readonly is not None:
+            self._refuse(action, p, f"Refused to {what_to_do}: {READONLY_TRASH[self.readonly]}")
         if among == "duplicates":
             allowed, what = self.duplicates.paths(), "the duplicate groups shown"
         elif among == "grouping":
@@ -825,6 +867,14 @@ class Session:
         self.duplicates.forget(path)
         self.duplicates.refresh_after_index = True
 
+
+#: why the trash is refused while the index is read-only (the index could not forget it)
+READONLY_TRASH = {
+    "locked": "another Simile process is indexing this folder, so this window cannot "
+    "update the index; try again when it is done.",
+    "media": "the index is on read-only media, so it could not forget the photo.",
+    "permission": "the index may not be written here, so it could not forget the photo.",
+}
 
 #: how refusal messages name an action ("Refused to move x.jpg to the trash: …")
 _VERBS = {"trash": "move {name} to the trash", "move": "move {name}", "link": "link to {name}",

@@ -20,9 +20,13 @@ __all__ = [
     "SearchSettings",
     "demo_folder",
     "demo_index_dir",
+    "disk_full_message",
     "export_results",
     "format_duration",
     "plain_error",
+    "readonly_message",
+    "repair_offer",
+    "repaired_message",
 ]
 
 #: Retrieval methods offered in the GUI: id -> label. ``learned`` is shown only
@@ -196,3 +200,56 @@ def plain_error(exc: BaseException, context: str = "") -> str:
     ):
         return f"{prefix}{msg}"
     return f"{prefix}{msg} ({name})"
+
+
+def _sentence(text: object, limit: int = 200) -> str:
+    """``text`` on one line, its first letter capitalised, shortened to ``limit``."""
+    line = " ".join(str(text).split()).rstrip(".")
+    if len(line) > limit:
+        line = line[: limit - 1].rstrip() + "…"
+    return line[:1].upper() + line[1:]
+
+
+def readonly_message(reason: str, folder: Path | str | None, index_dir=None) -> str:
+    """What the window says while the collection is open read-only, for ``reason``
+    (``"locked"``, ``"media"``, ``"permission"``; see :class:`app.gui.session.Session`)."""
+    unsaved = "marks, learning and group names are not saved"
+    if reason == "locked":
+        return (
+            "Another Simile process is indexing this folder; showing what it has finished "
+            f"— this view updates when it is done (until then {unsaved})."
+        )
+    name = Path(folder).name if folder is not None else "this folder"
+    where = f" ({index_dir})" if index_dir is not None else ""
+    if reason == "media":
+        what = f"The index of {name} is on read-only media{where}"
+    else:
+        what = f"The index of {name} may not be written here{where}"
+    return f"{what}: searching works, but new photos cannot be indexed, and {unsaved}."
+
+
+def disk_full_message(folder: Path | str | None, kept: bool = True) -> str:
+    """The one line after a full disk stopped indexing ``folder``."""
+    text = (
+        f"The disk is full: Simile could not save the index of {folder}; free some space "
+        "and press F5"
+    )
+    return text + (" (the previous index is kept)." if kept else ".")
+
+
+def repair_offer(error: object) -> str:
+    """The banner text offering to repair a damaged index: the store's one-line error
+    (which names the index and the file) and what repairing does."""
+    return (
+        f"{_sentence(error)}. Repairing rebuilds what is damaged from what is intact; "
+        "your photos are not touched."
+    )
+
+
+def repaired_message(folder: Path | str | None, lines: Sequence[str]) -> str:
+    """One line saying what repairing the index of ``folder`` did."""
+    name = Path(folder).name if folder is not None else "the folder"
+    if not lines:
+        return f"Checked the index of {name}: nothing was damaged."
+    done = "; ".join(" ".join(str(ln).split()) for ln in lines)
+    return f"Repaired the index of {name}: {done}. Your photos were not touched."

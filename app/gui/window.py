@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import importlib.util
@@ -40,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.commands._collection import disk_full
 from app.gui import workers
 from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
 from app.gui.duplicates import DuplicatesView, describe_copies
@@ -59,9 +61,13 @@ from app.gui.state import (
     METHODS,
     EtaEstimator,
     SearchSettings,
+    disk_full_message,
     export_results,
     format_duration,
     plain_error,
+    readonly_message,
+    repair_offer,
+    repaired_message,
 )
 from app.gui.thumbnails import ThumbnailProvider, array_to_qimage, default_cache_dir
 from app.gui.views import PLUGIN_MODULES, register_view, registered_views
@@ -73,6 +79,10 @@ log = logging.getLogger(__name__)
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 THUMB_MIN, THUMB_MAX, THUMB_STEP = 64, 320, 24
 MAX_RECENT = 8
+#: how often a read-only window looks at the index another process is writing (ms)
+READER_POLL_MS = 2000
+#: the label of the banner's button that repairs a damaged index
+REPAIR_LABEL = "Repair the index"
 
 
 def icon(name: str) -> QIcon:
@@ -209,6 +219,13 @@ class MainWindow(QMainWindow):
         self._flush_timer = QTimer(self)  # batch grid insertions while indexing
         self._flush_timer.setInterval(120)
         self._flush_timer.timeout.connect(self.session.flush_arrivals)
+        # while another process writes the index: look at it now and then (off this thread)
+        self._reader_timer = QTimer(self)
+        self._reader_timer.setInterval(READER_POLL_MS)
+        self._reader_timer.timeout.connect(self.poll_writer)
+        self._reader_poll = None  # the running look (a worker)
+        self._reader_seen = None  # the generations it saw last
+        self._banner_topic: str | None = None  # what the banner shows: "readonly", "repair"
         self._connect_session()
 
     # ======================================================================== the model
@@ -248,6 +265,7 @@ class MainWindow(QMainWindow):
 
     def _on_folder_opened(self, event) -> None:
         self.banner.hide()
+        self._banner_topic = None
         self.setWindowTitle(f"{event.folder.name} — Simile")
         self.results_panel.delegate.root = event.folder
         self._remember_folder(event.folder)
@@ -258,6 +276,32 @@ class MainWindow(QMainWindow):
 
     def _on_collection_opened(self, event) -> None:
         self.collection_opened.emit(event.collection)
+
+    def _on_access_changed(self, event) -> None:
+        """The collection became read-only (say so, in the banner and the status bar, and
+        follow the writer) or writable again."""
+        s = self.session
+        reason = event.readonly
+        self.learn_act.setEnabled(reason is None)
+        if reason is None:
+            self._reader_timer.stop()
+            self.access_label.hide()
+            if self._banner_topic == "readonly":
+                self.banner.hide()
+                self._banner_topic = None
+            return
+        text = readonly_message(reason, s.folder, s.index_dir)
+        self.access_label.setText("Read-only index")
+        self.access_label.setToolTip(text)
+        self.access_label.show()
+        self.banner.show_message(text, "info")
+        self.banner.setToolTip("")
+        self._banner_topic = "readonly"
+        self._reader_seen = None
+        if reason == "locked":
+            self._reader_timer.start()
+        else:
+            self._reader_timer.stop()
 
     def _on_photos_reset(self, event) -> None:
         self.photos.set_paths(event.paths)
@@ -465,6 +509,9 @@ class MainWindow(QMainWindow):
         self.problems_btn.setToolTip("Show the files that were skipped and why")
         self.problems_btn.clicked.connect(self.show_problems)
         self.problems_btn.hide()
+        self.access_label = QLabel()  # "Read-only" while the index cannot be written here
+        self.access_label.setObjectName("accessLabel")
+        self.access_label.hide()
         self.size_slider = QSlider(Qt.Orientation.Horizontal)
         self.size_slider.setRange(THUMB_MIN, THUMB_MAX)
         self.size_slider.setSingleStep(8)
@@ -477,6 +524,7 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.eta_label)
         sb.addPermanentWidget(self.cancel_btn)
         sb.addPermanentWidget(self.problems_btn)
+        sb.addPermanentWidget(self.access_label)
         sb.addPermanentWidget(QLabel("Size"))
         sb.addPermanentWidget(self.size_slider)
 
@@ -680,12 +728,32 @@ class MainWindow(QMainWindow):
         short = _one_line(text)
         self.banner.show_message(short, kind)
         self.banner.setToolTip(text if short != text else "")
+        self._banner_topic = None
         self.status_label.setText(short)
+        self.error_shown.emit(text)
+
+    def show_failure(self, exc: BaseException, context: str = "") -> None:
+        """Show what ``exc`` means: a damaged index offers its repair
+        (:meth:`offer_repair`); anything else is one plain line."""
+        if getattr(exc, "remedy", None) == "repair":
+            self.offer_repair(exc)
+        else:
+            self.show_error(plain_error(exc, context))
+
+    def offer_repair(self, error) -> None:
+        """A damaged or missing index file: its one line (naming the file) in the banner,
+        with a button that repairs the index (:meth:`repair_index`)."""
+        text = repair_offer(error)
+        log.info("repair offered: %s", text)
+        self.banner.show_message(text, "error", action=(REPAIR_LABEL, self.repair_index))
+        self.banner.setToolTip("")
+        self._banner_topic = "repair"
+        self.status_label.setText("The index is damaged; it can be repaired.")
         self.error_shown.emit(text)
 
     def _worker_error(self, context: str):
         def handler(exc: BaseException) -> None:
-            self.show_error(plain_error(exc, context))
+            self.show_failure(exc, context)
 
         return handler
 
@@ -756,11 +824,27 @@ class MainWindow(QMainWindow):
         self._start_indexing()
 
     def reindex(self) -> None:
-        if self.session.folder is None:
+        s = self.session
+        if s.folder is None:
             self.open_folder_dialog()
             return
         if self.is_indexing():
             return
+        if s.readonly == "locked":  # the other process is indexing it: look again now
+            self.status_label.setText(
+                "Another Simile process is indexing this folder; this view updates when it "
+                "is done."
+            )
+            self.poll_writer()
+            return
+        if s.readonly is not None and s.index_dir is not None:
+            if not os.access(s.index_dir, os.W_OK):
+                self.show_error(
+                    f"New photos cannot be indexed here: the index of {s.folder.name} "
+                    f"({s.index_dir}) cannot be written. Searching what it holds works.",
+                    kind="warning",
+                )
+                return
         if self.is_learning():
             self.show_error("Wait for learning to finish (or cancel it) before re-indexing.",
                             kind="warning")  # fmt: skip
@@ -773,23 +857,44 @@ class MainWindow(QMainWindow):
     def is_indexing(self) -> bool:
         return self.session.jobs.running("index")
 
-    def _start_indexing(self) -> None:
+    def repair_index(self) -> None:
+        """Repair the open folder's index in the background (rebuild what is damaged from
+        what is intact: :meth:`engine.collection.Collection.repair`), then index the
+        folder as usual. Only the index is written; the photos are never touched."""
+        s = self.session
+        if s.folder is None:
+            self.show_error("Open a folder first: there is no index to repair.", kind="warning")
+            return
+        if self.is_indexing() or self.is_learning():
+            self.show_error("Wait for indexing or learning to finish (or cancel it) before "
+                            "repairing the index.", kind="warning")  # fmt: skip
+            return
+        self._start_indexing(repair=True)
+
+    def _start_indexing(self, repair: bool = False) -> None:
         s = self.session
         folder = s.folder
         token = s.begin("index")
+        s.supersede("reader_poll")  # (a look at another writer's index is moot now)
+        self._reader_timer.stop()
         s.close_collection()  # the indexing process takes the index's writer lock
-        self.status_label.setText(f"Opening {folder}…")
+        if repair:
+            self.status_label.setText(f"Repairing the index of {folder}…")
+        else:
+            self.status_label.setText(f"Opening {folder}…")
         self.progress.setRange(0, 0)
         self.eta_label.setText("")
         w = workers.create_worker(
             _open_and_index,
             folder,
             s.index_dir,
+            repair=repair,
             pass_cancel=True,
             abort_on_quit=False,  # cancelling still opens what was indexed so far
             start=False,
         )
-        job = s.jobs.start(token, f"Indexing {folder.name}", cancel=w.quit, handle=w)
+        label = f"Repairing the index of {folder.name}" if repair else f"Indexing {folder.name}"
+        job = s.jobs.start(token, label, cancel=w.quit, handle=w)
         job.extra.update(eta=EtaEstimator(), started=time.monotonic())
         w.yielded.connect(s.accept(token, lambda item: self._on_index_progress(job, item)))
         # a superseded run's collection is closed by the session, never shown
@@ -809,6 +914,10 @@ class MainWindow(QMainWindow):
     def _on_index_progress(self, job, item) -> None:
         s = self.session
         kind = item[0]
+        if kind == "repaired":
+            job.extra["repaired"] = list(item[1])
+            self.status_label.setText(f"Repaired the index of {s.folder.name}; indexing…")
+            return
         if kind == "opened":
             _, paths, index_dir = item
             self.thumbs.set_cache_dir(_thumb_cache(Path(index_dir)))
@@ -841,8 +950,11 @@ class MainWindow(QMainWindow):
     def _on_index_done(self, token, job, result: IndexResult) -> None:
         s = self.session
         if not s.collection_ready(token, result.collection, result.paths, result.failures,
-                                  result.methods, result.marks):  # fmt: skip
+                                  result.methods, result.marks, readonly=result.readonly,
+                                  index_dir=result.index_dir):  # fmt: skip
             return  # another folder was opened meanwhile: its collection is closed
+        if result.readonly is not None and result.index_dir is not None:
+            self.thumbs.set_cache_dir(_thumb_cache(Path(result.index_dir)))
         wanted, s.query.wanted_method = s.query.wanted_method, None
         if wanted is not None:
             self.set_method(wanted, rerun=False)
@@ -855,7 +967,17 @@ class MainWindow(QMainWindow):
             msg = f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
         elif new:
             msg += f" · {new} indexed in {format_duration(secs)}"
+        if result.readonly == "locked":
+            msg += " · read-only: another Simile process is indexing it"
+        elif result.readonly is not None:
+            msg += " · read-only index: searching works, new photos cannot be indexed here"
         self.status_label.setText(msg)
+        if "repaired" in job.extra:
+            self.banner.show_message(repaired_message(s.folder, job.extra["repaired"]), "info")
+            self.banner.setToolTip("")
+            self._banner_topic = None
+        if result.notice:
+            self.show_error(result.notice)
 
     def _on_index_aborted(self) -> None:
         self.session.flush_arrivals()
@@ -865,7 +987,11 @@ class MainWindow(QMainWindow):
         )
 
     def _on_index_error(self, exc) -> None:
-        self.show_error(plain_error(exc, f"Could not index {self.session.folder}"))
+        folder = self.session.folder
+        if getattr(exc, "disk_full", False) is True or disk_full(exc):
+            self.show_error(disk_full_message(folder, kept=False))
+        else:
+            self.show_failure(exc, f"Could not index {folder}")
 
     def _on_index_finished(self, token) -> None:
         s = self.session
@@ -878,6 +1004,70 @@ class MainWindow(QMainWindow):
             self.find_duplicates(None)
         if s.query.pending is not None and s.collection is not None:
             self._run_query(s.query.take_pending())
+
+    # ======================================================================== another writer
+    def poll_writer(self) -> None:
+        """While another process indexes the folder (``session.readonly == "locked"``),
+        look at its index off the GUI thread: show the photos it has committed since, and
+        once it has finished, open the index for writing here (:func:`_poll_writer`)."""
+        s = self.session
+        if s.readonly != "locked" or s.folder is None or self.is_indexing():
+            return
+        if self._reader_poll is not None and self._reader_poll.is_running:
+            return
+        token = s.begin("reader_poll")
+        coll = s.collection
+        self._reader_poll = workers.create_worker(
+            _poll_writer, s.folder, s.index_dir, coll, self._reader_seen,
+            # (not guarded by the token here: a stale collection must still be closed)
+            connect={"returned": lambda r: self._on_writer_news(token, coll, r),
+                     "errored": s.accept(token, self._on_poll_error)},
+        )  # fmt: skip
+
+    def _on_writer_news(self, token, coll, result) -> None:
+        s = self.session
+        what, payload, seen = result
+        if what in ("writable", "reader"):
+            # (a stale one is closed by the session: a writable one holds the writer lock)
+            if not s.collection_ready(token, payload.collection, payload.paths,
+                                      payload.failures, payload.methods, payload.marks,
+                                      readonly=payload.readonly,
+                                      index_dir=payload.index_dir):  # fmt: skip
+                return
+            self.thumbs.set_cache_dir(_thumb_cache(Path(payload.index_dir)))
+            n = len(s.photos)
+            if what == "writable":
+                self.status_label.setText(
+                    f"The other Simile process has finished: {n} photos in {s.folder.name}"
+                )
+            if s.query.pending is not None and s.collection is not None:
+                self._run_query(s.query.take_pending())
+            elif s.query.source is not None and s.query.status in ("done", "failed"):
+                self._run_query(s.query.source)  # the new version answers
+            return
+        if not s.is_current(token):
+            return
+        if what == "gone":
+            self._start_indexing()  # no index (any more): make one
+            return
+        if s.collection is not coll:
+            return  # (another collection was opened meanwhile)
+        self._reader_seen = seen
+        if what == "changed":
+            paths, failures, methods = payload
+            s.sync_photos(paths)
+            s.set_problems(failures)
+            s.set_methods(methods)
+            self.status_label.setText(
+                f"Another Simile process is indexing {s.folder.name}: {len(s.photos)} photos "
+                "so far"
+            )
+
+    def _on_poll_error(self, exc) -> None:
+        log.debug("looking at the index another process writes failed: %s", exc)
+        if getattr(exc, "remedy", None) == "repair":
+            self._reader_timer.stop()
+            self.offer_repair(exc)
 
     # ======================================================================== search
     def query_photo(self, path) -> None:
@@ -933,7 +1123,7 @@ class MainWindow(QMainWindow):
 
         def failed(exc) -> None:
             s.query.failed()
-            self.show_error(plain_error(exc, f"Searching with {name} failed"))
+            self.show_failure(exc, f"Searching with {name} failed")
             self.results_changed.emit()
 
         self.run_worker(
@@ -998,9 +1188,16 @@ class MainWindow(QMainWindow):
             self.show_error(f"Open a folder first: {what.lower()} needs its index.",
                             kind="warning")  # fmt: skip
             return None
-        if getattr(coll.store, "readonly", False):
-            self.show_error(f"The index of {self.session.folder} is read-only here, so "
-                            f"{what.lower()} is not possible.", kind="warning")  # fmt: skip
+        reason = self.session.readonly
+        if reason == "locked":
+            self.show_error(f"{what} once the other Simile process has finished indexing "
+                            "this folder (this window shows its index read-only until "
+                            "then).", kind="warning")  # fmt: skip
+            return None
+        if reason is not None or getattr(coll.store, "readonly", False):
+            where = "is on read-only media" if reason == "media" else "cannot be written here"
+            self.show_error(f"{what} only where the index can be written: the index of "
+                            f"{self.session.folder.name} {where}.", kind="warning")  # fmt: skip
             return None
         return coll
 
@@ -1269,6 +1466,7 @@ class MainWindow(QMainWindow):
 
     # ======================================================================== shutdown
     def closeEvent(self, event) -> None:
+        self._reader_timer.stop()
         if self.persist:
             self.save_settings()
         for job in self.session.jobs:
@@ -1303,7 +1501,11 @@ def learned_message(summary, method_label: str) -> str:
 # ============================================================================ worker side
 @dataclass
 class IndexResult:
-    """What indexing hands the session: the searchable collection and what it knows."""
+    """What indexing hands the session: the searchable collection and what it knows.
+
+    ``collection`` is None when none could be opened yet (another process is creating the
+    index); ``readonly`` says why it was opened read-only (None: writable); ``notice``
+    is a message to show once it is open (e.g. the disk filled up while indexing)."""
 
     summary: object
     paths: list[str]
@@ -1311,16 +1513,13 @@ class IndexResult:
     methods: list[str]
     marks: list
     collection: object
+    readonly: str | None = None
+    index_dir: str | None = None
+    notice: str | None = None
 
 
-def _open_and_index(folder: Path, index_dir: Path | None, cancel=None):
-    """Index ``folder`` in a child process (see :mod:`app.gui.indexer`), yielding its
-    progress, then open the finished index here for searching (and read its marks)."""
-    from app.gui.indexer import index_in_child
-    from engine.collection import Collection
-
-    summary = yield from index_in_child(folder, index_dir, cancel=cancel)
-    coll = Collection.open(folder, index_dir)
+def _result(coll, summary=None, readonly: str | None = None) -> IndexResult:
+    """An :class:`IndexResult` of the open collection ``coll``."""
     return IndexResult(
         summary,
         [str(p) for p in coll.paths()],
@@ -1328,7 +1527,123 @@ def _open_and_index(folder: Path, index_dir: Path | None, cancel=None):
         _available_methods(coll),
         _stored_marks(coll),
         coll,
+        readonly,
+        str(coll.index_dir),
     )
+
+
+def _open_and_index(folder: Path, index_dir: Path | None, cancel=None, repair: bool = False):
+    """Index ``folder`` in a child process (see :mod:`app.gui.indexer`), yielding its
+    progress (first repairing its index, with ``repair``), then open the finished index
+    here for searching (and read its marks).
+
+    When the index cannot be written, what it holds is opened read-only instead: another
+    process holds the writer lock (``readonly="locked"``: the window follows that writer),
+    or the index's folder cannot be written (read-only media: ``"media"``; no permission:
+    ``"permission"``). A full disk keeps the previous version of the index, which is
+    opened (with a ``notice`` saying so). Anything else raises
+    :class:`app.gui.indexer.IndexingError` (or the store's error) for the window to show.
+    """
+    from app.gui.indexer import IndexingError, index_in_child
+    from engine.collection import Collection
+    from engine.index.store_errors import IndexLockedError
+
+    try:
+        summary = yield from index_in_child(folder, index_dir, cancel=cancel, repair=repair)
+    except IndexingError as exc:
+        if exc.locked:
+            return _open_reader(folder, index_dir, "locked")
+        if exc.not_writable:
+            reason = "media" if exc.errno == errno.EROFS else "permission"
+            result = _open_reader(folder, index_dir, reason)
+            if result is None or result.collection is None:
+                raise
+            return result
+        if exc.disk_full:
+            try:
+                coll = Collection.open(folder, index_dir, create=False)
+            except Exception as again:
+                log.info("the previous index could not be opened either: %s", again)
+                raise exc from None
+            result = _result(coll)
+            result.notice = disk_full_message(folder)
+            return result
+        raise
+    try:
+        coll = Collection.open(folder, index_dir)
+    except IndexLockedError:  # another process took the lock as the child let it go
+        return _open_reader(folder, index_dir, "locked", summary)
+    return _result(coll, summary)
+
+
+def _open_reader(folder: Path, index_dir: Path | None, reason: str, summary=None):
+    """Open the index of ``folder`` read-only (``reason``: why, see
+    :attr:`app.gui.session.Session.readonly`) and load its saved search models and data,
+    so that a damaged file is reported now rather than by the first search.
+
+    Returns an :class:`IndexResult` (without a collection while another process is
+    still creating the index, ``reason == "locked"``), or None when there is no index.
+    """
+    from engine.collection import Collection, default_index_dir
+    from engine.index.keys import MODELS_STATE
+    from engine.index.store_errors import IndexNotFoundError
+
+    try:
+        coll = Collection.open(folder, index_dir, readonly=True)
+    except IndexNotFoundError:
+        if reason != "locked":
+            return None
+        where = index_dir if index_dir is not None else default_index_dir(folder)
+        return IndexResult(summary, [], [], _available_methods(None), [], None, reason,
+                           str(where))  # fmt: skip
+    try:
+        if coll.store.snapshot().has(MODELS_STATE):
+            coll.searcher.ensure()  # (without saved models a reader fits its own at once)
+    except LookupError:
+        pass  # no usable photo yet
+    except BaseException:
+        coll.close()
+        raise
+    return _result(coll, summary, reason)
+
+
+def _poll_writer(folder: Path, index_dir: Path | None, coll, seen):
+    """One look, off the GUI thread, at an index another process is writing (the window
+    shows it read-only, ``coll``; None when it could not be opened yet).
+
+    Returns ``(what, payload, seen)``:
+
+    - ``("writable", IndexResult, None)``: the writer has finished; the index is now open
+      for writing here (this process holds its writer lock);
+    - ``("reader", IndexResult, None)``: the index could be opened read-only at last;
+    - ``("changed", (paths, failures, methods), seen)``: the writer committed since
+      ``seen`` (the catalogue's and the saved states' generations);
+    - ``("same", None, seen)``: nothing new;
+    - ``("gone", None, None)``: there is no index (any more): index the folder.
+    """
+    from engine.collection import Collection
+    from engine.index.store_errors import IndexLockedError, IndexNotFoundError
+
+    if index_dir is None and coll is not None:
+        index_dir = coll.index_dir
+    try:
+        writer = Collection.open(folder, index_dir, create=False)
+    except IndexLockedError:
+        pass
+    except IndexNotFoundError:
+        return "gone", None, None
+    else:
+        return "writable", _result(writer), None
+    if coll is None:
+        result = _open_reader(folder, index_dir, "locked")
+        if result is not None and result.collection is not None:
+            return "reader", result, None
+        return "same", None, seen
+    now = (coll.store.generation, coll.store.snapshot().generation)
+    if now == seen:
+        return "same", None, seen
+    paths = [str(p) for p in coll.paths()]
+    return "changed", (paths, coll.failures(), _available_methods(coll)), now
 
 
 def _stored_marks(coll) -> list:
