@@ -80,6 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if disk_full(exc):
             print_error(f"the disk is full (writing the index of {folder}); free some space")
             return 1
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is not None:
+            # a path the system refuses (too long, a loop, ...): what and why, one line
+            from engine.index.files import display_path
+
+            print_error(f"{display_path(str(exc.filename))}: {exc.strerror}")
+            return 2
         raise
     except BrokenPipeError:  # `simile ... | head`: the reader left, which is fine
         _silence_stdout()

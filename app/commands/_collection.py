@@ -37,6 +37,9 @@ def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` is a full disk: ``OSError`` ENOSPC / EDQUOT, or SQLite's
     ``SQLITE_FULL``."""
     if isinstance(exc, OSError):
+        if exc.errno is None:  # numpy's short write: "N requested and M written"
+            text = str(exc)
+            return "requested and" in text and "written" in text
         return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
     if isinstance(exc, sqlite3.OperationalError):
         return getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in str(exc)
