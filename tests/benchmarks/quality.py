@@ -3,7 +3,7 @@
 Run by hand (never by pytest; needs ``../shared/data``)::
 
     python tests/benchmarks/quality.py --quick            # about 3 minutes
-    python tests/benchmarks/quality.py                    # everything (about 15 minutes)
+    python tests/benchmarks/quality.py                    # everything (about 12 minutes)
     # a change of a default: the same table before and after, from two worktrees
     python tests/benchmarks/quality.py --code /work/wt-before --json /tmp/before.json
     python tests/benchmarks/quality.py --code /work/wt-after --json /tmp/after.json
@@ -34,6 +34,9 @@ excluded, every image with a relevant item is a query), precision@10 and 1-NN ac
 - ``eth80-retrieval``: ETH-80 dev, ``--protocol folders`` on a folder of
   ``<class>/<object>__<file>`` links, so the label is the class (the first folder).
 
+(``eval`` ranks the whole collection, so ``wta``, whose candidates are then every image,
+scores exactly as ``vocabulary``.)
+
 Each retrieval set also gets two brute-force reference rows on the same features (what
 the index extracts: ``engine.collection.FEATURE_KWARGS`` given to
 ``engine.features.keypoints.extract_features`` of the checkout, i.e. <= 500 RootSIFT,
@@ -59,6 +62,9 @@ count as errors), NMI and ARI (``sklearn.metrics``), with k given and automatic;
   Quick mode: 4 classes, seeds 0-2; full mode: seeds 0-4 for 4 and 8 classes, 0-2 for 20.
 - ``eth80``: ETH-80 dev (400 images), k = 8.
 
+(``simile cluster --k auto`` tries k <= ``--k-max`` = 12, so the 20-class subsets never
+score a k hit.)
+
 Learned similarity (full mode; the protocol of ``bench_learn_product.py``, through the
 commands): ``N`` random classes among the Caltech-101 dev classes with >= 30 images
 (``bench_learn.subset``), every class split in halves
@@ -83,9 +89,10 @@ them; ``features/<code version>/`` the brute-force features; ``brute/`` the brut
 score matrices (keyed by feature content). Only the ``KEEP_VERSIONS`` most recently used
 code versions are kept. ``--fresh`` rebuilds this checkout's indexes.
 
-Measured on the 2-core dev machine (shared, load 2-5): ``--quick`` 193 s, full mode
-1,020 s (learn-50c alone 540 s), both with the brute-force scores cached; computing them
-the first time adds about 220 s for UKBench, 175 s for Holidays and 17 s for ETH-80.
+Measured on the 2-core dev machine (shared, load 2-5), indexes built afresh and the
+brute-force scores cached: ``--quick`` 141-193 s, full mode 722 s (learn-50c alone 290 s).
+Computing the brute-force scores the first time adds about 220 s for UKBench, 175 s for
+Holidays and 17 s for ETH-80.
 """
 
 from __future__ import annotations
@@ -1081,7 +1088,7 @@ def _ints(s: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="UKBench, Holidays, 3 Caltech "
+    ap.add_argument("--quick", action="store_true", help="the retrieval sets, 3 Caltech "
                     "4-class subsets and ETH-80 grouping (a few minutes)")  # fmt: skip
     ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parents[2],
                     help="checkout to measure (default: this one)")  # fmt: skip
