@@ -177,7 +177,11 @@ def _walk(
                 real = os.path.realpath(entry.path) if is_link else entry.path
                 prev_seen = files.get(real)
                 if prev_seen is not None and (is_link or not prev_seen[1]):
-                    continue  # already listed under a real name, or under another link
+                    # already listed under a real name, or under another link
+                    result.skipped.append((entry.path, f"another name of {prev_seen[0]}"))
+                    continue
+                if prev_seen is not None:  # a real name replaces the link listed before
+                    result.skipped.append((prev_seen[0], f"another name of {entry.path}"))
                 files[real] = (entry.path, is_link, st.st_size, st.st_mtime_ns)
 
     return files
