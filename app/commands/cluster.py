@@ -129,6 +129,7 @@ def _report_skipped(failed, limit: int = 5) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.cluster import contradictions
     from engine.cluster.grouping import group_collection_iter, save_grouping
+    from engine.index import keys
 
     k = parse_k(args.k)
     if args.power is not None and not 0 < args.power <= 1:
@@ -170,13 +171,15 @@ def run(args: argparse.Namespace) -> int:
             prototype_percentile=args.prototypes, partners=args.partners,
             refine=not args.no_refine, relabel=not args.no_relabel, jobs=args.jobs,
         )  # fmt: skip
-        grouping = drive_stages(gen)
-        if [str(p) for p in grouping.paths] != [str(p) for p in col.paths()]:
-            raise CommandError("the index changed while grouping; run the command again")
-        try:
-            save_grouping(col.store, grouping)
-        except OSError as exc:  # the grouping itself is still printed
-            print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
+        # a refitted vocabulary is committed with the grouping made with it, in one version
+        with col.store.hold_states([keys.DENSE_VOCAB_STATE]):
+            grouping = drive_stages(gen)
+            if [str(p) for p in grouping.paths] != [str(p) for p in col.paths()]:
+                raise CommandError("the index changed while grouping; run the command again")
+            try:
+                save_grouping(col.store, grouping)
+            except OSError as exc:  # the grouping itself is still printed
+                print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
     finally:
         col.close()
 

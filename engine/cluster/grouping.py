@@ -45,7 +45,14 @@ ones, never a mix, even after a crash while saving:
 ``n_matches``             int: pairwise matchings of the refinement
 ``svm.<key>``             the classifier's ``to_state()``, one entry per key of :data:`SVM_KEYS`;
                           absent when fewer than two groups had prototypes
+``vocab_token``           str: the token of the grouping vocabulary
+                          (:data:`engine.index.keys.DENSE_VOCAB_STATE`) the classifier's rows
+                          need (``method="dense"``; absent in older indexes)
 ========================  =======================================================================
+
+``simile cluster`` commits a vocabulary it refits together with the grouping made with it
+(``IndexStore.hold_states``); :func:`grouping_kernel_rows` refuses a grouping whose
+vocabulary has since been replaced (by a grouping in the app that was not saved).
 
 Indexes grouped by older versions hold the same entries as separate named arrays
 ``cluster.<name>`` (:data:`engine.index.keys.LEGACY_GROUPING_ARRAYS`, ``cluster.svm.<key>``;
@@ -135,6 +142,9 @@ class Grouping:
     kernel : (n, n) float64 or None
         The affinities the images were grouped on, when exact (None in Nystrom mode and
         when loaded: not stored).
+    vocab_token : str
+        Token of the grouping vocabulary the classifier's rows were computed with (set by
+        :func:`save_grouping` and :func:`load_grouping`; empty when not known).
     """
 
     paths: list[Path]
@@ -149,6 +159,7 @@ class Grouping:
     k_reason: str = ""
     n_matches: int = 0
     kernel: np.ndarray | None = field(default=None, repr=False)
+    vocab_token: str = ""
 
     @property
     def k(self) -> int:
@@ -363,7 +374,11 @@ def save_grouping(store: Any, grouping: Grouping) -> None:
         A writable store (``Collection.store``).
     grouping : Grouping
     """
-    store.save_state(keys.GROUPING_STATE, grouping_state(grouping))
+    state = grouping_state(grouping)
+    if grouping.method == "dense" and store.has_state(keys.DENSE_VOCAB_STATE):
+        token = str(store.load_state(keys.DENSE_VOCAB_STATE).get("token", ""))
+        state["vocab_token"] = grouping.vocab_token = token
+    store.save_state(keys.GROUPING_STATE, state)
     legacy = (*keys.LEGACY_GROUPING_ARRAYS, *("svm." + key for key in SVM_KEYS))
     for name in legacy:
         if store.has_array(PREFIX + name):
@@ -437,6 +452,7 @@ def load_grouping(store: Any, *, classifier: bool = True) -> Grouping:
         classifier=clf,
         k_reason=str(load("k_reason")) if has("k_reason") else "",
         n_matches=int(load("n_matches")) if has("n_matches") else 0,
+        vocab_token=str(load("vocab_token")) if has("vocab_token") else "",
     )  # fmt: skip
 
 
@@ -609,13 +625,17 @@ def grouping_kernel_rows(collection: Any, grouping: Grouping, images: Sequence[A
     Raises
     ------
     KeyError
-        ``method="dense"``: the folder's dense features or vocabulary are missing or were
-        computed with other settings.
+        ``method="dense"``: the folder's dense features or vocabulary are missing, were
+        computed with other settings, or the vocabulary is not the grouping's.
     engine.io.imageio.ImageLoadError
         An image cannot be read.
     """
     train_paths = grouping.training_paths()
     if grouping.method == "dense":
+        if grouping.vocab_token:
+            vocab = collection.store.load_state(keys.DENSE_VOCAB_STATE)
+            if str(vocab.get("token", "")) != grouping.vocab_token:
+                raise KeyError(keys.DENSE_VOCAB_STATE)
         return category_kernel_rows(collection, images, train_paths)
     col_of = {p: j for j, p in enumerate(train_paths)}
     n = len(collection.paths())

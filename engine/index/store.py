@@ -158,6 +158,10 @@ class IndexStore:
         self._closed = False
         #: The catalogue's random identity (None: a catalogue written before it had one).
         self.catalog_id, self._checksums = catalog_info(conn)
+        #: states held back by :meth:`hold_states` (name -> state), committed with the next
+        #: :meth:`save_states` of other states; None when nothing is held back
+        self._held: dict[str, dict[str, Any]] | None = None
+        self._held_names: frozenset[str] = frozenset()
         self._states = StateVersions(
             index_dir / "states", self.catalog_id, self._mutex, self._current_catalog_id
         )
@@ -710,8 +714,11 @@ class IndexStore:
 
     def load_states(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
         """States ``names`` (name -> scalars and arrays), all from ONE version:
-        :meth:`load_version`."""
-        return self._states.load_states(names)
+        :meth:`load_version` (states held back by :meth:`hold_states` as held)."""
+        names = list(names)
+        held = self._held or {}
+        out = self._states.load_states([n for n in names if n not in held]) if names else {}
+        return {n: dict(held[n]) if n in held else out[n] for n in names}
 
     def load_version(self, names: Iterable[str]) -> tuple[Snapshot, dict[str, dict[str, Any]]]:
         """States ``names``, all from ONE version, and that version
@@ -728,7 +735,42 @@ class IndexStore:
         :meth:`StateVersions.save_states <engine.index.manifest.StateVersions.save_states>`.
         Returns the new version's generation."""
         self._require_writer()
-        return self._states.save_states(states, parts=parts)
+        held = self._held
+        if held is not None:
+            states = dict(states)
+            hold = {n: st for n, st in states.items() if n in self._held_names}
+            if len(hold) == len(states):  # only held states: hold them back
+                for n, st in hold.items():
+                    if st is None:
+                        held.pop(n, None)
+                    else:
+                        held[n] = dict(st)
+                return self.snapshot().generation
+            states = {**held, **states}
+        gen = self._states.save_states(states, parts=parts)
+        if held is not None:
+            held.clear()
+        return gen
+
+    @contextmanager
+    def hold_states(self, names: Iterable[str]) -> Iterator[None]:
+        """Hold back commits of states ``names``: until the block ends they are kept in
+        memory (this store's :meth:`load_state` and :meth:`has_state` see them, other
+        readers do not) and committed together with the next commit of any other state,
+        in ONE version. What is still held when the block ends is dropped (a run that
+        stopped before its commit leaves the previous version, whole).
+
+        ``simile cluster`` holds the grouping vocabulary it refits until it commits the
+        grouping made with it: a crash in between can no longer pair the old grouping
+        and classifier with the new vocabulary (reliability issue, point 4).
+        """
+        if self._held is not None:
+            raise RuntimeError("states are already held back")
+        self._held, self._held_names = {}, frozenset(check_name(n) for n in names)
+        try:
+            yield
+        finally:
+            self._held, self._held_names = None, frozenset()
 
     def adopt_legacy_states(self) -> bool:
         """Move per-state JSON files of an older index into the manifest (done when a
@@ -758,6 +800,8 @@ class IndexStore:
 
     def has_state(self, name: str) -> bool:
         """Whether state ``name`` exists (in the current version)."""
+        if self._held and name in self._held:
+            return True
         return self.snapshot().has(check_name(name))
 
     def delete_state(self, name: str) -> None:

@@ -264,3 +264,28 @@ def test_a_crash_while_saving_keeps_the_old_grouping_for_classify(
     assert grouping.k == 3  # ... on the old grouping
     assert set(grouping.classifier.labels_.tolist()) <= set(range(3))
     assert grouping.k_reason == json.loads(out.strip().splitlines()[-1])["k_reason"]
+
+
+def test_classify_refuses_a_grouping_whose_vocabulary_was_replaced(folder, demo_folder, capsys):
+    """The grouping records its vocabulary's token: when the vocabulary is refitted and
+    committed without a new grouping (the app groups without saving), ``simile classify``
+    says to group again instead of answering with kernel rows of another vocabulary."""
+    from engine.collection import Collection
+    from engine.index import keys
+
+    photos = folder / "photos"
+    index = str(folder / "idx")
+    code, _ = _run(["cluster", str(photos), "--index", index, "--no-update", "--k", "3"], capsys)
+    assert code == 0
+    crop = str(demo_folder / "brick_crop.jpg")
+    code, _ = _run(["classify", str(photos), crop, "--index", index], capsys)
+    assert code == 0
+    col = Collection.open(photos, folder / "idx", create=False)
+    try:
+        vocab = col.store.load_state(keys.DENSE_VOCAB_STATE)
+        col.store.save_state(keys.DENSE_VOCAB_STATE, {**vocab, "token": "another"})
+    finally:
+        col.close()
+    code = main(["classify", str(photos), crop, "--index", index])
+    err = capsys.readouterr().err
+    assert code != 0 and f"run 'simile cluster {photos}' again" in err

@@ -1236,7 +1236,7 @@ def _op_cluster(workdir: Path) -> Op:
         ["cluster", str(folder), "--no-update", "--k", "3", "--jobs", "1"],
         lambda f: read_states(f, [GROUPING_STATE, DENSE_VOCAB_STATE]),
         outputs,
-        {DENSE_VOCAB_STATE: ("token",)},
+        {DENSE_VOCAB_STATE: ("token",), GROUPING_STATE: ("vocab_token",)},
     )
 
 

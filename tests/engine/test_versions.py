@@ -240,6 +240,31 @@ def test_readers_never_see_two_versions_mixed(tmp_path):
     assert states == sorted([MANIFEST_NAME, *read_snapshot(idx / "states").files()])
 
 
+def test_held_states_are_committed_with_the_next_commit_or_dropped(tmp_path):
+    """``hold_states``: a held state is seen by its writer only, committed in ONE version
+    with the next other state, and dropped when the block ends without that commit."""
+    idx = tmp_path / "idx"
+    with IndexStore.open(idx) as w, IndexStore.open(idx, readonly=True) as r:
+        w.save_states({"vocab": {"v": 0}, "grouping": {"g": 0}})
+        gen = w.snapshot().generation
+        with w.hold_states(["vocab"]):
+            w.save_state("vocab", {"v": 1, "x": np.arange(3)})
+            assert w.snapshot().generation == gen  # nothing committed yet
+            assert w.load_state("vocab")["v"] == 1 and w.has_state("vocab")
+            assert r.load_state("vocab")["v"] == 0  # other readers: the previous version
+            w.save_state("grouping", {"g": 1})
+        snap = w.snapshot()
+        assert snap.generation == gen + 1
+        both = r.load_states(["vocab", "grouping"])
+        assert both["vocab"]["v"] == 1 and both["grouping"]["g"] == 1
+        assert np.array_equal(both["vocab"]["x"], np.arange(3))
+        with w.hold_states(["vocab"]):
+            w.save_state("vocab", {"v": 2})
+        assert w.load_state("vocab")["v"] == 1 and w.snapshot().generation == gen + 1
+        with pytest.raises(RuntimeError), w.hold_states(["a"]), w.hold_states(["b"]):
+            pass
+
+
 def test_readers_during_updates_see_models_and_data_that_agree(tmp_path, small):
     """The searcher of a reader (the app while the CLI indexes): every load pairs the
     models with the data made with them, and every query answers."""
