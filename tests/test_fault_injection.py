@@ -146,19 +146,12 @@ def test_crash_at_every_write_of_a_grouping(workdir):
     _survived(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=(
-        "BUG: a reader (the app while 'simile index' runs) fails with KeyError when a writer "
-        "removes photos between the reader's two catalogue reads: Searcher.refresh reads the "
-        "row keys (store.content_keys) then, in _install, the paths (store.records) in another "
-        "query, outside one read transaction (engine/index/searcher.py _install: "
-        "recs[int(i)])"
-    ),
-)
 def test_reader_while_a_writer_removes_photos(workdir):
-    _known_bug(fh.reader_during_removal(workdir), "KeyError")
+    """Found by the harness (a reader read the rows' keys and their paths in two queries:
+    KeyError when a writer removed photos in between); fixed (one query,
+    ``IndexStore.usable_rows``, and a reader reads again when a commit came between its
+    reads), kept as a regression."""
+    assert fh.reader_during_removal(workdir) == []
 
 
 @pytest.mark.xfail(

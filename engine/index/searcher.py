@@ -78,6 +78,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["FEATURE_KWARGS", "SEARCH_STATES", "Searcher"]
 
+#: reads of a reader's :meth:`Searcher.refresh` when writers commit between its reads
+_READ_ATTEMPTS = 5
 FEATURE_KWARGS: dict[str, Any] = {}  # extract_features defaults: RootSIFT, <= 500, side <= 1024
 #: The states of the search, committed and read together.
 SEARCH_STATES = (MODELS_STATE, DATA_STATE)
@@ -132,6 +134,7 @@ class Searcher:
         self.models: fit.SearchModels | None = None
         self.data: EncodedImages | None = None
         self.generation: int | None = None
+        self._rows_generation: int | None = None  # of the rows the last refresh read
         self.states_token: tuple | None = None
         self.data_keys: np.ndarray | None = None
         self.fit_paths: list[str] | None = None
@@ -210,48 +213,65 @@ class Searcher:
             when the models are to be fitted.
         """
         with self.lock:
-            store = self.store
-            ids, keys = store.content_keys()
-            snap = store.snapshot()
-            token = snap.token(SEARCH_STATES)
-            models, data, data_keys = self.models, self.data, self.data_keys
-            if models is None or token != self.states_token:
-                # nothing in memory, or a writer committed another version meanwhile
-                models, data, data_keys, token = self._load_saved(snap, save)
-            if ids.size == 0:
-                self._install(None, None, ids, None, token)
-                return
-            uniform_part = None  # (uniform pyramids, their state file) written early
-            changed = False
-            if self._needs_refit(models, ids):
-                models, data, uniform_part = self._refit(ids, prepared, save)
-                data_keys = keys[np.searchsorted(ids, data.ids)]
-                changed = True
-            elif (
-                data is not None
-                and save
-                and not store.readonly
-                and models.rh.n_bits < candidates.rh_bits(ids.size)
-            ):
-                # more hyperplanes for a grown collection (or an index written before
-                # rh_bits): re-hash the stored pyramids, no feature is read; done by
-                # update() only, readers use the stored bits
-                rehash_bits(models, data, candidates.rh_bits(ids.size))
-                changed = True
-            data, covered = self._cover(models, data, data_keys, ids, keys, save, cancel)
+            for attempt in range(_READ_ATTEMPTS):
+                try:
+                    return self._refresh(save, cancel, prepared)
+                except KeyError:
+                    # a reader met a writer's commit between its reads (photos removed
+                    # after it read the rows): read both again
+                    if save or attempt + 1 == _READ_ATTEMPTS:
+                        raise
+                    if self.store.generation == self._rows_generation:
+                        raise
+
+    def _refresh(
+        self, save: bool, cancel: threading.Event | None, prepared: SimpleNamespace | None
+    ) -> None:
+        """One pass of :meth:`refresh` (the lock held)."""
+        store = self.store
+        snap = store.snapshot()  # the states first: a writer commits rows, then states
+        rows = store.usable_rows()  # ids, keys and paths of one catalogue state
+        self._rows_generation = rows.generation
+        ids, keys = rows.ids, rows.keys
+        token = snap.token(SEARCH_STATES)
+        models, data, data_keys = self.models, self.data, self.data_keys
+        if models is None or token != self.states_token:
+            # nothing in memory, or a writer committed another version meanwhile
+            models, data, data_keys, token = self._load_saved(snap, save)
+        if ids.size == 0:
+            self._install(None, None, rows, None, None, token)
+            return
+        uniform_part = None  # (uniform pyramids, their state file) written early
+        changed = False
+        if self._needs_refit(models, ids):
+            models, data, uniform_part = self._refit(ids, prepared, save)
             data_keys = keys[np.searchsorted(ids, data.ids)]
-            changed = changed or covered
-            if save and changed and not store.readonly:
-                whole = uniform_part is None or uniform_part[0] is not data.uniform
-                # (rows changed since the part was written: no state names it, gc deletes it)
-                data_state = data.to_state(uniform=whole)
-                data_state[ROW_KEYS] = data_keys
-                store.save_states(
-                    {MODELS_STATE: models.to_state(), DATA_STATE: data_state},
-                    parts=None if whole else {DATA_STATE: [uniform_part[1]]},
-                )
-                token = store.snapshot().token(SEARCH_STATES)
-            self._install(models, data, data.ids, data_keys, token)
+            changed = True
+        elif (
+            data is not None
+            and save
+            and not store.readonly
+            and models.rh.n_bits < candidates.rh_bits(ids.size)
+        ):
+            # more hyperplanes for a grown collection (or an index written before
+            # rh_bits): re-hash the stored pyramids, no feature is read; done by
+            # update() only, readers use the stored bits
+            rehash_bits(models, data, candidates.rh_bits(ids.size))
+            changed = True
+        data, covered = self._cover(models, data, data_keys, ids, keys, save, cancel)
+        data_keys = keys[np.searchsorted(ids, data.ids)]
+        changed = changed or covered
+        if save and changed and not store.readonly:
+            whole = uniform_part is None or uniform_part[0] is not data.uniform
+            # (rows changed since the part was written: no state names it, gc deletes it)
+            data_state = data.to_state(uniform=whole)
+            data_state[ROW_KEYS] = data_keys
+            store.save_states(
+                {MODELS_STATE: models.to_state(), DATA_STATE: data_state},
+                parts=None if whole else {DATA_STATE: [uniform_part[1]]},
+            )
+            token = store.snapshot().token(SEARCH_STATES)
+        self._install(models, data, rows, data.ids, data_keys, token)
 
     def _load_saved(
         self, snap: Snapshot, save: bool
@@ -422,15 +442,20 @@ class Searcher:
         self,
         models: fit.SearchModels | None,
         data: EncodedImages | None,
-        ids: np.ndarray,
+        rows: Any,
+        ids: np.ndarray | None,
         data_keys: np.ndarray | None,
         token: tuple | None,
     ) -> None:
+        """Install what :meth:`refresh` made: ``rows`` (:meth:`IndexStore.usable_rows
+        <engine.index.store.IndexStore.usable_rows>`) name the paths of the data's ``ids``
+        (a subset) from the same catalogue state."""
         self.models, self.data, self.data_keys = models, data, data_keys
         self.states_token = token
-        self.generation = self.store.generation
-        recs = {r.id: r.path for r in self.store.records("ok")}
-        self.row_paths = [Path(recs[int(i)]) for i in ids]
+        self.generation = rows.generation
+        ids = rows.ids if ids is None else ids
+        path_of = dict(zip(rows.ids.tolist(), rows.paths, strict=True))
+        self.row_paths = [Path(path_of[int(i)]) for i in ids]
         self.row_of_id = {int(i): r for r, i in enumerate(ids)}
         self.cache = {}
         self.uniform_self = None

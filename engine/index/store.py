@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -133,6 +133,16 @@ __all__ = [
     "display_path",
     "row_keys",
 ]
+
+
+class UsableRows(NamedTuple):
+    """:meth:`IndexStore.usable_rows`: ``generation`` (int), ``ids`` ``(n,) int64``,
+    ``keys`` ``(n,) uint64`` (:func:`row_keys`) and ``paths`` (n str)."""
+
+    generation: int
+    ids: np.ndarray
+    keys: np.ndarray
+    paths: list[str]
 
 
 class IndexStore:
@@ -818,6 +828,23 @@ class IndexStore:
         rows = self._q("SELECT id, content_hash, fkey FROM images WHERE status = 'ok' ORDER BY id")
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         return ids, row_keys((r[1], r[2]) for r in rows)
+
+    def usable_rows(self) -> UsableRows:
+        """The usable images as ONE state of the catalogue: its generation, ids (ascending),
+        :func:`row_keys` and paths, from one query (a writer committing meanwhile cannot
+        make the ids and paths disagree). The generation is never newer than the rows."""
+        gen = self.generation  # (read first: an older generation only refreshes again)
+        rows = self._q(
+            "SELECT id, content_hash, fkey, path, (SELECT value FROM kv WHERE key = "
+            "'generation') FROM images WHERE status = 'ok' ORDER BY id"
+        )
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return UsableRows(
+            int(rows[0][4]) if rows else gen,
+            ids,
+            row_keys((r[1], r[2]) for r in rows),
+            [py_path(r[3]) for r in rows],
+        )
 
     def chunk_table(self) -> list[tuple[int, str, int, str | None, int]]:
         """``(id, file, n_rows, checksum, rows used)`` of every chunk, ascending id

@@ -1827,9 +1827,10 @@ def concurrency(
 
 def reader_during_removal(workdir: Path) -> list[str]:
     """The interleaving the concurrency family meets by chance, made deterministic: a
-    reader loads the search data and, between its reads of the catalogue (its rows'
-    keys, then their paths), ``simile index`` removes deleted photos and commits. The
-    reader must answer from one version, not fail."""
+    reader loads the search data and, right after its read of the catalogue's rows (before
+    it reads the saved states), ``simile index`` removes deleted photos and commits. The
+    reader must answer from one version, not fail. (It failed with KeyError when the rows'
+    keys and their paths were two reads: the writer committed in between.)"""
     from engine.collection import Collection
 
     folder = fresh(workdir / "race_removal")
@@ -1838,17 +1839,18 @@ def reader_during_removal(workdir: Path) -> list[str]:
     problems: list[str] = []
     with Collection.open(folder, readonly=True) as col:
         store = col.store
-        real_records = store.records
+        real_rows = store.usable_rows
         fired: list[Run] = []
 
-        def records(status: str | None = "ok") -> list:
-            if not fired:  # the writer commits between the reader's two reads
+        def usable_rows() -> Any:
+            rows = real_rows()
+            if not fired:  # the writer commits right after the reader read the rows
                 for n in TINY[3:]:
                     (folder / f"{n}.jpg").unlink()
                 fired.append(cli("index", folder, "--jobs", "1"))
-            return real_records(status)
+            return rows
 
-        store.records = records  # (this reader's store only)
+        store.usable_rows = usable_rows  # (this reader's store only)
         try:
             col.searcher.ensure()
             hits = col.query(folder / "brick.jpg", method="vocabulary", top=3)
@@ -1857,7 +1859,7 @@ def reader_during_removal(workdir: Path) -> list[str]:
         except Exception:
             problems.append("the reader failed:\n" + _tail(traceback.format_exc(), 12))
         if not fired:
-            problems.append("(the reader never read the paths: the interleaving was not made)")
+            problems.append("(the reader never read the rows: the interleaving was not made)")
         else:
             problems += ok_run(fired[0], "the writer")
     return problems
