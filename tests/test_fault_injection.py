@@ -6,9 +6,8 @@ The larger run of the same harness prints the table (family, tried, survived)::
     python tests/benchmarks/fault_harness.py --scale 1
 
 The bugs the harness found are the tests at the end, one per bug, each a deterministic
-case of its family: ``xfail(strict=True)`` while the bug is open (they fail only with the
-bug's own signature, :class:`KnownBug`; anything else fails the test), so a fix makes
-them pass, and fail here strictly, which is when their mark goes.
+case of its family; all are fixed, so they are regression tests (a bug found later is
+added there as ``xfail(strict=True)`` until it is fixed).
 """
 
 from __future__ import annotations
@@ -58,22 +57,6 @@ def _survived(out: fh.Outcome) -> None:
     _skip_unless_mounted(out)
     assert out.tried >= 1, out.notes
     assert out.survived == out.tried, "\n".join(out.failures)
-
-
-class KnownBug(AssertionError):
-    """A failure with the signature of the bug an xfail test names (any other failure
-    of that test is a plain AssertionError, which its xfail mark does not excuse)."""
-
-
-def _known_bug(problems: list[str], signature: str) -> None:
-    """Fail with :class:`KnownBug` when ``problems`` show ``signature``; pass when there
-    are none (the bug is fixed: the strict xfail then reports it)."""
-    text = "\n".join(problems)
-    if not problems:
-        return
-    if signature in text:
-        raise KnownBug(text)
-    raise AssertionError(f"not the known bug ({signature!r}):\n{text}")
 
 
 # ------------------------------------------------------------------ the families
@@ -131,7 +114,7 @@ def test_bad_command_lines(workdir):
 
 
 # ------------------------------------------------------------------ bugs the harness found
-# (open ones: xfail(strict=True, raises=KnownBug); fixed ones: plain regression tests)
+# (each a regression test now: the fix is named in its docstring)
 def test_crash_at_every_write_of_a_grouping(workdir):
     """Found by the harness ('simile cluster' committed its refitted vocabulary in a
     commit of its own before the grouping: a crash in between paired the old grouping and
@@ -154,53 +137,36 @@ def test_reader_while_a_writer_removes_photos(workdir):
     assert fh.reader_during_removal(workdir) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=(
-        "BUG: a catalogue cut short (an interrupted copy: its last page lost) answers "
-        "queries, but 'simile index' prints a traceback (IndexError in IndexStore.generation: "
-        "the kv 'generation' row is gone; or sqlite3.DatabaseError from writes that bypass "
-        "IndexStore._q: _commit, _write_sql, gc)"
-    ),
-)
 def test_catalogue_cut_short(workdir):
-    out = fh.corruption(0, 0, workdir, cases=[("catalog.sqlite", "cut the tail")])
-    _known_bug(out.failures, "IndexError: list index out of range")
+    """Found by the harness (a catalogue cut short, its last page lost: 'simile index'
+    printed a traceback, IndexError for the lost generation row or sqlite3.DatabaseError
+    from writes outside ``IndexStore._q``); fixed (``PRAGMA quick_check`` when a catalogue
+    is opened, every write maps SQLite's "malformed" to the one-line damaged-index
+    error), kept as a regression: one line naming the file and --repair, then repaired."""
+    _survived(fh.corruption(0, 0, workdir, cases=[("catalog.sqlite", "cut the tail")]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=(
-        "BUG: 'simile index --repair' prints a traceback when a catalogue table's rows are "
-        "damaged: the salvaged rows hold NULLs and repair._rebuild's INSERT OR REPLACE fails "
-        "(sqlite3.IntegrityError: NOT NULL constraint failed: chunks.file / images.path / "
-        "settings.value); 'simile index' also prints sqlite3.DatabaseError (store.gc)"
-    ),
-)
 def test_catalogue_rows_zeroed(workdir):
-    cases = [("catalog.sqlite", "zero a b-tree's rows:chunks")]
-    out = fh.corruption(0, 0, workdir, cases=cases)
-    _known_bug(out.failures, "IntegrityError: NOT NULL constraint failed")
+    """Found by the harness ('simile index --repair' failed with IntegrityError NOT NULL
+    when salvaged rows held NULLs); fixed (such rows are dropped and their photos indexed
+    again), kept as a regression."""
+    cases = [
+        ("catalog.sqlite", "zero a b-tree's rows:chunks"),
+        ("catalog.sqlite", "zero a b-tree's rows:images"),
+        ("catalog.sqlite", "zero a b-tree's rows:settings"),
+    ]
+    _survived(fh.corruption(0, 0, workdir, cases=cases))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=(
-        "BUG (detection gap): damage inside the catalogue's SQLite indexes is not detected: "
-        "with the rows of the unique index on images.path zeroed, queries answer without "
-        "any error but differently from a clean build (the query photo is no longer found "
-        "by its path and is extracted again); with images_status zeroed, queries say 'the "
-        "index ... holds no usable image; run simile index' instead of naming the damage. "
-        "SQLite keeps no checksums, and no reader runs PRAGMA quick_check / integrity_check"
-    ),
-)
 def test_catalogue_index_zeroed(workdir):
-    cases = [("catalog.sqlite", "zero a b-tree's rows:sqlite_autoindex_images_1")]
-    out = fh.corruption(0, 0, workdir, cases=cases)
-    _known_bug(out.failures, "SILENTLY WRONG ANSWERS")
+    """Found by the harness (damage inside the catalogue's SQLite indexes went unseen:
+    answers differed silently from a clean build); fixed (``PRAGMA quick_check`` when a
+    catalogue is opened), kept as a regression."""
+    cases = [
+        ("catalog.sqlite", "zero a b-tree's rows:sqlite_autoindex_images_1"),
+        ("catalog.sqlite", "zero a b-tree's rows:images_status"),
+    ]
+    _survived(fh.corruption(0, 0, workdir, cases=cases))
 
 
 def test_real_full_disk_while_a_chunk_is_written(workdir):
@@ -210,21 +176,14 @@ def test_real_full_disk_while_a_chunk_is_written(workdir):
     _survived(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=(
-        "BUG: a disk with no space left at all is reported as a damaged catalogue, exit "
-        "status 2, with the advice to repair it ('the catalogue ... is damaged or unreadable "
-        "(catalog.sqlite: disk I/O error); run simile index ... --repair'), not as a full "
-        "disk with exit status 1 (SQLite's SQLITE_IOERR on its -shm / -wal); while the disk "
-        "stays full, queries fail with the same message"
-    ),
-)
 def test_real_disk_already_full(workdir):
+    """Found by the harness (a disk with no space left at all was reported as a damaged
+    catalogue, exit 2, with the advice to repair it: SQLite reports it as SQLITE_IOERR on
+    its -shm / -wal); fixed (``engine.index.catalog.disk_full``: a full disk is one line,
+    exit 1, and readers open an index whose log is empty ``immutable=1``), kept as a
+    regression."""
     out = fh.disk_full(1, 0, workdir, select=lambda *case: False, frees=[0])
-    _skip_unless_mounted(out)
-    _known_bug(out.failures, "disk I/O error")
+    _survived(out)
 
 
 def test_path_component_too_long(workdir):

@@ -26,6 +26,7 @@ read-only file system, so nothing can change it).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -359,6 +360,10 @@ def connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
     ------
     IndexCorruptError
         SQLite cannot open the file.
+    OSError
+        ENOSPC: the disk is full (:func:`disk_full`), so SQLite cannot make its
+        ``-shm`` / ``-wal`` files (a reader whose catalogue has no write-ahead log left
+        opens ``immutable=1`` instead).
 
     Notes
     -----
@@ -371,15 +376,23 @@ def connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
             try:
                 conn = _connect_ro(catalog, "?mode=ro")
             except sqlite3.OperationalError:
-                if os.access(catalog.parent, os.W_OK):
+                full = disk_full(catalog.parent)
+                if os.access(catalog.parent, os.W_OK) and not full:
                     raise
+                if full and not _wal_empty(catalog):  # (immutable would miss the log)
+                    raise _no_space(catalog) from None
                 conn = _connect_ro(catalog, "?mode=ro&immutable=1")
         else:
-            conn = sqlite3.connect(
-                os.fspath(catalog), check_same_thread=False, timeout=30, isolation_level=None
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            try:
+                conn = sqlite3.connect(
+                    os.fspath(catalog), check_same_thread=False, timeout=30, isolation_level=None
+                )
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+            except sqlite3.OperationalError:
+                if disk_full(catalog.parent):
+                    raise _no_space(catalog) from None
+                raise
         conn.execute("PRAGMA foreign_keys=ON")
         if readonly:
             conn.isolation_level = None
@@ -390,6 +403,40 @@ def connect(catalog: Path, *, readonly: bool) -> sqlite3.Connection:
             path=catalog,
         ) from exc
     return conn
+
+
+#: Free bytes below which a disk counts as full for SQLite (its ``-shm`` file is 32 KiB)
+FULL_DISK_BYTES = 256 * 1024
+
+
+def disk_full(folder: Path) -> bool:
+    """Whether the disk holding ``folder`` has less than :data:`FULL_DISK_BYTES` free:
+    SQLite then reports a full disk as SQLITE_IOERR ("disk I/O error"), when it cannot
+    create or grow its ``-shm`` / ``-wal`` files, not as SQLITE_FULL."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):  # (no statvfs on Windows)
+        return False
+    return st.f_bavail * st.f_frsize < FULL_DISK_BYTES
+
+
+def _wal_empty(catalog: Path) -> bool:
+    """Whether the catalogue's write-ahead log is absent or empty (everything is in the
+    main file, so an ``immutable=1`` reader misses nothing)."""
+    try:
+        return os.stat(os.fspath(catalog) + "-wal").st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _no_space(catalog: Path) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"no space left on the disk of the index {catalog.parent} (SQLite cannot create "
+        f"its -shm / -wal files next to {catalog.name}); free some space",
+    )
 
 
 def _connect_ro(catalog: Path, query: str) -> sqlite3.Connection:
@@ -509,6 +556,32 @@ def check_schema(conn: sqlite3.Connection, catalog: Path) -> None:
     if version < 1 or not TABLES <= tables:
         raise _damaged(
             catalog, f"missing tables {sorted(TABLES - tables)}, schema version {version}"
+        )
+    check_pages(conn, catalog)
+
+
+def check_pages(conn: sqlite3.Connection, catalog: Path) -> None:
+    """``PRAGMA quick_check``: the b-trees of every table and index are whole, and no
+    column the schema needs is NULL. SQLite keeps no checksums; damage inside an index
+    b-tree (say, of ``images.path``) would otherwise give answers that differ silently
+    from a clean build. It reads every page once (about 2 ms per MB of catalogue: 60 ms
+    for 100,000 photos).
+
+    Raises
+    ------
+    IndexCorruptError
+        With SQLite's first finding.
+    """
+    try:
+        found = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if type(exc) is not sqlite3.DatabaseError:  # (I/O: not a finding about the file)
+            raise
+        raise _damaged(catalog, exc) from exc
+    if found != [("ok",)]:
+        first = " ".join(str(found[0][0] if found else "no answer").split())
+        raise _damaged(
+            catalog, f"integrity check: {first.replace('*** in database main *** ', '')}"
         )
 
 

@@ -170,8 +170,9 @@ def _repair_catalog(index_dir: Path, catalog: Path) -> list[str]:
         return []
     rows = _salvage(catalog)
     tmp = tmp_path(catalog)
+    dropped = 0
     if rows is not None:
-        _rebuild(tmp, rows)
+        dropped = _rebuild(tmp, rows)
     for suffix in ("-wal", "-shm") if rows is not None else ("", "-wal", "-shm"):
         unlink(os.fspath(catalog) + suffix)  # (a stale log must not meet the new file)
     if rows is None:
@@ -183,33 +184,55 @@ def _repair_catalog(index_dir: Path, catalog: Path) -> list[str]:
     os.replace(tmp, catalog)
     fsync_dir(index_dir)
     n = len(rows["images"][1])
-    return [f"the catalogue ({CATALOG_NAME}) was damaged: its {n} photo rows were copied"]
+    lost = f" ({dropped} damaged row(s) were dropped: their photos are indexed again)"
+    return [
+        f"the catalogue ({CATALOG_NAME}) was damaged: its {n} photo rows were copied"
+        + (lost if dropped else "")
+    ]
 
 
-def _rebuild(path: Path, rows: dict[str, tuple[list[str], list[tuple]]]) -> None:
-    """A new catalogue at ``path`` holding ``rows`` (same ids, same identity)."""
+def _rebuild(path: Path, rows: dict[str, tuple[list[str], list[tuple]]]) -> int:
+    """A new catalogue at ``path`` holding ``rows`` (same ids, same identity); returns the
+    number of rows dropped because the damage left them incomplete (a NULL where the
+    schema needs a value, or a second row with a path or file already taken): their
+    photos are indexed again, images whose feature chunk row is gone are extracted again
+    (:func:`_repair_chunks`)."""
     kv = dict(zip(*_column(rows["kv"], "key", "value"), strict=True))
     old_id = kv.get(CATALOG_ID_KEY)
     if isinstance(old_id, bytes):
         old_id = old_id.decode("utf-8", "replace")
     conn = sqlite3.connect(os.fspath(path), isolation_level=None)
+    dropped = 0
     try:
         init_schema(conn, old_id if isinstance(old_id, str) and old_id else None)
         conn.execute("BEGIN IMMEDIATE")
         for table in ("chunks", "images", "settings", "kv"):
             cols, data = rows[table]
-            have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-            keep = [i for i, c in enumerate(cols) if c in have]
+            info = {r[1]: bool(r[3]) for r in conn.execute(f"PRAGMA table_info({table})")}
+            keep = [i for i, c in enumerate(cols) if c in info]
+            needed = [j for j, i in enumerate(keep) if info[cols[i]]]
             names = ", ".join(cols[i] for i in keep)
             marks = ", ".join("?" * len(keep))
             skip = {"generation", CATALOG_ID_KEY} if table == "kv" else set()
-            conn.executemany(
-                f"INSERT OR REPLACE INTO {table}({names}) VALUES ({marks})",
-                [tuple(r[i] for i in keep) for r in data if not (skip and r[0] in skip)],
-            )
+            for r in data:
+                if skip and r[0] in skip:
+                    continue
+                values = tuple(r[i] for i in keep)
+                if any(values[j] is None for j in needed):
+                    dropped += 1
+                    continue
+                try:  # (OR IGNORE: a damaged row may repeat a unique path or file)
+                    cur = conn.execute(
+                        f"INSERT OR IGNORE INTO {table}({names}) VALUES ({marks})", values
+                    )
+                except sqlite3.IntegrityError:  # (a CHECK the damaged value fails)
+                    dropped += 1
+                    continue
+                dropped += cur.rowcount == 0
         conn.execute("COMMIT")
     finally:
         conn.close()
+    return dropped
 
 
 def _column(table: tuple[list[str], list[tuple]], *names: str) -> list[list]:

@@ -271,18 +271,27 @@ class IndexStore:
         mode = "readonly" if self.readonly else "writer"
         return f"IndexStore({str(self.index_dir)!r}, {mode})"
 
+    @contextmanager
+    def _sql_errors(self) -> Iterator[None]:
+        """Raise SQLite's "malformed" errors (SQLITE_CORRUPT / NOTADB: a plain
+        ``sqlite3.DatabaseError``) as :class:`IndexCorruptError` naming the catalogue."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is sqlite3.DatabaseError:
+                raise IndexCorruptError(
+                    f"the catalogue of the index {self.index_dir} is damaged "
+                    f"({CATALOG_NAME}: {exc})",
+                    path=self.index_dir / CATALOG_NAME,
+                ) from exc
+            raise
+
     def _q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._mutex:
             if self._closed:
                 raise StoreError("the index store is closed")
-            try:
+            with self._sql_errors():
                 return self._conn.execute(sql, params).fetchall()
-            except sqlite3.DatabaseError as exc:
-                if type(exc) is sqlite3.DatabaseError:  # SQLITE_CORRUPT / NOTADB
-                    raise IndexCorruptError(
-                        f"index catalogue in {self.index_dir} is damaged: {exc}"
-                    ) from exc
-                raise
 
     def _require_writer(self) -> None:
         if self.readonly:
@@ -306,7 +315,7 @@ class IndexStore:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction (committed with the generation bumped, or rolled back)."""
-        with self._mutex:
+        with self._mutex, self._sql_errors():
             try:
                 self._begin()
                 yield self._conn
@@ -318,7 +327,14 @@ class IndexStore:
     @property
     def generation(self) -> int:
         """Counter bumped by every committed catalogue write (for cache invalidation)."""
-        return int(self._q("SELECT value FROM kv WHERE key = 'generation'")[0][0])
+        rows = self._q("SELECT value FROM kv WHERE key = 'generation'")
+        if not rows:
+            raise IndexCorruptError(
+                f"the catalogue of the index {self.index_dir} is damaged "
+                f"({CATALOG_NAME}: its generation row is missing)",
+                path=self.index_dir / CATALOG_NAME,
+            )
+        return int(rows[0][0])
 
     #: The catalogue form of a path (:func:`engine.index.files.norm_path`).
     norm_path = staticmethod(norm_path)
@@ -513,7 +529,7 @@ class IndexStore:
         failed = list(failed)
         touched = list(touched)
         now = time.time()
-        with self._mutex:
+        with self._mutex, self._sql_errors():
             written = self._write_chunk([f for *_, f in ok])
             chunk = None if written is None else written[0]
             try:
