@@ -34,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from engine.features.keypoints import extract_features
-    from engine.io.imageio import ImageLoadError
+    from engine.io.imageio import ImageLoadError, image_size
 
     check_method(args.method)
     if args.top < 1:
@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
                 queries.append((path, path))
                 continue
             try:
+                if args.method == "learned":  # (it compares dense features of the image)
+                    image_size(path)  # readable, or one line now
+                    queries.append((path, path))
+                    continue
                 from engine.collection import FEATURE_KWARGS
 
                 queries.append((path, extract_features(path, **FEATURE_KWARGS)))

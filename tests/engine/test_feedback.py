@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -322,6 +323,13 @@ def test_cli_learn_end_to_end(tmp_path, demo_folder, capsys):
     assert main(["learn", str(root), "--from-subfolders", "--method", "boostssc", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["method"] == "boostssc" and out["images"] == 4 and out["source"] == "subfolders"
+    # a query from outside the folder (it was a TypeError traceback: keypoint features
+    # were extracted for the learned method, which compares dense features of the image)
+    outside = sorted(demo_folder.glob("chelsea*.jpg"))[2]
+    assert main(["query", str(root), str(outside), "--method", "learned", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]["hits"]
+    assert len(hits) == 4 and Path(hits[0]["path"]).parent.name == "chelsea"
+    assert main(["query", str(root), str(tmp_path / "p"), "--method", "learned"]) == 2
 
 
 def test_full_resolution_dense_features_and_symlinked_folder(tmp_path, demo_folder):
