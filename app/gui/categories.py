@@ -45,7 +45,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QMimeData, QPointF, QRect, Qt, Signal
-from PySide6.QtGui import QAction, QColor, QFont, QPainter, QPen, QPixmap
+from PySide6.QtGui import (
+    QAction,
+    QColor,
+    QFont,
+    QKeySequence,
+    QPainter,
+    QPen,
+    QPixmap,
+    QShortcut,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -183,6 +192,7 @@ STAGE_TEXT = {
     "match": "Refining with feature masks…",
     "masks": "Refining with feature masks…",
     "classify": "Assigning photos with the prototypes' classifier…",
+    "place": "Placing the new photos into your groups…",
 }
 
 
@@ -222,6 +232,18 @@ def group_job(coll, K, k, must_paths, cannot_paths, cancel=None):
     res = yield from _progress_items(gen)
     g = EditableGrouping.from_grouping(res, None if n > 1 else "a single photo: one group")
     return g.paths, res.kernel, g
+
+
+def place_job(coll, grouping, cancel=None):
+    """Worker generator: place the photos added to the folder since ``grouping`` was made
+    into its groups (:func:`engine.cluster.place_photos_iter`: an SVM on the groups'
+    prototypes; unsure ones in a group "To review"), then the affinities for later edits.
+    Yields ``(message, done, total)``; returns ``(Placement, K or None)``."""
+    from engine.cluster import category_affinities_iter, place_photos_iter
+
+    placed = yield from _progress_items(place_photos_iter(coll, grouping, cancel=cancel))
+    K = yield from _progress_items(category_affinities_iter(coll, cancel=cancel))
+    return placed, K
 
 
 def affinity_job(coll, cancel=None):
@@ -613,9 +635,18 @@ class CategoriesView(QWidget):
             lambda i: self.model.set_k_choice(self.k_combo.itemData(i))
         )
         self.k_combo.activated.connect(lambda *_: self.regroup())
-        self.group_btn = QPushButton("Group photos")
-        self.group_btn.setToolTip("Group the folder again (keeps your moves as constraints)")
+        self.group_btn = QPushButton("Regroup everything")
+        self.group_btn.setToolTip(
+            "Group the whole folder again from the photos (your moves, splits and merges "
+            "are kept as constraints; Ctrl+Z brings the previous groups back)"
+        )
         self.group_btn.clicked.connect(lambda: self.regroup())
+        self.undo_btn = QToolButton()
+        self.undo_btn.setText("Undo")
+        self.undo_btn.setToolTip("Undo the last rename, move, split, merge or regrouping (Ctrl+Z)")
+        self.undo_btn.clicked.connect(self.undo)
+        self.undo_shortcut = QShortcut(QKeySequence.StandardKey.Undo, self)
+        self.undo_shortcut.activated.connect(self.undo)
         self.reset_btn = QToolButton()
         self.reset_btn.setText("Forget my moves")
         self.reset_btn.setToolTip("Drop the constraints from your moves, splits and merges")
@@ -644,9 +675,19 @@ class CategoriesView(QWidget):
         self.reason = QLabel(EMPTY_TEXT)
         self.reason.setObjectName("hint")
         self.reason.setWordWrap(True)
+        self.details = QLabel("")  # the technical reason, behind "Details"
+        self.details.setObjectName("hint")
+        self.details.setWordWrap(True)
+        self.details.hide()
+        self.details_btn = QToolButton()
+        self.details_btn.setText("Details")
+        self.details_btn.setCheckable(True)
+        self.details_btn.setToolTip("How the number of groups was chosen, and your constraints")
+        self.details_btn.toggled.connect(self.details.setVisible)
         top = QHBoxLayout()
         top.addWidget(self.k_combo)
         top.addWidget(self.group_btn)
+        top.addWidget(self.undo_btn)
         top.addWidget(self.reset_btn)
         top.addWidget(self.progress)
         top.addWidget(self.cancel_btn)
@@ -671,7 +712,11 @@ class CategoriesView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 8, 8, 0)
         lay.addLayout(top)
-        lay.addWidget(self.reason)
+        head = QHBoxLayout()
+        head.addWidget(self.reason, 1)
+        head.addWidget(self.details_btn, 0, Qt.AlignmentFlag.AlignTop)
+        lay.addLayout(head)
+        lay.addWidget(self.details)
         lay.addLayout(body, 1)
         self.setStyleSheet(
             "QFrame#groupRow { background: #26272b; border: 1px solid #34363b;"
@@ -719,6 +764,7 @@ class CategoriesView(QWidget):
             for row in self.rows:
                 if row.group != renamed:
                     row.fill(event.grouping)  # the other rows' "Merge with" menus
+            self._update_buttons()
             return
         self._render_grouping(event.grouping)
 
@@ -794,10 +840,13 @@ class CategoriesView(QWidget):
             self.model.set_constraints(saved.must, saved.cannot)
             k = saved.k
             self.model.set_k_choice(k if self.k_combo.findData(k) >= 0 else "auto")
-        if saved.grouping is None:  # the folder changed: group again (constraints and k kept)
+        if saved.grouping is None:  # unusable, or all its photos gone: group again
             log.debug("saved grouping not restored: %s", saved.problem)
             return
         self.model.set_grouping(saved.grouping)
+        if saved.new_paths:  # photos added since: placed into the groups, not regrouped
+            self._place_new(saved.grouping, len(saved.new_paths))
+            return
         # affinities for later edits, computed off the GUI thread (a grouping job started
         # meanwhile supersedes them)
         self.window.run_worker(
@@ -805,6 +854,36 @@ class CategoriesView(QWidget):
             connect={"returned": self.model.set_affinities},
             context="Computing affinities failed",
         )  # fmt: skip
+
+    def _place_new(self, grouping, n_new: int) -> None:
+        """Place the ``n_new`` photos added since ``grouping`` was saved into its groups
+        (in a worker); the groups, names and the person's moves stay as they were."""
+
+        def done(result) -> None:
+            placed, K = result
+            self.model.set_grouping(placed.grouping, K=K)
+            self._save()
+            self.grouping_shown.emit()
+            unsure = len(placed.unsure)
+            text = f"{n_new} new photo{'s' if n_new != 1 else ''} placed into your groups"
+            if unsure:
+                text += f"; {unsure} to review in “{placed.grouping.name(placed.grouping.k - 1)}”"
+            self.window.status_label.setText(text + ".")
+
+        self._run_job(
+            f"Placing {n_new} new photo{'s' if n_new != 1 else ''} into your groups…",
+            "Placing the new photos failed", done, place_job, self.collection, grouping,
+        )  # fmt: skip
+
+    def undo(self) -> None:
+        """Undo the last edit (Ctrl+Z): rename, move, split, merge or grouping again."""
+        what = self.model.undo()
+        if what is None:
+            return
+        self._save()
+        self.grouping_shown.emit()
+        self.window.status_label.setText(f"Undid the last {what}.")
+        self._update_buttons()
 
     def _save(self) -> None:
         from engine.cluster import save_edits
@@ -837,6 +916,7 @@ class CategoriesView(QWidget):
             _paths, K, g = result
             if old is not None:
                 g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+                m.remember("grouping again")
             m.set_grouping(g, K=K)
             self._save()
             self.grouping_shown.emit()
@@ -889,6 +969,7 @@ class CategoriesView(QWidget):
         self.k_combo.setEnabled(has and not busy)
         self.export_btn.setEnabled(self.grouping is not None)
         self.reset_btn.setEnabled(bool(self.must or self.cannot) and not busy)
+        self.undo_btn.setEnabled(self.model.can_undo)
         for r in self.rows:
             r.setEnabled(not busy)
 
@@ -900,6 +981,7 @@ class CategoriesView(QWidget):
             row.deleteLater()
         if g is None:
             self.reason.setText(EMPTY_TEXT)
+            self.details.setText("")
             self._update_buttons()
             return
         while len(self.rows) < g.k:
@@ -911,9 +993,11 @@ class CategoriesView(QWidget):
         n_c = len(self.must) + len(self.cannot)
         extra = f"  ·  {n_c} constraint{'s' if n_c != 1 else ''} from your edits" if n_c else ""
         self.reason.setText(
-            f"<b>{g.k} group{'s' if g.k != 1 else ''}</b> of {len(g.paths)} photos — "
-            f"{g.k_reason or 'edited by hand'}{extra}"
+            f"<b>{g.k} group{'s' if g.k != 1 else ''}</b> of {len(g.paths)} photos — Simile "
+            "found these by comparing what is in the photos; rename, drag and split them as "
+            "you like."
         )
+        self.details.setText(f"How: {g.k_reason or 'edited by hand'}{extra}")
         self._update_buttons()
 
     # -- edits -------------------------------------------------------------------------------
@@ -925,9 +1009,10 @@ class CategoriesView(QWidget):
         self.model.add_constraints(must, cannot)
 
     def move_photo(self, path: str, group: int) -> None:
-        """The user says ``path`` belongs to ``group``: add the constraints, group again
-        (same number of groups) in the background."""
-        from engine.cluster import move_constraints
+        """The user says ``path`` belongs to ``group``: it goes there and nothing else
+        changes (:func:`engine.cluster.move_edit`); the constraints that keep the move
+        when everything is grouped again are added."""
+        from engine.cluster import move_constraints, move_edit
 
         g = self.grouping
         if g is None or self._busy:
@@ -935,16 +1020,22 @@ class CategoriesView(QWidget):
         i = g.paths.index(str(path))
         if g.labels[i] == group:
             return
-        # anchor on (up to MOVE_ANCHORS of) the target's members: with only its top few,
-        # a balanced cut could push one of its other members out in exchange
+        # the photo goes where it was put and nothing else moves; the constraints keep the
+        # move when the person groups everything again (anchored on up to MOVE_ANCHORS of
+        # the target's members: with only its top few, a balanced cut could push one of
+        # its other members out in exchange)
         n_anchors = min(MOVE_ANCHORS, int(np.sum(g.labels == group)))
         must, cannot = move_constraints(g.to_clustering(), i, group, n_anchors=n_anchors)
         p = g.paths
+        K = self.K if self.K is not None and len(self.K) == len(p) else None
+        self.model.remember("move")
         self._add_constraints([(p[a], p[b]) for a, b in must], [(p[a], p[b]) for a, b in cannot])
+        new = move_edit(g, str(path), group, K)
+        self._show_edit(new)
         self.window.status_label.setText(
-            f"Moving {Path(path).name} to {g.name(group)}: grouping again…"
+            f"Moved {Path(path).name} to {new.name(new.group_of(str(path)))}; no other photo "
+            "moved (Ctrl+Z undoes it)."
         )
-        self.regroup(k=g.k)
 
     def _on_dropped(self, paths: list, group: int) -> None:
         for p in paths[:1]:
@@ -970,6 +1061,7 @@ class CategoriesView(QWidget):
                 return
             # ranked on the full affinities, else the halves keep the split's own ranks
             new, cannot = split_edit(g, group, result, K)
+            self.model.remember("split")
             self._show_edit(new, cannot=cannot)
 
         self._run_job(
@@ -985,6 +1077,7 @@ class CategoriesView(QWidget):
         if g is None or self._busy or group == other:
             return
         new, must = merge_edit(g, group, other, self.K)
+        self.model.remember("merge")
         self._add_constraints(must, [])
         self._show_edit(new)
 

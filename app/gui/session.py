@@ -6,7 +6,8 @@ events; the window and its views forward what the person does to it, connect
 imports Qt, so the whole model is driven by tests without a window::
 
     Session                       the open folder
-    ├── epoch, folder, index_dir, collection, readonly, photos, problems, methods
+    ├── epoch, folder, index_dir, collection, readonly, photos, problems, methods,
+    │   metadata (what each photo records: date taken, camera, ..., from the catalogue)
     ├── query       QueryModel        the current search and its ranked hits
     ├── marks       MarkBook          thumbs up / down on results (stored in the index)
     ├── match       MatchModel        the pair shown in "Why do they match?"
@@ -396,6 +397,9 @@ class GroupingModel:
         self._k_choice: Any = "auto"  # a preference: kept when another folder opens
         self._clear()
 
+    #: Edits kept for undo (Ctrl+Z), most recent last.
+    UNDO_DEPTH = 50
+
     def _clear(self) -> None:
         self.grouping: Any = None
         self.K: Any = None
@@ -404,6 +408,31 @@ class GroupingModel:
         self.busy = False
         self.mask_path: str | None = None
         self.mask_data: Any = None
+        self.undo_stack: list[tuple[str, Any, Any, list, list]] = []
+
+    def remember(self, what: str) -> None:
+        """Keep the grouping shown and the constraints, so that :meth:`undo` can bring
+        them back after the edit ``what`` (e.g. "rename", "move")."""
+        import copy
+
+        if self.grouping is None:
+            return
+        entry = (what, copy.deepcopy(self.grouping), self.K, list(self.must), list(self.cannot))
+        self.undo_stack = [*self.undo_stack, entry][-self.UNDO_DEPTH :]
+
+    @property
+    def can_undo(self) -> bool:
+        return bool(self.undo_stack) and not self.busy
+
+    def undo(self) -> str | None:
+        """Bring back the grouping and constraints before the last edit; returns what was
+        undone (None: nothing to undo)."""
+        if not self.can_undo:
+            return None
+        what, grouping, K, must, cannot = self.undo_stack.pop()
+        self.set_constraints(must, cannot)
+        self.set_grouping(grouping, K=K)
+        return what
 
     def reset(self) -> None:
         """Forget everything (a new folder): grouping, constraints, mask."""
@@ -417,6 +446,7 @@ class GroupingModel:
         """A re-opened collection: no grouping or constraints until restored (the mask
         stays)."""
         self.grouping, self.K, self.must, self.cannot, self.busy = None, None, [], [], False
+        self.undo_stack = []
         self.events.busy(busy=False, text="")
         self.events.constraints(must=[], cannot=[])
         self.events.grouping(grouping=None)
@@ -465,6 +495,9 @@ class GroupingModel:
         if g is None or not 0 <= group < g.k:
             return False
         name = name.strip()
+        if name != g.names.get(group, ""):
+            self.remember("rename")
+            g = self.grouping
         if name:
             g.names[group] = name
         else:
@@ -574,7 +607,7 @@ class Session:
     ``collection_opened``, ``collection_closed``, ``access_changed`` (``readonly``: None
     or why the collection is read-only), ``photos_reset``, ``photos_added``,
     ``photo_removed``, ``problems_changed``, ``methods_changed``, ``marks_changed``,
-    ``refused``.
+    ``metadata_changed``, ``refused``.
     """
 
     #: why a collection may be read-only (:attr:`readonly`)
@@ -587,7 +620,7 @@ class Session:
         self.events = EmitterGroup(self, (
             "folder_opened", "folder_closed", "collection_opened", "collection_closed",
             "access_changed", "photos_reset", "photos_added", "photo_removed", "problems_changed",
-            "methods_changed", "marks_changed", "refused",
+            "methods_changed", "marks_changed", "metadata_changed", "refused",
         ))  # fmt: skip
         self.epoch = 0
         self._serials: dict[str, int] = {}
@@ -600,6 +633,9 @@ class Session:
         self._photo_set: set[str] = set()
         self._arrived: list[str] = []
         self.problems: list[tuple[str, str]] = []
+        #: path -> :class:`engine.io.metadata.PhotoMetadata` of the photos whose metadata
+        #: the catalogue holds (read off the GUI thread, with the collection)
+        self.metadata: dict[str, Any] = {}
         self.methods: list[str] = [m for m in METHODS if m != "learned"]
         self.query = QueryModel()
         self.marks = MarkBook()
@@ -675,6 +711,7 @@ class Session:
         self._arrived = []
         self.set_photos([])
         self.set_problems([])
+        self.set_metadata({})
         self.query.reset()
         self.load_marks([])
         self.match.reset()
@@ -779,6 +816,12 @@ class Session:
             self._photo_set.discard(p)
             self._photos.remove(p)
             self.events.photo_removed(path=p)
+
+    def set_metadata(self, metadata) -> None:
+        """The photos' metadata (path -> ``PhotoMetadata``), as the catalogue holds it;
+        emits ``metadata_changed`` (``metadata``: the new mapping)."""
+        self.metadata = {str(p): m for p, m in dict(metadata or {}).items()}
+        self.events.metadata_changed(metadata=self.metadata)
 
     def set_problems(self, problems) -> None:
         self.problems = [(str(p), str(r)) for p, r in problems]

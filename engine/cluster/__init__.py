@@ -53,6 +53,7 @@ from engine.cluster.edits import (
     merge_groups,
     merge_ranks,
     move_constraints,
+    move_edit,
     pairs_to_rows,
     split_edit,
     split_group,
@@ -87,6 +88,7 @@ from engine.cluster.pipeline import (
     categorize_iter,
     default_k_graph,
 )
+from engine.cluster.placement import REVIEW_NAME, Placement, place_photos_iter, restrict
 from engine.cluster.ranking import rank_groups
 from engine.cluster.refine import (
     masks_from_arrays,
@@ -101,6 +103,7 @@ __all__ = [
     "CATEGORY_VOCAB",
     "NYSTROM_AUTO_MIN",
     "NYSTROM_LANDMARKS",
+    "REVIEW_NAME",
     "BinnedMatcher",
     "BinsMatcher",
     "CategoryChannel",
@@ -110,6 +113,7 @@ __all__ = [
     "Clustering",
     "EditableGrouping",
     "Grouping",
+    "Placement",
     "Refinement",
     "SavedEdits",
     "SplitResult",
@@ -148,13 +152,16 @@ __all__ = [
     "merge_groups",
     "merge_ranks",
     "move_constraints",
+    "move_edit",
     "ncut_embedding",
     "normalized_cut_value",
     "pairs_to_rows",
+    "place_photos_iter",
     "prepare_affinity",
     "rank_groups",
     "refine_with_masks",
     "refine_with_masks_iter",
+    "restrict",
     "save_edits",
     "save_grouping",
     "spatial_pyramid_kernel",

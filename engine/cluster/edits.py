@@ -5,7 +5,8 @@ The app's Categories view and any other front end edit a grouping through these 
 - :class:`EditableGrouping` is a grouping as it is shown and edited: members ordered
   prototypes first, outliers last, else by decreasing flow, and the names the person gave
   (stored in the index by :func:`engine.cluster.grouping.save_edits`);
-- a drag becomes must-group / cannot-group constraints for the next normalized cut
+- a drag moves the photo and nothing else (:func:`move_edit`), and becomes must-group /
+  cannot-group constraints kept for the next normalized cut, when the person asks for one
   (:func:`move_constraints`, :func:`pairs_to_rows`; thesis Sec. 9.2);
 - merging acts on the labels directly (:func:`merge_groups`, :func:`merge_edit`; without the
   folder's affinities the flows are rescaled, :func:`merge_ranks`);
@@ -45,10 +46,12 @@ __all__ = [
     "category_affinities_iter",
     "compact_labels",
     "edited_grouping",
+    "keep_order_labels",
     "merge_edit",
     "merge_groups",
     "merge_ranks",
     "move_constraints",
+    "move_edit",
     "pairs_to_rows",
     "split_edit",
     "split_group",
@@ -59,6 +62,24 @@ __all__ = [
 #: :data:`SPLIT_LANDMARKS` sampled members instead of its exact (m, m) affinities.
 SPLIT_NYSTROM_MIN = 3000
 SPLIT_LANDMARKS = 500
+
+
+def keep_order_labels(labels: np.ndarray) -> np.ndarray:
+    """Renumber labels to ``0..k-1`` (empty groups removed) keeping their order: the
+    groups of a person's grouping stay where they are after an edit.
+
+    Parameters
+    ----------
+    labels : (n,) int
+
+    Returns
+    -------
+    (n,) int64
+    """
+    labels = np.asarray(labels)
+    if labels.size == 0:
+        return labels.astype(np.int64)
+    return np.unique(labels, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def compact_labels(labels: np.ndarray) -> np.ndarray:
@@ -447,6 +468,58 @@ def edited_grouping(
                              np.asarray(flow, np.float64), np.asarray(protos, bool),
                              np.asarray(outl, bool), f"{reason} by hand")  # fmt: skip
     g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+    return g
+
+
+def move_edit(
+    old: EditableGrouping, path: str, group: int, K: np.ndarray | None = None
+) -> EditableGrouping:
+    """Put photo ``path`` into ``group`` and change nothing else: every other photo keeps
+    its group (the person's organisation is theirs; the constraints of
+    :func:`move_constraints` keep the move when the folder is grouped again).
+
+    Parameters
+    ----------
+    old : EditableGrouping
+    path : str
+        A photo of ``old``.
+    group : int
+        Its new group, in ``[0, old.k]`` (``old.k``: a new group of its own).
+    K : (n, n) float64, optional
+        The full affinities: the two groups concerned are ranked again on them (flow,
+        prototypes, outliers; Sec. 9.4). Without them the photo is ranked last in its new
+        group, as neither prototype nor outlier (the person put it there).
+
+    Returns
+    -------
+    EditableGrouping
+        The groups keep their numbers (:func:`keep_order_labels`: only a group left empty
+        disappears); the names follow (:func:`carry_names`).
+    """
+    i = old.paths.index(str(path))
+    if not 0 <= int(group) <= old.k:
+        raise ValueError(f"group must be in [0, {old.k}], got {group}")
+    labels = old.labels.copy()
+    src = int(labels[i])
+    labels[i] = int(group)
+    flow, protos, outl = old.flow.copy(), old.prototypes.copy(), old.outliers.copy()
+    if K is not None:
+        K = np.asarray(K, np.float64)
+        for g in {src, int(group)}:
+            idx = np.flatnonzero(labels == g)
+            if idx.size:
+                f, p, o = rank_groups(K[np.ix_(idx, idx)], np.zeros(idx.size, np.int64))
+                flow[idx], protos[idx], outl[idx] = f, p, o
+    else:
+        rest = labels == int(group)
+        rest[i] = False
+        flow[i] = float(flow[rest].min()) - 1e-6 if rest.any() else 0.0
+        protos[i] = outl[i] = False
+    g = EditableGrouping(list(old.paths), keep_order_labels(labels), flow, protos, outl,
+                         f"moved {path.rsplit('/', 1)[-1]} by hand")  # fmt: skip
+    g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+    if int(group) == old.k:  # (a group of its own keeps no name of the group it left)
+        g.names.pop(int(g.labels[i]), None)
     return g
 
 

@@ -476,6 +476,11 @@ class SavedEdits:
         was never edited, the last grouping (:func:`load_grouping`).
     problem : str
         Why ``grouping`` is None (empty otherwise).
+    new_paths : list of str
+        Photos of the folder the saved grouping does not hold (added since): ``grouping``
+        holds the others (photos removed since have left their groups,
+        :func:`engine.cluster.restrict`); place them with
+        :func:`engine.cluster.place_photos_iter`.
     """
 
     grouping: EditableGrouping | None
@@ -484,6 +489,7 @@ class SavedEdits:
     k: int | str | None
     source: str
     problem: str = ""
+    new_paths: list[str] = field(default_factory=list)
 
 
 def edits_json(
@@ -550,7 +556,9 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     """The grouping to show for the collection's photos ``paths``, with the person's edits.
 
     The edits saved by :func:`save_edits`; when there are none, the last grouping
-    (:func:`load_grouping`, without its classifier) if it groups exactly ``paths``.
+    (:func:`load_grouping`, without its classifier). When the folder changed since, the
+    photos removed leave their groups and the photos added are listed in
+    ``SavedEdits.new_paths`` (the grouping is the person's: it is kept, not dropped).
 
     Parameters
     ----------
@@ -561,9 +569,9 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     Returns
     -------
     SavedEdits or None
-        None when nothing usable is stored. When the saved grouping does not fit
-        ``paths`` (the folder changed) or is damaged, ``grouping`` is None and the
-        constraints and ``k`` are still returned.
+        None when nothing usable is stored. When the saved grouping is damaged or none
+        of its photos is left, ``grouping`` is None and the constraints and ``k`` are
+        still returned.
 
     Raises
     ------
@@ -577,11 +585,10 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
             saved = load_grouping(store, classifier=False)
         except KeyError:
             return None
-        rows = [str(p) for p in saved.paths]
-        if sorted(rows) != sorted(paths):
+        g, new = _fitted(EditableGrouping.from_grouping(saved), paths)
+        if g is None:
             return None
-        g = _in_order(EditableGrouping.from_grouping(saved), rows, paths)
-        return SavedEdits(g, [], [], None, "grouping")
+        return SavedEdits(g, [], [], None, "grouping", new_paths=new)
     d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
     if not isinstance(d, dict):
         raise ValueError("the saved edits are not a JSON object")
@@ -589,18 +596,39 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     cannot = [tuple(map(str, p)) for p in d.get("cannot", [])]
     k = d.get("k", "auto")
     try:
-        if sorted(d["paths"]) != sorted(paths):
-            return SavedEdits(None, must, cannot, k, "edits", "the folder changed")
         saved = EditableGrouping(
-            list(d["paths"]), np.asarray(d["labels"], np.int64),
+            [str(p) for p in d["paths"]], np.asarray(d["labels"], np.int64),
             np.asarray(d["flow"], np.float64), np.asarray(d["prototypes"], bool),
             np.asarray(d["outliers"], bool), str(d.get("k_reason", "")),
         )  # fmt: skip
-        g = _in_order(saved, saved.paths, paths)
-        g.names = {int(a): b for a, b in d.get("names", {}).items() if b}
+        n = len(saved.paths)
+        if not saved.labels.shape == saved.flow.shape == saved.prototypes.shape == (n,):
+            raise ValueError("its arrays do not have one entry per photo")
+        saved.names = {int(a): b for a, b in d.get("names", {}).items() if b}
+        g, new = _fitted(saved, paths)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return SavedEdits(None, must, cannot, k, "edits", f"saved grouping unusable: {exc}")
-    return SavedEdits(g, must, cannot, k, "edits")
+    if g is None:
+        return SavedEdits(None, must, cannot, k, "edits", "none of its photos is left")
+    keep = set(paths)
+    must = [p for p in must if p[0] in keep and p[1] in keep]
+    cannot = [p for p in cannot if p[0] in keep and p[1] in keep]
+    return SavedEdits(g, must, cannot, k, "edits", new_paths=new)
+
+
+def _fitted(
+    saved: EditableGrouping, paths: list[str]
+) -> tuple[EditableGrouping | None, list[str]]:
+    """``saved`` fitted to the folder's photos ``paths``: the rows of the photos still
+    there, in the order of ``paths`` (the others leave their groups), and the photos it
+    does not hold."""
+    from engine.cluster.placement import restrict
+
+    held = set(saved.paths)
+    new = [p for p in paths if p not in held]
+    if not new and len(held) == len(paths):
+        return _in_order(saved, saved.paths, paths), []
+    return restrict(saved, paths), new
 
 
 def grouping_kernel_rows(collection: Any, grouping: Grouping, images: Sequence[Any]) -> np.ndarray:

@@ -77,7 +77,11 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
         ["g0"] * N_PER_GROUP,
         ["g1"] * N_PER_GROUP,
     ]
-    assert "2 groups" in view.reason.text() and "k" in view.reason.text()
+    assert "2 groups" in view.reason.text() and "comparing what is in" in view.reason.text()
+    # the technical reason behind "Details"
+    assert view.details.isHidden() and "k=2" in view.details.text()
+    qtbot.mouseClick(view.details_btn, Qt.MouseButton.LeftButton)
+    assert not view.details.isHidden()
     # prototypes first in every row
     g = view.grouping
     for row in view.rows:
@@ -275,7 +279,7 @@ def test_saved_grouping_and_fixed_k(qtbot, window, grouped):
         view.regroup()
     assert view.grouping.k == 3
     assert_partition(view, window.photos.paths())
-    assert "3" in view.reason.text()
+    assert "3 groups" in view.reason.text() and "k=3" in view.details.text()
 
 
 def test_the_app_shows_and_makes_the_grouping_of_simile_cluster(qtbot, window, tmp_path):

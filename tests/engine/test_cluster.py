@@ -1081,9 +1081,14 @@ def test_edits_are_stored_as_before_and_restored_in_the_collection_order(tmp_pat
         assert s.paths == order and s.labels.tolist() == [0, 0, 1]
         assert s.flow.tolist() == [0.25, 0.5, 1.0] and s.names == {1: "Blue"}
         assert s.prototypes.tolist() == [False, True, True] and s.k_reason == "why"
-        # the folder changed: constraints and k kept, the grouping not
+        # the folder changed: /p/1 removed (it leaves its group), /p/9 added (to place);
+        # the person's groups, names and constraints are kept
         other = load_edits(store, ["/p/0.jpg", "/p/9.jpg", "/p/2.jpg"])
-        assert other.grouping is None and other.must == saved.must and other.problem
+        assert other.grouping.paths == ["/p/0.jpg", "/p/2.jpg"] and other.new_paths == ["/p/9.jpg"]
+        assert other.grouping.labels.tolist() == [0, 0] and other.must == saved.must
+        assert other.problem == "" and other.grouping.names == {}  # (Blue left with /p/1)
+        gone = load_edits(store, ["/p/7.jpg"])
+        assert gone.grouping is None and gone.new_paths == [] and gone.problem
         # damaged entries
         store.set_kv(keys.CATEGORY_EDITS_KEY, json.dumps({"k": 3, "paths": order}))
         bad = load_edits(store, order)
@@ -1100,7 +1105,9 @@ def test_edits_are_stored_as_before_and_restored_in_the_collection_order(tmp_pat
         assert saved.source == "grouping" and saved.k is None and saved.must == []
         assert saved.grouping.paths == rows and saved.grouping.k_reason == "given"
         assert saved.grouping.labels.tolist() == grouping.labels[::-1].tolist()
-        assert load_edits(store, rows[1:]) is None  # another folder's grouping
+        fewer = load_edits(store, rows[1:])  # a photo removed: it leaves its group
+        assert fewer.grouping.paths == rows[1:] and fewer.new_paths == []
+        assert load_edits(store, ["/elsewhere/x.jpg"]) is None  # another folder's grouping
 
 
 def test_discovery_module_keeps_the_old_names():

@@ -1,0 +1,177 @@
+"""Keep a person's grouping when the folder changes: removed photos leave their groups,
+new photos are placed into the existing groups by a classifier, nothing is regrouped.
+
+A grouping the person has named, split, merged and corrected is a document they own
+(categories issue, point 2). When photos are added to the folder, the thesis' own tool for
+"new images of discovered categories" places them (Sec. 9.4: an SVM trained on each group's
+prototypes, on the pyramid-match kernel of the same dense channel the grouping used):
+
+- :func:`restrict` drops the photos that are gone (groups left empty disappear, the names
+  follow the groups);
+- :func:`place_photos_iter` trains :class:`engine.cluster.classify.CategoryClassifier` on
+  the groups' prototypes and their best-ranked members (at most :data:`PLACE_TRAIN_PER_GROUP`
+  a group; the photos the person put there are members like any other) and assigns every
+  new photo to its most likely group. A photo the classifier is unsure of (confidence, the
+  softmax of the SVM's decision values, below :data:`UNSURE_CONFIDENCE`; not a calibrated
+  probability) goes to a group of its own, named :data:`REVIEW_NAME`, for the person to
+  sort.
+
+New photos are ranked last in their groups (neither prototype nor outlier) until the person
+asks to group everything again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.cluster.binned import binned_pyramid_kernel
+from engine.cluster.classify import CategoryClassifier
+from engine.cluster.edits import EditableGrouping, carry_names, keep_order_labels
+from engine.cluster.model import category_model_iter
+from engine.cluster.results import ClusterProgress
+
+__all__ = [
+    "PLACE_TRAIN_PER_GROUP",
+    "REVIEW_NAME",
+    "UNSURE_CONFIDENCE",
+    "Placement",
+    "place_photos_iter",
+    "restrict",
+]
+
+#: Members of a group the classifier is trained on at most (prototypes first, then by
+#: decreasing flow).
+PLACE_TRAIN_PER_GROUP = 30
+#: Below this confidence a new photo goes to the :data:`REVIEW_NAME` group.
+UNSURE_CONFIDENCE = 0.5
+#: Name of the group of the new photos the classifier is unsure of.
+REVIEW_NAME = "To review"
+
+
+@dataclass
+class Placement:
+    """What :func:`place_photos_iter` did.
+
+    Attributes
+    ----------
+    grouping : EditableGrouping
+        The grouping with the new photos, rows in the collection's order.
+    placed : list of (str, int, float)
+        Every new photo, its group in ``grouping`` and the classifier's confidence.
+    unsure : list of str
+        The new photos put in the :data:`REVIEW_NAME` group.
+    """
+
+    grouping: EditableGrouping
+    placed: list[tuple[str, int, float]]
+    unsure: list[str]
+
+
+def restrict(grouping: EditableGrouping, paths: Sequence[str]) -> EditableGrouping | None:
+    """``grouping`` without the photos not in ``paths`` (removed from the folder), rows in
+    the order of ``paths``; groups left empty disappear, the others keep their order
+    (:func:`engine.cluster.edits.keep_order_labels`) and names.
+
+    Returns None when none of its photos is left.
+    """
+    pos = {p: i for i, p in enumerate(grouping.paths)}
+    kept = [str(p) for p in paths if str(p) in pos]
+    if not kept:
+        return None
+    take = np.array([pos[p] for p in kept], np.int64)
+    labels = keep_order_labels(np.asarray(grouping.labels, np.int64)[take])
+    g = EditableGrouping(
+        kept, labels, np.asarray(grouping.flow, np.float64)[take],
+        np.asarray(grouping.prototypes, bool)[take], np.asarray(grouping.outliers, bool)[take],
+        grouping.k_reason,
+    )  # fmt: skip
+    g.names = carry_names(grouping.paths, grouping.labels, grouping.names, g.paths, g.labels)
+    return g
+
+
+def _training_rows(g: EditableGrouping) -> np.ndarray:
+    """Rows of ``g`` the classifier learns from: per group its prototypes first, then its
+    members by decreasing flow, at most :data:`PLACE_TRAIN_PER_GROUP`."""
+    rows = [g.members(k)[:PLACE_TRAIN_PER_GROUP] for k in range(g.k)]
+    return np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+
+
+def place_photos_iter(
+    collection: Any, grouping: EditableGrouping, cancel: Any = None
+) -> Generator[ClusterProgress, None, Placement]:
+    """Place the collection's photos that ``grouping`` does not hold into its groups.
+
+    Parameters
+    ----------
+    collection : engine.collection.Collection
+        Its dense categorisation channel is brought up to date (new photos' features).
+    grouping : EditableGrouping
+        The person's grouping of (some of) the collection's photos (:func:`restrict` it
+        first when photos were removed).
+    cancel : threading.Event, optional
+        Stops the run (``InterruptedError``).
+
+    Yields
+    ------
+    ClusterProgress
+        Stages ``features``, ``vocabulary``, ``bins`` (the dense channel), ``place``.
+
+    Returns
+    -------
+    Placement
+        The grouping of every photo of the collection (rows in its order) and where each
+        new photo went.
+    """
+    model = yield from category_model_iter(collection, cancel=cancel)
+    if cancel is not None and cancel.is_set():
+        raise InterruptedError("cancelled")
+    paths = [str(p) for p in model.paths]
+    row = {p: i for i, p in enumerate(paths)}
+    g = restrict(grouping, paths)
+    if g is None:
+        raise ValueError("none of the grouped photos is in the folder any more")
+    new = [p for p in paths if p not in set(g.paths)]
+    yield ClusterProgress("place", 0, 1, f"placing {len(new)} new photo(s)")
+    labels_new = np.zeros(len(new), np.int64)
+    confidence = np.ones(len(new))
+    if new and g.k >= 2:
+        train = _training_rows(g)
+        sets = [model.bins[row[g.paths[i]]] for i in train] + [model.bins[row[p]] for p in new]
+        K = binned_pyramid_kernel(sets, columns=np.arange(train.size))
+        clf = CategoryClassifier(C=10.0).fit(K[: train.size], g.labels[train])
+        pred = clf.predict(K[train.size :])
+        labels_new = pred.labels.astype(np.int64)
+        confidence = np.asarray(pred.confidence, np.float64)
+    unsure = confidence < UNSURE_CONFIDENCE
+    labels_new[unsure] = g.k  # a group of their own, to review
+    old_pos = {p: i for i, p in enumerate(g.paths)}
+    new_pos = {p: j for j, p in enumerate(new)}
+    n = len(paths)
+    labels = np.zeros(n, np.int64)
+    flow = np.zeros(n)
+    protos = np.zeros(n, bool)
+    outl = np.zeros(n, bool)
+    low = float(np.min(g.flow)) - 1.0 if g.flow.size else 0.0
+    for r, p in enumerate(paths):
+        if p in old_pos:
+            i = old_pos[p]
+            labels[r], flow[r] = g.labels[i], g.flow[i]
+            protos[r], outl[r] = g.prototypes[i], g.outliers[i]
+        else:
+            j = new_pos[p]
+            labels[r], flow[r] = labels_new[j], low - (1.0 - confidence[j])
+    n_unsure = int(unsure.sum())
+    reason = g.k_reason
+    if new:
+        reason += (f"; {len(new)} new photo(s) placed by an SVM on the groups' prototypes"
+                   + (f" ({n_unsure} to review)" if n_unsure else ""))  # fmt: skip
+    out = EditableGrouping(paths, labels, flow, protos, outl, reason, dict(g.names))
+    if n_unsure:
+        out.names[g.k] = REVIEW_NAME
+    yield ClusterProgress("place", 1, 1, f"placing {len(new)} new photo(s)")
+    placed = [(p, int(labels_new[j]), float(confidence[j])) for j, p in enumerate(new)]
+    return Placement(out, placed, [p for j, p in enumerate(new) if unsure[j]])

@@ -1,0 +1,98 @@
+"""The person's grouping is durable (categories issue, point 2), clicked through as a
+person: a dragged photo moves alone, Undo brings the groups back, and after photos were
+added to the folder, reopening it keeps the groups and their names and places the new
+photos into them instead of grouping from scratch."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytest.importorskip("pytestqt")
+pytest.importorskip("cv2")
+
+import app.gui  # noqa: F401  (PySide6 refcount work-around before other Qt code)
+
+# isort: split
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QDropEvent, QKeySequence
+
+from tests.app._gui import INDEX_TIMEOUT, make_grouped_folder
+
+
+def _drop(view, src_row, path, target_row) -> None:
+    i = src_row.model.paths().index(path)
+    md = src_row.model.mimeData([src_row.model.index(i)])
+    drop = QDropEvent(
+        QPointF(20, 20), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )  # fmt: skip
+    target_row.strip.dropEvent(drop)
+
+
+def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path):
+    folder, index = tmp_path / "photos", tmp_path / "index"
+    groups = make_grouped_folder(folder, per_group=5, seed=4)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    later = {}
+    for name, paths in groups.items():
+        shutil.move(paths[-1], aside / paths[-1].name)
+        later[str(paths[-1])] = name
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    view = window.views["categories"]
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        window.show_view("categories")
+    g = view.grouping
+    assert g.k == 2 and view.undo_btn.isEnabled() is False
+    assert view.undo_shortcut.key() == QKeySequence(QKeySequence.StandardKey.Undo)
+    scene = {p: p.rsplit("/", 2)[-2] for p in g.paths}
+
+    # rename the first group as a person does
+    row0 = view.rows[0]
+    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
+    row0.name.selectAll()
+    qtbot.keyClicks(row0.name, "Sea")
+    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    assert view.grouping.name(0) == "Sea" and view.undo_btn.isEnabled()
+
+    # drag a photo of group 1 onto group 0: it moves, nothing else does
+    before = {p: view.grouping.group_of(p) for p in g.paths}
+    moved = view.rows[1].model.path(0)
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        _drop(view, view.rows[1], moved, view.rows[0])
+    after = {p: view.grouping.group_of(p) for p in g.paths}
+    assert [p for p in before if before[p] != after[p]] == [moved]
+    assert after[moved] == 0 and view.grouping.name(0) == "Sea"
+    assert moved in view.rows[0].model.paths()
+    assert "no other photo moved" in window.status_label.text()
+    assert any(moved in pair for pair in view.must)
+
+    # Undo: the photo is back in its group, the constraints of the move are gone
+    qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
+    assert {p: view.grouping.group_of(p) for p in g.paths} == before
+    assert not any(moved in pair for pair in view.must)
+    assert "Undid the last move" in window.status_label.text()
+    assert view.grouping.name(0) == "Sea"  # (the rename is older than the move)
+
+    # new photos arrive; the folder is opened again: the groups stay, the new photos join
+    for dst in later:
+        shutil.copy(aside / dst.rsplit("/", 1)[-1], dst)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    qtbot.waitUntil(
+        lambda: view.grouping is not None and len(view.grouping.paths) == 10, timeout=60_000
+    )
+    qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
+    g2 = view.grouping
+    assert g2.name(0) == "Sea" and g2.k == 2
+    for p, grp in before.items():
+        assert g2.group_of(p) == grp, "an old photo changed group"
+    for p, name in later.items():
+        mate = next(q for q in before if scene[q] == name)
+        assert g2.group_of(p) == before[mate], "a new photo joined its own scene's group"
+    assert "placed into your groups" in window.status_label.text()
+    shown = sorted(p for row in view.rows for p in row.model.paths())
+    assert shown == sorted(g2.paths)

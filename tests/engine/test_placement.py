@@ -1,0 +1,116 @@
+"""A person's grouping survives a changing folder (categories issue, point 2): removed
+photos leave their groups, new photos are placed by the classifier, a move changes only
+the photo moved, and the saved edits come back after photos were added."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+cv2 = pytest.importorskip("cv2")
+
+from engine.cluster import (  # noqa: E402
+    REVIEW_NAME,
+    EditableGrouping,
+    group_collection_iter,
+    load_edits,
+    move_edit,
+    place_photos_iter,
+    restrict,
+    save_edits,
+)
+from engine.collection import Collection  # noqa: E402
+from tests.app._gui import make_grouped_folder  # noqa: E402
+
+
+def _drive(gen):
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Two scenes, five views each; the fifth views are kept aside (added later)."""
+    root = tmp_path_factory.mktemp("place")
+    groups = make_grouped_folder(root / "photos", per_group=5, seed=3)
+    aside = root / "aside"
+    aside.mkdir()
+    later = []
+    for name, paths in groups.items():
+        shutil.move(paths[-1], aside / paths[-1].name)
+        later.append((aside / paths[-1].name, paths[-1], name))
+    return root / "photos", later
+
+
+def _grouping(col) -> EditableGrouping:
+    g = _drive(group_collection_iter(col, k=2))
+    return EditableGrouping.from_grouping(g)
+
+
+def test_moves_removals_and_new_photos_keep_the_persons_grouping(folder):
+    photos, later = folder
+    with Collection.open(photos) as col:
+        _drive(col.update(jobs=1))
+        g = _grouping(col)
+        scene = {p: p.rsplit("/", 2)[-2] for p in g.paths}
+        assert len({tuple(sorted(scene[p] for p in np.array(g.paths)[g.labels == k]))
+                    for k in range(2)}) == 2  # fmt: skip
+        g.names = {int(g.group_of(next(p for p in g.paths if scene[p] == "g0"))): "Red"}
+        red = next(k for k, v in g.names.items() if v == "Red")
+
+        # a move changes the photo moved and nothing else
+        moved = next(p for p in g.paths if scene[p] == "g1")
+        m = move_edit(g, moved, red)
+        changed = [p for i, p in enumerate(g.paths) if m.labels[i] != g.labels[i]]
+        assert changed == [moved] and m.group_of(moved) == red and m.name(red) == "Red"
+        assert not m.prototypes[m.paths.index(moved)]
+        m2 = move_edit(g, moved, g.k)  # a group of its own
+        assert m2.k == 3 and m2.name(m2.group_of(moved)).startswith("Group")
+
+        # the person's edits are saved; then photos come and go
+        save_edits(col.store, g, [], [], 2)
+        gone = next(p for p in g.paths if scene[p] == "g0")
+        (photos / "g0" / gone.rsplit("/", 1)[-1]).unlink()
+        for src, dst, _ in later:
+            shutil.copy(src, dst)
+        _drive(col.update(jobs=1))
+        paths = [str(p) for p in col.paths()]
+        saved = load_edits(col.store, paths)
+        assert saved.grouping is not None and saved.grouping.name(red) == "Red"  # in place
+        assert sorted(saved.new_paths) == sorted(str(d) for _, d, _ in later)
+        assert gone not in saved.grouping.paths and len(saved.grouping.paths) == 7
+
+        placed = _drive(place_photos_iter(col, saved.grouping))
+        out = placed.grouping
+        assert out.paths == paths  # the collection's order, every photo once
+        for _, dst, name in later:
+            i = out.paths.index(str(dst))
+            mates = [j for j, p in enumerate(out.paths) if scene.get(p) == name]
+            assert out.labels[i] == out.labels[mates[0]], "placed with its own scene"
+            assert not out.prototypes[i]
+        # the old photos keep their groups and names
+        for p in saved.grouping.paths:
+            assert out.group_of(p) == saved.grouping.group_of(p)
+        assert out.name(red) == "Red" and "placed by an SVM" in out.k_reason
+        assert {p for p, _, _ in placed.placed} == set(saved.new_paths)
+        assert all(0 < c <= 1 for _, _, c in placed.placed)
+
+
+def test_unsure_photos_go_to_a_group_to_review(folder, monkeypatch):
+    import engine.cluster.placement as placement
+
+    photos, _ = folder
+    with Collection.open(photos) as col:
+        _drive(col.update(jobs=1))
+        g = _grouping(col)
+        some = restrict(g, g.paths[:-2])
+        monkeypatch.setattr(placement, "UNSURE_CONFIDENCE", 1.01)  # nobody is sure
+        res = _drive(place_photos_iter(col, some))
+    assert len(res.unsure) == 2 and res.grouping.k == g.k + 1
+    assert res.grouping.name(g.k) == REVIEW_NAME
+    assert restrict(g, []) is None
