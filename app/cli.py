@@ -17,7 +17,17 @@ from app import __version__
 from app._argparse import Parser
 
 # Order here is the order in ``simile --help``.
-COMMANDS = ("match", "index", "query", "duplicates", "eval", "cluster", "classify", "learn")
+COMMANDS = (
+    "match",
+    "index",
+    "query",
+    "duplicates",
+    "eval",
+    "cluster",
+    "classify",
+    "learn",
+    "export",
+)
 
 
 def _command_modules():

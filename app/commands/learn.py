@@ -18,13 +18,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "the same subfolder are similar), --feedback FILE (CSV with the header "
             'query,result,relevant, or JSON {"marks": [{"query", "result", '
             '"relevant"}]}; relative paths are relative to FOLDER), or --from-marks '
-            "(thumbs up / down given in the app)."
+            "(thumbs up / down given in the app), or --from-keywords (photos sharing a "
+            "keyword you gave them, in XMP sidecars, embedded XMP or IPTC, are similar)."
         ),
     )
     p.add_argument("folder", metavar="FOLDER")
     p.add_argument("--index", metavar="DIR", help="index location (default: see README)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-subfolders", action="store_true")
+    src.add_argument(
+        "--from-keywords",
+        action="store_true",
+        help="labels from the keywords you gave your photos (XMP sidecars, embedded XMP, IPTC)",
+    )
     src.add_argument("--feedback", metavar="FILE")
     src.add_argument("--from-marks", action="store_true")
     p.add_argument("--method", default="oasis", choices=("oasis", "boostssc", "boostpro"))
@@ -39,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     with coll:
         if len(coll.paths()) == 0:
             raise CommandError(f"{args.folder}: the index holds no images; run 'simile index'")
-        source = "subfolders" if args.from_subfolders else "marks"
+        source = (
+            "subfolders" if args.from_subfolders else "keywords" if args.from_keywords else "marks"
+        )
         if args.feedback:
             try:
                 marks = read_feedback_file(args.feedback, coll.folder)

@@ -65,6 +65,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListView,
     QMenu,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -617,6 +618,7 @@ class CategoriesView(QWidget):
 
     grouping_shown = Signal()
     mask_shown = Signal()
+    keywords_written = Signal(object)  # the ExportReport of a keyword export
 
     def __init__(self, window) -> None:
         super().__init__()
@@ -659,6 +661,7 @@ class CategoriesView(QWidget):
             ("Folders of links…", "links"),
             ("Folders of copies…", "copies"),
             ("CSV table…", "csv"),
+            ("Keywords in XMP sidecars (digiKam, darktable, Lightroom)…", "xmp"),
         ):
             a = menu.addAction(text)
             a.triggered.connect(lambda _=False, m=mode: self.export_dialog(m))
@@ -1146,6 +1149,9 @@ class CategoriesView(QWidget):
     def export_dialog(self, mode: str) -> None:
         if self.grouping is None:
             return
+        if mode == "xmp":
+            self.export_keywords()
+            return
         start = Path(self.window.folder or Path.home())
         if mode == "csv":
             fname, _ = QFileDialog.getSaveFileName(
@@ -1157,6 +1163,49 @@ class CategoriesView(QWidget):
             )
         if fname:
             self.export(fname, mode)
+
+    def export_keywords(self, confirm: bool = True) -> None:
+        """Write the groups' names as keywords into XMP sidecars beside the photos, after
+        showing what will change (a dry run, in a worker) and asking."""
+        g, coll = self.grouping, self.collection
+        if g is None or coll is None:
+            return
+        photos = [str(p) for p in coll.paths()]
+        win = self.window
+
+        def written(report) -> None:
+            n = len(report.changes)
+            text = f"Wrote the group names as keywords into {n} XMP sidecar{'s' if n != 1 else ''}"
+            if report.refused:
+                text += f"; {len(report.refused)} left alone ({report.refused[0][1]})"
+            win.status_label.setText(text + ".")
+            self.keywords_written.emit(report)
+
+        def planned(report) -> None:
+            n = len(report.changes)
+            if n == 0:
+                win.status_label.setText("The XMP sidecars already hold these group names.")
+                self.keywords_written.emit(report)
+                return
+            new = sum(c.created for c in report.changes)
+            ask = (
+                f"Write the names of the {g.k} groups as keywords (Simile|Category|…) into "
+                f"{n} XMP sidecar{'s' if n != 1 else ''} ({new} new)?\n\nYour own keywords "
+                "and everything else in the sidecars are kept; the photos are not changed."
+            )
+            if confirm:
+                yes = QMessageBox.StandardButton.Yes
+                if QMessageBox.question(self, "Export keywords", ask) != yes:
+                    return
+            win.run_worker(
+                keywords_job, g, photos, coll.folder, False,
+                connect={"returned": written}, context="Writing keywords failed",
+            )  # fmt: skip
+
+        win.run_worker(
+            keywords_job, g, photos, coll.folder, True,
+            connect={"returned": planned}, context="Reading the sidecars failed",
+        )  # fmt: skip
 
     def export(self, dest, mode: str) -> int | None:
         """Write the grouping shown (:func:`export_grouping`); links and copies only of
@@ -1178,6 +1227,15 @@ class CategoriesView(QWidget):
         what = {"links": "links", "copies": "copies", "csv": "rows"}[mode]
         self.window.status_label.setText(f"Exported {n} {what} of {g.k} groups to {dest}")
         return n
+
+
+def keywords_job(grouping, photos, folder, dry_run: bool):
+    """Worker: the groups' names as keywords ``Simile|Category|<name>`` in the photos'
+    XMP sidecars (:func:`engine.workflows.keywords.export_keywords`; the photos are never
+    written, the sidecars' other keywords kept)."""
+    from engine.workflows.keywords import category_keywords, export_keywords
+
+    return export_keywords(category_keywords(grouping), photos, folder, dry_run=dry_run)
 
 
 def make_categories_view(window) -> CategoriesView:

@@ -279,9 +279,10 @@ def learn(
     collection : Collection
         Opened for writing, already indexed.
     method : {"oasis", "boostssc", "boostpro"}
-    source : {"subfolders", "marks"}
-        Labels from subfolders, or relevance marks (``marks`` or, if None, those stored
-        in the index).
+    source : {"subfolders", "keywords", "marks"}
+        Labels from subfolders, from the keywords the person gave the photos (XMP
+        sidecars, embedded XMP, IPTC: :func:`engine.workflows.keywords.labels_from_keywords`),
+        or relevance marks (``marks`` or, if None, those stored in the index).
     cancel : threading.Event, optional
         Checked between yields.
     jobs : int, optional
@@ -299,7 +300,7 @@ def learn(
     """
     if method not in LEARN_METHODS:
         raise ValueError(f"method must be one of {', '.join(LEARN_METHODS)}, got {method!r}")
-    if source not in ("subfolders", "marks"):
+    if source not in ("subfolders", "keywords", "marks"):
         raise ValueError(f"source must be 'subfolders' or 'marks', got {source!r}")
     if getattr(collection.store, "readonly", False):
         from engine.index.store import ReadOnlyIndexError
@@ -375,14 +376,21 @@ def _supervision(
     ``None``), and the rows that take part. Raises ValueError when there is too little."""
     labels = None
     triplets = None
-    if source == "subfolders":
-        labels = _labels_of(paths, collection.folder)
+    if source in ("subfolders", "keywords"):
+        if source == "subfolders":
+            labels = _labels_of(paths, collection.folder)
+            need = "at least two subfolders, one of them with two or more images"
+        else:
+            from engine.workflows.keywords import labels_from_keywords
+
+            labels = labels_from_keywords(paths)[0]
+            need = (
+                "at least two keywords, each given to two or more photos (in XMP sidecars, "
+                "embedded XMP or IPTC; Simile's own keywords do not count)"
+            )
         counts = np.bincount(labels[labels >= 0]) if np.any(labels >= 0) else np.zeros(0)
         if (counts >= 2).sum() < 1 or counts.size < 2:
-            raise ValueError(
-                "learning from subfolders needs at least two subfolders, one of them with "
-                "two or more images"
-            )
+            raise ValueError(f"learning from {source} needs {need}")
         supervised = np.flatnonzero(labels >= 0)
     else:
         marks = load_marks(collection) if marks is None else list(marks)

@@ -31,7 +31,7 @@ def _drop(view, src_row, path, target_row) -> None:
     target_row.strip.dropEvent(drop)
 
 
-def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path):
+def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path, monkeypatch):
     folder, index = tmp_path / "photos", tmp_path / "index"
     groups = make_grouped_folder(folder, per_group=5, seed=4)
     aside = tmp_path / "aside"
@@ -96,3 +96,27 @@ def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path
     assert "placed into your groups" in window.status_label.text()
     shown = sorted(p for row in view.rows for p in row.model.paths())
     assert shown == sorted(g2.paths)
+
+    # Export ▸ Keywords in XMP sidecars: asked first, then every photo's sidecar names its
+    # group; the photos are not changed
+    from PySide6.QtWidgets import QMessageBox
+
+    from engine.io.xmp import read_keywords
+
+    asked = []
+
+    def yes(*args):
+        asked.append(args[2])
+        return QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", yes)
+    size = {p: (folder / p).stat().st_size for p in g2.paths}
+    action = next(a for a in view.export_btn.menu().actions() if "XMP" in a.text())
+    with qtbot.waitSignal(view.keywords_written, timeout=30_000):
+        action.trigger()
+    assert asked and "10 XMP sidecars (10 new)" in asked[0]
+    for p in g2.paths:
+        assert f"Simile|Category|{g2.name(g2.group_of(p))}" in read_keywords(p)
+        assert (folder / p).stat().st_size == size[p]
+    assert "Simile|Category|Sea" in read_keywords(next(iter(before)))
+    assert "into 10 XMP sidecars" in window.status_label.text()
