@@ -1,74 +1,149 @@
-"""``simile duplicates FOLDER``: groups of near-duplicate images, and the copy to keep.
+"""``simile duplicates FOLDER``: duplicate groups by tier, and the copy to keep.
 
-The groups come from :meth:`engine.collection.Collection.duplicates`; the copy suggested
-to keep from :func:`engine.workflows.duplicates.suggest_keeper` (the app's choice too).
-This module parses the arguments and prints.
+The groups come from :meth:`engine.collection.Collection.duplicates` (tiers and defaults
+of :mod:`engine.workflows.duplicates`, the app's too); the copy suggested to keep from
+:func:`engine.workflows.duplicates.suggest_keeper`. This module parses the arguments,
+shows progress on stderr (Ctrl-C stops the search) and prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import signal
+import sys
+import threading
 
 from app.commands._collection import open_collection
-from app.commands._common import CommandError, emit_json
+from app.commands._common import CommandError, Progress, emit_json
+
+TIER_LABELS = {
+    "identical": "identical files",
+    "same_photo": "the same photo",
+    "similar_shots": "similar shots",
+}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "duplicates",
-        help="find near-duplicate images",
+        help="find duplicate images (identical files, copies of one photo, similar shots)",
         description=(
-            "Group near-duplicate images of an indexed FOLDER: identical files, and images "
-            "where at least a fraction THRESHOLD of the features are geometrically verified "
-            "correspondences (resized, recompressed or slightly edited copies)."
+            "Group the duplicates of an indexed FOLDER in three tiers: identical files (same "
+            "bytes); the same photo (a resized, recompressed, converted, edited, cropped or "
+            "rotated copy: one transform explains the other and the aligned pixels agree); "
+            "similar shots (many verified matches but not one transform: bursts, brackets). "
+            "Each group names the copy to keep and why."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="indexed photo folder")
     p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
     p.add_argument(
+        "--tiers",
+        default="identical,same_photo,similar_shots",
+        metavar="LIST",
+        help="comma-separated tiers to report: identical, same_photo, similar_shots (all)",
+    )
+    p.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder whose photos are always the ones kept (repeatable)",
+    )
+    p.add_argument(
         "--threshold",
         type=float,
-        default=0.3,
+        default=None,
         metavar="T",
-        help="fraction of features verified as the same points, in (0, 1] (0.3)",
+        help="least score of a similar-shots link, in (0, 1] (default: the engine's)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    if not 0 < args.threshold <= 1:
-        raise CommandError(f"--threshold must be in (0, 1], got {args.threshold}")
-    from engine.workflows.duplicates import suggest_keeper
+def _tiers(text: str) -> tuple[str, ...]:
+    from engine.workflows.duplicates import TIERS
 
+    tiers = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in tiers if t not in TIERS]
+    if bad or not tiers:
+        raise CommandError(f"--tiers takes a comma-separated subset of {', '.join(TIERS)}")
+    return tuple(t for t in TIERS if t in tiers)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise CommandError(f"--threshold must be in (0, 1], got {args.threshold}")
+    from engine.workflows.duplicates import DEFAULT_RULE, suggest_keeper
+
+    tiers = _tiers(args.tiers)
+    cancel = threading.Event()
+    progress = Progress("checking pairs")
+
+    def on_sigint(signum, frame):  # first Ctrl-C: stop after the current block
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     col = open_collection(args.folder, args.index, create=False, readonly=True)
     try:
-        try:
-            groups = col.duplicates(args.threshold)
-        except LookupError as exc:
-            raise CommandError(str(exc)) from None
+        groups = col.duplicates(
+            args.threshold, tiers=tiers, cancel=cancel, progress=progress.update
+        )
+    except InterruptedError:
+        progress.close()
+        print("simile: interrupted; no groups were reported", file=sys.stderr)
+        return 130
+    except LookupError as exc:
+        raise CommandError(str(exc)) from None
     finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
         col.close()
+    progress.close()
     out = []
     for g in groups:
-        keeper = suggest_keeper(g.paths)
+        keeper = suggest_keeper(g.paths, reference=args.reference)
+        reason = None if keeper is None else keeper.reason
         out.append({
+            "tier": g.tier,
             "paths": [str(p) for p in g.paths],
             "scores": [float(s) for s in g.scores],
             "keep": None if keeper is None else keeper.path,
-            "keep_reason": None if keeper is None else keeper.reason,
+            "reason": reason,
+            "keep_reason": reason,
         })  # fmt: skip
+    rule = DEFAULT_RULE.with_threshold(args.threshold)
+    settings = {
+        "tiers": list(tiers),
+        "reference": list(args.reference),
+        "rule": dataclasses.asdict(rule),
+        "description": (
+            "identical: same bytes; same_photo: one homography explains the pair with at "
+            f"least {rule.min_inliers} inliers, >= {rule.same_photo_fraction:g} of the "
+            f"features in the overlap agreeing, median residual <= "
+            f"{rule.same_photo_residual:g} of the side and <= "
+            f"{rule.same_photo_residual_px:g} px of the smaller picture, aligned detail "
+            f"correlating >= "
+            f"{rule.same_photo_pixels:g} and no differing EXIF capture times; "
+            f"similar_shots: >= {rule.min_inliers} inliers and score >= "
+            f"{rule.similar_score:g} otherwise"
+        ),
+    }
     if args.json:
-        emit_json({"threshold": args.threshold, "groups": out})
+        emit_json({"settings": settings, "threshold": rule.similar_score, "groups": out})
     else:
         if not out:
-            print("no near-duplicates found")
+            print("no duplicates found")
         for k, g in enumerate(out, 1):
-            print(f"group {k} ({len(g['paths'])} images)")
+            print(f"group {k}: {TIER_LABELS[g['tier']]} ({len(g['paths'])} images)")
             for p, s in zip(g["paths"], g["scores"], strict=True):
                 print(f"  {'*' if p == g['keep'] else ' '} {s:6.3f}  {p}")
             if g["keep"] is not None:
-                print(f"    keep {g['keep']}: {g['keep_reason']}")
+                print(f"    keep {g['keep']}: {g['reason']}")
         if out:
             print("(* the copy to keep)")
     return 0

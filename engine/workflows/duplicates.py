@@ -1,25 +1,70 @@
-"""Near-duplicate groups of a collection: the same picture resized, recompressed,
-retouched, cropped a little.
+"""Duplicate groups of a collection, in three tiers, and the copy of each group to keep.
 
-For each image, its ``DUPLICATE_NEIGHBOURS`` best ``vocabulary`` neighbours (exhaustive up
-to ``EXHAUSTIVE_LIMIT`` images, else among the candidates of the banded WTA index,
-:func:`engine.index.candidates.candidate_rows`) are verified geometrically (ratio-test
-correspondences + robust homography, :func:`engine.index.verify.verify_pair`). The
-near-duplicate score of a pair is the fraction of the smaller image's features that are
-geometric inliers; pairs scoring at least the threshold are linked, as are byte-identical
-files (score 1). Groups are the connected components (union-find).
+Tiers (:data:`TIERS`), each decided by evidence a person can check:
+
+``"identical"``
+    The same bytes (the store's content hash, :meth:`IndexStore.duplicate_files`).
+``"same_photo"``
+    One image explains the other by a single transform with nearly all features
+    agreeing: a resized, recompressed, converted, lightly edited, cropped or rotated
+    copy. A camera RAW file and the JPEG beside it (same folder, same stem) count too.
+``"similar_shots"``
+    Many geometrically verified matches, but not one transform that explains the whole
+    picture: bursts, bracketed exposures, the same scene taken twice.
+
+How a pair is judged. For each image, its ``DUPLICATE_NEIGHBOURS`` best ``vocabulary``
+neighbours (exhaustive up to ``EXHAUSTIVE_LIMIT`` images, else among the candidates of
+the banded WTA index, :func:`engine.index.candidates.candidate_rows`) are checked
+geometrically (ratio-test correspondences + robust homography,
+:func:`engine.index.verify.verify_pair`), and :func:`pair_evidence` measures
+
+- ``score``: inliers / features of the image with fewer features (the old single
+  threshold's number);
+- ``overlap_fraction``: inliers / features lying where the two pictures overlap (the
+  features of each image mapped by the fitted homography into the other's frame; the
+  smaller of the two counts). A crop keeps all of its own features, so its fraction
+  stays as high as a full copy's;
+- ``residual`` / ``residual_px``: median distance between the inliers and where the
+  homography puts them, as a fraction of the longer side / in pixels of the smaller
+  picture. A copy is the same pixels, so its points agree to the feature detector's
+  precision; two shots of a scene differ by parallax and movement;
+- ``pixel_agreement`` (only for pairs that pass the geometric tests): the fine detail of
+  the two pictures, aligned by the homography, correlated tile by tile
+  (:func:`pixel_agreement`);
+- ``taken_differ``: both files carry EXIF capture times and they differ (two shots).
+
+:func:`pair_tier` applies the rule :data:`DEFAULT_RULE` (a :class:`TierRule`):
+``same_photo`` when ``n_inliers >= min_inliers``, ``overlap_fraction >=
+same_photo_fraction``, ``residual <= same_photo_residual``, ``residual_px <=
+same_photo_residual_px``, ``pixel_agreement >= same_photo_pixels`` (when measurable) and
+the capture times do not differ; otherwise ``similar_shots`` when ``n_inliers >=
+min_inliers`` and ``score >= similar_score``; otherwise no link. Byte-identical files are
+``identical`` links. :data:`DEFAULT_THRESHOLDS` gives the same numbers by name. The
+numbers were chosen on ``tests/benchmarks/bench_duplicates.py`` (the highest same-photo
+recall with precision >= 0.99 on its tuning half; its docstring has the measured table,
+including what this costs: on 325-pixel dev images, blurred copies and small heavily
+compressed re-exports often fall to ``similar_shots``).
+
+How groups are built. Each photo is in one group at most:
+
+1. components over the identical and same_photo links (union-find); a component whose
+   members are all linked by identical files alone is an ``identical`` group, any other
+   a ``same_photo`` group;
+2. ``similar_shots`` groups are the components of the similar_shots links among the
+   photos left out of step 1 (a photo already in a group of copies is not listed again
+   among shots).
 
 Which copy of a group to keep is suggested by :func:`suggest_keeper` (the app's
-Duplicates view and ``simile duplicates`` both ask it): the copy with the most pixels
-(every copy within :data:`KEEPER_PIXEL_TOLERANCE` of the most counts as "most"), among
-those the sharpest (:func:`sharpness`, compared at :data:`KEEPER_SIDE` pixels).
+Duplicates view and ``simile duplicates`` both ask it); see :func:`best_copy` for the
+rule. Both live in :mod:`engine.workflows.keeper` and are re-exported here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,85 +76,521 @@ from engine.core.blas import single_threaded_blas
 from engine.index import candidates
 from engine.index.threads import thread_map
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
+from engine.workflows.keeper import (
+    DERIVED_WORDS,
+    KEEPER_BPP_RATIO,
+    KEEPER_MTIME_SLACK,
+    KEEPER_PIXEL_TOLERANCE,
+    KEEPER_QUALITY_STEP,
+    KEEPER_SIDE,
+    LOSSY_FORMATS,
+    CopyStats,
+    Keeper,
+    best_copy,
+    capture_time,
+    copy_stats,
+    jpeg_quality,
+    keeper_reason,
+    looks_derived,
+    sharpness,
+    suggest_keeper,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
     from engine.index.encode import EncodedImages
     from engine.index.searcher import Searcher
-    from engine.index.store import IndexStore
 
 __all__ = [
+    "DEFAULT_RULE",
+    "DEFAULT_THRESHOLDS",
+    "DERIVED_WORDS",
     "DUPLICATE_BLOCK",
     "DUPLICATE_CACHE",
     "DUPLICATE_NEIGHBOURS",
+    "KEEPER_BPP_RATIO",
+    "KEEPER_MTIME_SLACK",
     "KEEPER_PIXEL_TOLERANCE",
+    "KEEPER_QUALITY_STEP",
     "KEEPER_SIDE",
+    "LOSSY_FORMATS",
+    "TIERS",
     "CopyStats",
     "DuplicateGroup",
     "Keeper",
+    "PairEvidence",
+    "TierRule",
     "best_copy",
+    "capture_time",
     "copy_stats",
     "find_duplicates",
+    "group_links",
+    "identical_pairs",
+    "jpeg_quality",
+    "keeper_reason",
+    "looks_derived",
+    "neighbour_evidence",
+    "pair_evidence",
+    "pair_tier",
     "sharpness",
     "suggest_keeper",
 ]
 
+#: The tiers, strictest first.
+TIERS: tuple[str, str, str] = ("identical", "same_photo", "similar_shots")
+
 DUPLICATE_NEIGHBOURS = 10
+#: Features of one picture finer (scaled into the other) than this quantile of the other
+#: picture's feature scales are not counted by :attr:`PairEvidence.overlap_fraction`.
+VISIBLE_SCALE_QUANTILE = 0.05
+#: Tile side (pixels) of :func:`pixel_agreement`.
+PIXEL_PATCH = 8
+#: Longest side (pixels) pictures are loaded at for :func:`pixel_agreement`.
+PIXEL_SIDE = 1024
 DUPLICATE_BLOCK = 256  # pairs checked side by side
 DUPLICATE_CACHE = 1024  # images' features kept (~250 MB at 500 128-D features)
-#: Longest side (pixels) the copies of a group are loaded at to compare their sharpness.
-KEEPER_SIDE = 768
-#: Copies with at least this fraction of the most pixels count as "highest resolution".
-KEEPER_PIXEL_TOLERANCE = 0.95
+
+
+@dataclass(frozen=True)
+class TierRule:
+    """The numbers that decide a verified pair's tier (:func:`pair_tier`).
+
+    Attributes
+    ----------
+    min_inliers : int
+        Fewest geometric inliers for any link.
+    same_photo_fraction : float
+        Least :attr:`PairEvidence.overlap_fraction` of a ``same_photo`` pair.
+    same_photo_residual : float
+        Largest :attr:`PairEvidence.residual` (fraction of the longer side) of a
+        ``same_photo`` pair.
+    same_photo_pixels : float
+        Least :attr:`PairEvidence.pixel_agreement` of a ``same_photo`` pair (not asked
+        of a pair whose pixels could not be compared, ``nan``).
+    same_photo_residual_px : float
+        Largest :attr:`PairEvidence.residual_px` (pixels of the smaller picture) of a
+        ``same_photo`` pair.
+    similar_score : float
+        Least :attr:`PairEvidence.score` of a ``similar_shots`` pair.
+    """
+
+    min_inliers: int = VERIFY_MIN_INLIERS
+    same_photo_fraction: float = 0.3
+    same_photo_residual: float = 0.01
+    similar_score: float = 0.2
+    same_photo_pixels: float = 0.8
+    same_photo_residual_px: float = 0.18
+
+    def with_threshold(self, threshold: float | None) -> TierRule:
+        """This rule with ``similar_score = threshold`` (unchanged for None)."""
+        if threshold is None:
+            return self
+        return dataclasses.replace(self, similar_score=float(threshold))
+
+
+#: The rule the app and ``simile duplicates`` use (chosen on the benchmark).
+DEFAULT_RULE = TierRule()
+#: The same numbers by name: ``"same_photo"`` the least overlap fraction of a same-photo
+#: pair (with ``"same_photo_residual"`` and ``"same_photo_pixels"``), ``"similar_shots"``
+#: the least score of a similar-shots pair (the app's threshold box starts at it).
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    "same_photo": DEFAULT_RULE.same_photo_fraction,
+    "same_photo_residual": DEFAULT_RULE.same_photo_residual,
+    "same_photo_pixels": DEFAULT_RULE.same_photo_pixels,
+    "similar_shots": DEFAULT_RULE.similar_score,
+}
 
 
 @dataclass(frozen=True)
 class DuplicateGroup:
-    """Near-duplicate images.
+    """Duplicate images of one tier.
 
     Attributes
     ----------
     paths : list of Path
-        The first is the group's representative (the image most similar to the others).
+        The first is the group's representative (the image most linked to the others).
     scores : list of float
-        Similarity of each path to the representative (1.0 for itself); byte-identical
-        files score 1.0.
+        Similarity of each path to the group (1.0 for the representative): its best link
+        score (:attr:`PairEvidence.score`; byte-identical files score 1.0).
+    tier : str
+        One of :data:`TIERS`.
     """
 
     paths: list[Path]
     scores: list[float]
+    tier: str = "same_photo"
 
 
-def find_duplicates(searcher: Searcher, threshold: float = 0.3) -> list[DuplicateGroup]:
-    """Groups of near-duplicate images of a collection (see the module docstring).
+@dataclass(frozen=True)
+class PairEvidence:
+    """What the geometric check of two images found (:func:`pair_evidence`).
+
+    Attributes
+    ----------
+    n_matches : int
+        Ratio-test correspondences.
+    n_inliers : int
+        Those consistent with one robust homography (distinct points, 0 when none).
+    score : float
+        ``n_inliers / min(features of a, features of b)``, at most 1.
+    overlap_fraction : float
+        ``n_inliers / min(features of a mapped inside b, features of b mapped inside
+        a)``, at most 1: the share of the features where the pictures overlap that agree.
+        Features finer than the other picture can show (their scale, mapped, under the
+        :data:`VISIBLE_SCALE_QUANTILE` quantile of the other's) are not counted.
+    residual : float
+        Median reprojection error of the inliers under the least-squares homography,
+        as a fraction of the longer side of image b; ``inf`` without a fit.
+    residual_px : float
+        The same median error in pixels of the picture with the smaller longer side
+        (positions as the features were extracted, at most 1024 px): a copy agrees to
+        the detector's precision at its own scale (about 0.1 px); two shots of a scene,
+        even from a tripod, differ by a fraction of a pixel more. ``inf`` without a fit.
+    pixel_agreement : float
+        After aligning the two pictures by the homography, the median normalised
+        correlation of their fine detail (:func:`pixel_agreement`) over the textured
+        patches of the overlap: near 1 for a copy, lower for another shot (noise,
+        movement, parallax differ). ``nan`` when not measured (only pairs that pass the
+        geometric part of the same-photo rule are) or not measurable.
+    homography : (3, 3) float64 or None
+        Maps the feature positions of a to those of b (least squares on the inliers).
+    taken_differ : bool
+        Both files carry an EXIF capture time (``DateTimeOriginal`` with its
+        sub-seconds) and the two differ: two shots, not copies of one. Read for the pairs
+        whose pixels are compared; False otherwise.
+    """
+
+    n_matches: int
+    n_inliers: int
+    score: float
+    overlap_fraction: float
+    residual: float
+    residual_px: float = float("inf")
+    pixel_agreement: float = float("nan")
+    homography: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+    taken_differ: bool = False
+
+
+def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
+    """Geometric evidence that two images show the same photo (module docstring).
+
+    Parameters
+    ----------
+    fa, fb : Features
+        Their local features (descriptors (M, D) float32, xy (M, 2) float32, positions
+        in the loaded image of size ``image_size``).
+
+    Returns
+    -------
+    PairEvidence
+    """
+    import cv2
+
+    na, nb = len(fa), len(fb)
+    if min(na, nb) < 4:
+        return PairEvidence(0, 0, 0.0, 0.0, float("inf"))
+    v = verify_pair(fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size)
+    n = int(v.n_inliers)
+    score = min(1.0, n / min(na, nb))
+    if n < 4:
+        return PairEvidence(len(v.pairs), n, score, score, float("inf"))
+    pa = fa.xy[v.pairs[v.inliers, 0]].astype(np.float64)
+    pb = fb.xy[v.pairs[v.inliers, 1]].astype(np.float64)
+    h, _ = cv2.findHomography(pa, pb, 0)
+    side_b = float(max(fb.image_size)) if fb.image_size else float(np.ptp(fb.xy, axis=0).max())
+    if h is None or not np.isfinite(h).all() or abs(np.linalg.det(h)) < 1e-12:
+        return PairEvidence(len(v.pairs), n, score, score, float("inf"))
+    err = np.linalg.norm(_apply(h, pa) - pb, axis=1)
+    residual = float(np.median(err)) / max(side_b, 1.0)
+    side_a = float(max(fa.image_size)) if fa.image_size else side_b
+    residual_px = float(np.median(err)) * min(1.0, side_a / max(side_b, 1.0))
+    in_b = _inside(_apply(h, fa.xy.astype(np.float64)), fb.image_size)
+    in_a = _inside(_apply(np.linalg.inv(h), fb.xy.astype(np.float64)), fa.image_size)
+    if fa.scale is not None and fb.scale is not None and len(fa.scale) and len(fb.scale):
+        # a feature finer than the other picture can show has no partner there (a
+        # half-size copy loses the finest details): count only those it could show
+        s = abs(float(np.linalg.det(h[:2, :2]))) ** 0.5
+        in_b &= fa.scale * s >= np.quantile(fb.scale, VISIBLE_SCALE_QUANTILE)
+        in_a &= fb.scale / max(s, 1e-9) >= np.quantile(fa.scale, VISIBLE_SCALE_QUANTILE)
+    overlap = min(1.0, n / max(1, min(int(in_b.sum()), int(in_a.sum()))))
+    return PairEvidence(
+        len(v.pairs), n, score, overlap, residual, residual_px=residual_px, homography=h
+    )
+
+
+def _apply(h: np.ndarray, xy: np.ndarray) -> np.ndarray:
+    """(P, 2) points mapped by the 3x3 homography ``h`` (points at infinity -> nan)."""
+    p = xy @ h[:, :2].T + h[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return p[:, :2] / p[:, 2:3]
+
+
+def _inside(xy: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
+    """(P,) bool: the points inside an image of ``size`` (w, h) (all, without a size)."""
+    if not size:
+        return np.ones(len(xy), bool)
+    w, h = size
+    with np.errstate(invalid="ignore"):
+        return (
+            (xy[:, 0] >= -0.5) & (xy[:, 0] <= w - 0.5) & (xy[:, 1] >= -0.5) & (xy[:, 1] <= h - 0.5)
+        )
+
+
+def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
+    """The tier of a verified pair by ``rule``: "same_photo", "similar_shots" or None.
+
+    Parameters
+    ----------
+    ev : PairEvidence
+    rule : TierRule
+
+    Returns
+    -------
+    str or None
+        ``"same_photo"`` when ``n_inliers >= min_inliers``, ``overlap_fraction >=
+        same_photo_fraction``, ``residual <= same_photo_residual``, ``residual_px <=
+        same_photo_residual_px`` and
+        ``pixel_agreement >= same_photo_pixels`` (or nan: not measurable) and the
+        capture times do not differ (``not taken_differ``); else
+        ``"similar_shots"`` when ``n_inliers >= min_inliers`` and ``score >=
+        similar_score``; else None (not linked).
+    """
+    if ev.n_inliers < rule.min_inliers:
+        return None
+    if (
+        _same_geometry(ev, rule)
+        and not ev.pixel_agreement < rule.same_photo_pixels
+        and not ev.taken_differ
+    ):
+        return "same_photo"
+    if ev.score >= rule.similar_score:
+        return "similar_shots"
+    return None
+
+
+def _same_geometry(ev: PairEvidence, rule: TierRule) -> bool:
+    """The geometric part of the same-photo rule."""
+    return (
+        ev.n_inliers >= rule.min_inliers
+        and ev.overlap_fraction >= rule.same_photo_fraction
+        and ev.residual <= rule.same_photo_residual
+        and ev.residual_px <= rule.same_photo_residual_px
+    )
+
+
+def pixel_agreement(
+    gray_a: np.ndarray,
+    gray_b: np.ndarray,
+    homography: np.ndarray,
+    size_a: tuple[int, int],
+    size_b: tuple[int, int],
+    *,
+    patch: int = PIXEL_PATCH,
+) -> float:
+    """How well the fine detail of two aligned pictures agrees.
+
+    The picture with more pixels is shrunk to about the other's scale and warped onto
+    it; both are high-passed (minus a Gaussian blur of sigma 2 px) and compared by
+    normalised cross-correlation in ``patch`` x ``patch`` tiles wholly inside the
+    overlap; the result is the median over the more textured half of the tiles.
+
+    Parameters
+    ----------
+    gray_a, gray_b : (H, W) float32
+        The two pictures in gray levels, any size.
+    homography : (3, 3) float64
+        Maps positions in a picture of ``size_a`` to positions in one of ``size_b``.
+    size_a, size_b : (width, height)
+        The sizes ``homography`` refers to (e.g. ``Features.image_size``).
+    patch : int
+        Tile side in pixels.
+
+    Returns
+    -------
+    float
+        In [-1, 1]; ``nan`` when fewer than 4 textured tiles overlap.
+    """
+    import cv2
+
+    ga, gb = np.asarray(gray_a, np.float32), np.asarray(gray_b, np.float32)
+    sa, sb = ga.shape[1] / size_a[0], gb.shape[1] / size_b[0]
+    m = np.diag([sb, sb, 1.0]) @ homography @ np.diag([1 / sa, 1 / sa, 1.0])  # a -> b pixels
+    if ga.size < gb.size:
+        ga, gb, m = gb, ga, np.linalg.inv(m)
+    scale = abs(np.linalg.det(m[:2, :2])) ** 0.5
+    if 0 < scale < 0.9:  # shrink first: no aliasing in the warp
+        ga = cv2.resize(ga, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        m = m @ np.diag([1 / scale, 1 / scale, 1.0])
+    h, w = gb.shape
+    warped = cv2.warpPerspective(ga, m, (w, h), flags=cv2.INTER_LINEAR)
+    inside = cv2.warpPerspective(np.ones_like(ga), m, (w, h), flags=cv2.INTER_NEAREST)
+    inside = cv2.erode((inside > 0.5).astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    hp_a = warped - cv2.GaussianBlur(warped, (0, 0), 2.0)
+    hp_b = gb - cv2.GaussianBlur(gb, (0, 0), 2.0)
+    th, tw = h // patch, w // patch
+    if th == 0 or tw == 0:
+        return float("nan")
+
+    def tiles(x: np.ndarray) -> np.ndarray:
+        x = x[: th * patch, : tw * patch].reshape(th, patch, tw, patch)
+        return x.transpose(0, 2, 1, 3).reshape(th * tw, patch * patch)
+
+    ok = tiles(inside.astype(np.float32)).min(axis=1) > 0
+    u, v = tiles(hp_a)[ok], tiles(hp_b)[ok]
+    u = u - u.mean(axis=1, keepdims=True)
+    v = v - v.mean(axis=1, keepdims=True)
+    su, sv = np.linalg.norm(u, axis=1), np.linalg.norm(v, axis=1)
+    texture = np.minimum(su, sv)
+    good = texture > 1e-3
+    if good.sum() < 4:
+        return float("nan")
+    ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
+    textured = texture[good] >= np.median(texture[good])
+    return float(np.median(ncc[textured]))
+
+
+def find_duplicates(
+    searcher: Searcher,
+    threshold: float | None = None,
+    *,
+    tiers: Iterable[str] = TIERS,
+    cancel: threading.Event | None = None,
+    progress: Callable[[int, int], object] | None = None,
+    rule: TierRule | None = None,
+) -> list[DuplicateGroup]:
+    """Duplicate groups of a collection, by tier (see the module docstring).
 
     Parameters
     ----------
     searcher : Searcher
         The collection's search data.
-    threshold : float
-        In (0, 1]. 0.3 accepts rescaled / recompressed copies; different photos of
-        the same object usually score below 0.2.
+    threshold : float or None
+        In (0, 1]: the least :attr:`PairEvidence.score` of a ``similar_shots`` link (the
+        loosest link). None: the default, ``DEFAULT_THRESHOLDS["similar_shots"]``. The
+        ``same_photo`` tier is decided by its own evidence whatever the threshold.
+    tiers : iterable of str
+        The tiers to report (a subset of :data:`TIERS`); the others are still worked
+        out so that a photo is in the same group whichever tiers are asked for.
+    cancel : threading.Event, optional
+        Checked between blocks of pair checks; when set, :class:`InterruptedError`.
+    progress : callable, optional
+        ``progress(done, total)`` with pairs checked so far, as they are checked.
+    rule : TierRule, optional
+        Default :data:`DEFAULT_RULE` (``threshold`` overrides its ``similar_score``).
 
     Returns
     -------
     list of DuplicateGroup
-        Largest groups first; in a group the representative (most links) comes first
-        with score 1.0, the others with their best link score.
+        Of the asked tiers, strictest tier first, then largest groups first; in a group
+        the representative (most links) comes first with score 1.0, the others with their
+        best link score.
+
+    Raises
+    ------
+    ValueError
+        For a threshold outside (0, 1] or an unknown tier.
+    InterruptedError
+        When ``cancel`` is set.
     """
-    if not 0 < threshold <= 1:
+    if threshold is not None and not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    _, data = searcher.ensure()
+    want = set(tiers)
+    if not want or want - set(TIERS):
+        raise ValueError(f"tiers must be a non-empty subset of {TIERS}, got {sorted(want)}")
+    rule = (rule or DEFAULT_RULE).with_threshold(threshold)
+    searcher.ensure()  # (row_paths are those of the current search data)
     paths = searcher.row_paths
-    link: dict[tuple[int, int], float] = {}
-    row_of_path = {str(p): r for r, p in enumerate(paths)}
+    identical = identical_pairs(searcher)
+    evidence: dict[tuple[int, int], PairEvidence] = {}
+    if want != {"identical"}:
+        evidence = neighbour_evidence(
+            searcher, skip=identical, cancel=cancel, progress=progress, pixel_rule=rule
+        )
+    links: dict[tuple[int, int], tuple[str, float]] = {p: ("identical", 1.0) for p in identical}
+    for pair, ev in evidence.items():
+        tier = pair_tier(ev, rule)
+        if tier is not None:
+            links[pair] = (tier, ev.score)
+    if want != {"identical"}:
+        for pair in _raw_sidecar_pairs(paths):
+            if pair not in links or links[pair][0] == "similar_shots":
+                ev = evidence.get(pair)
+                links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
+    return [g for g in group_links(links, paths) if g.tier in want]
+
+
+def identical_pairs(searcher: Searcher) -> set[tuple[int, int]]:
+    """(i, j) rows, i < j, of byte-identical files (each file linked to the first).
+
+    Parameters
+    ----------
+    searcher : Searcher
+        Current (:meth:`Searcher.ensure` called): rows index ``searcher.row_paths``.
+
+    Returns
+    -------
+    set of (int, int)
+    """
+    row_of_path = {str(p): r for r, p in enumerate(searcher.row_paths)}
+    out: set[tuple[int, int]] = set()
     for group in searcher.store.duplicate_files():
         rs = sorted(row_of_path[p] for p in group if p in row_of_path)
-        for r in rs[1:]:
-            link[(rs[0], r)] = 1.0
-    todo = [pair for pair in sorted(_neighbour_pairs(searcher, data)) if pair not in link]
-    _link_verified(searcher.store, data, todo, threshold, link)
-    return _groups(link, len(data.ids), paths)
+        out.update((rs[0], r) for r in rs[1:])
+    return out
+
+
+def _raw_sidecar_pairs(paths: Sequence[Path]) -> set[tuple[int, int]]:
+    """(i, j), i < j, of a camera RAW file and a non-RAW image beside it with the same
+    stem (``IMG_1.NEF`` + ``IMG_1.JPG``)."""
+    from engine.io.formats import RAW_SUFFIXES
+
+    by_stem: dict[tuple[str, str], list[int]] = {}
+    for r, p in enumerate(paths):
+        p = Path(p)
+        by_stem.setdefault((str(p.parent), p.stem.lower()), []).append(r)
+    out: set[tuple[int, int]] = set()
+    for rows in by_stem.values():
+        if len(rows) < 2:
+            continue
+        raw = [r for r in rows if Path(paths[r]).suffix.lower() in RAW_SUFFIXES]
+        other = [r for r in rows if r not in raw]
+        out.update((min(a, b), max(a, b)) for a in raw for b in other)
+    return out
+
+
+def neighbour_evidence(
+    searcher: Searcher,
+    *,
+    skip: Iterable[tuple[int, int]] = (),
+    cancel: threading.Event | None = None,
+    progress: Callable[[int, int], object] | None = None,
+    pixel_rule: TierRule | None = DEFAULT_RULE,
+) -> dict[tuple[int, int], PairEvidence]:
+    """:func:`pair_evidence` of every row and its ``DUPLICATE_NEIGHBOURS`` best
+    ``vocabulary`` neighbours, with :attr:`PairEvidence.pixel_agreement` measured for
+    the pairs that pass the geometric part of ``pixel_rule``'s same-photo test.
+
+    Parameters
+    ----------
+    searcher : Searcher
+    skip : iterable of (int, int)
+        Pairs (i < j) not to check (e.g. byte-identical files).
+    cancel, progress
+        As :func:`find_duplicates`.
+    pixel_rule : TierRule or None
+        Which pairs get their pixels compared (None: none).
+
+    Returns
+    -------
+    dict
+        ``(i, j) -> PairEvidence`` for rows i < j (indices into ``searcher.row_paths``),
+        for the pairs whose images both have at least 4 features.
+    """
+    _, data = searcher.ensure()
+    skip = set(skip)
+    todo = [pair for pair in sorted(_neighbour_pairs(searcher, data)) if pair not in skip]
+    paths = searcher.row_paths
+    return _verify(searcher.store, data, paths, todo, cancel, progress, pixel_rule)
 
 
 def _neighbour_pairs(searcher: Searcher, data: EncodedImages) -> set[tuple[int, int]]:
@@ -133,15 +614,16 @@ def _neighbour_pairs(searcher: Searcher, data: EncodedImages) -> set[tuple[int, 
     return pairs
 
 
-def _link_verified(
-    store: IndexStore,
+def _verify(
+    store,
     data: EncodedImages,
+    paths: Sequence[Path],
     todo: list[tuple[int, int]],
-    threshold: float,
-    link: dict[tuple[int, int], float],
-) -> None:
-    """Add to ``link`` the pairs of rows ``todo`` whose geometric check scores at least
-    ``threshold`` (with at least ``VERIFY_MIN_INLIERS`` inliers), in ``todo`` order."""
+    cancel: threading.Event | None,
+    progress: Callable[[int, int], object] | None,
+    pixel_rule: TierRule | None,
+) -> dict[tuple[int, int], PairEvidence]:
+    """:func:`pair_evidence` of the pairs of rows ``todo``, a block at a time."""
 
     # features are read on this thread, a block of pairs at a time, through a bounded
     # cache (the pairs are sorted by their first image; 10,000 images' features would
@@ -151,224 +633,137 @@ def _link_verified(
     def feats(r: int) -> Features:
         return store.get_features(int(data.ids[r]))
 
-    def check(job: tuple[int, int, Features, Features]) -> tuple[int, int, float] | None:
+    def check(job: tuple[int, int, Features, Features]) -> tuple[int, int, PairEvidence]:
         i, j, fa, fb = job
-        v = verify_pair(fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size)
-        score = v.n_inliers / min(len(fa), len(fb))
-        if v.n_inliers >= VERIFY_MIN_INLIERS and score >= threshold:
-            return i, j, min(1.0, score)
-        return None
+        ev = pair_evidence(fa, fb)
+        if pixel_rule is not None and ev.homography is not None and _same_geometry(ev, pixel_rule):
+            ta, tb = capture_time(paths[i]), capture_time(paths[j])
+            ev = dataclasses.replace(
+                ev,
+                pixel_agreement=_pixels_of(paths[i], paths[j], fa, fb, ev.homography),
+                taken_differ=ta is not None and tb is not None and ta != tb,
+            )
+        return i, j, ev
 
+    out: dict[tuple[int, int], PairEvidence] = {}
+    total = len(todo)
+    if cancel is not None and cancel.is_set():
+        raise InterruptedError("the duplicate search was cancelled")
+    if progress is not None:
+        progress(0, total)
     with single_threaded_blas():
-        for s0 in range(0, len(todo), DUPLICATE_BLOCK):
+        for s0 in range(0, total, DUPLICATE_BLOCK):
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError("the duplicate search was cancelled")
             jobs = []
             for i, j in todo[s0 : s0 + DUPLICATE_BLOCK]:
                 fa, fb = feats(i), feats(j)
                 if min(len(fa), len(fb)) >= 4:
                     jobs.append((i, j, fa, fb))
-            for hit in thread_map(check, jobs):
-                if hit is not None:
-                    link[hit[:2]] = hit[2]
+            for i, j, ev in thread_map(check, jobs):
+                out[(i, j)] = ev
+            if progress is not None:
+                progress(min(total, s0 + DUPLICATE_BLOCK), total)
+    return out
 
 
-def _groups(link: dict[tuple[int, int], float], n: int, paths: list[Path]) -> list[DuplicateGroup]:
-    """The connected components of the linked rows (union-find), as groups: the
-    representative (most links, then lowest row) first, the others by best link score."""
-    parent = np.arange(n)
+def _pixels_of(path_a: Path, path_b: Path, fa: Features, fb: Features, h: np.ndarray) -> float:
+    """:func:`pixel_agreement` of two files (nan when one cannot be read)."""
+    from engine.io.imageio import load_image
+
+    try:
+        gray = [
+            load_image(str(p), max_side=PIXEL_SIDE).astype(np.float32)
+            @ np.array([0.299, 0.587, 0.114], np.float32)
+            for p in (path_a, path_b)
+        ]
+        return pixel_agreement(gray[0], gray[1], h, fa.image_size, fb.image_size)
+    except Exception:  # a file changed or gone since indexing: geometry decides alone
+        return float("nan")
+
+
+def group_links(
+    links: dict[tuple[int, int], tuple[str, float]], paths: Sequence[Path]
+) -> list[DuplicateGroup]:
+    """Groups of rows from tiered links (the module docstring's two steps).
+
+    Parameters
+    ----------
+    links : dict
+        ``(i, j) -> (tier, score)`` for rows i < j, tier one of :data:`TIERS`.
+    paths : sequence of Path
+        Path of each row.
+
+    Returns
+    -------
+    list of DuplicateGroup
+        Strictest tier first, then largest first, then by representative path.
+    """
+    n = len(paths)
+    copy_links = {p: v for p, v in links.items() if v[0] != "similar_shots"}
+    strict = _components({p for p, v in links.items() if v[0] == "identical"}, n)
+    out = []
+    grouped: set[int] = set()
+    for members in _components(set(copy_links), n):
+        tier = "identical" if any(set(members) == set(c) for c in strict) else "same_photo"
+        out.append(_group(members, copy_links, paths, tier))
+        grouped.update(members)
+    shots = {
+        p: v
+        for p, v in links.items()
+        if v[0] == "similar_shots" and p[0] not in grouped and p[1] not in grouped
+    }
+    for members in _components(set(shots), n):
+        out.append(_group(members, shots, paths, "similar_shots"))
+    out.sort(key=lambda g: (TIERS.index(g.tier), -len(g.paths), str(g.paths[0])))
+    return out
+
+
+def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:
+    """Connected components (of 2 rows or more) of the rows linked by ``pairs``."""
+    parent = list(range(n))
 
     def find(x: int) -> int:
         while parent[x] != x:
             parent[x] = parent[parent[x]]
-            x = int(parent[x])
+            x = parent[x]
         return x
 
-    for i, j in link:
+    for i, j in pairs:
         ri, rj = find(i), find(j)
         if ri != rj:
             parent[max(ri, rj)] = min(ri, rj)
-    roots = np.array([find(r) for r in range(n)], dtype=np.int64)
-    out = []
-    for root in np.flatnonzero(np.bincount(roots, minlength=n) > 1):
-        members = np.flatnonzero(roots == root).tolist()
-        degree = {m: 0 for m in members}
-        best = {m: 0.0 for m in members}
-        for (i, j), sc in link.items():
-            if i in degree:
-                degree[i] += 1
-                degree[j] += 1
-                best[i] = max(best[i], sc)
-                best[j] = max(best[j], sc)
-        rep = max(members, key=lambda m: (degree[m], -m))
-        rest = sorted((m for m in members if m != rep), key=lambda m: (-best[m], m))
-        out.append(
-            DuplicateGroup(
-                [paths[rep]] + [paths[m] for m in rest],
-                [1.0] + [float(best[m]) for m in rest],
-            )
-        )
-    out.sort(key=lambda g: (-len(g.paths), str(g.paths[0])))
-    return out
+    comps: dict[int, list[int]] = {}
+    for i, j in pairs:
+        for r in (i, j):
+            comps.setdefault(find(r), [])
+    for r in range(n):
+        root = find(r)
+        if root in comps:
+            comps[root].append(r)
+    return [m for m in comps.values() if len(m) > 1]
 
 
-# --------------------------------------------------------------------------- best copy
-def sharpness(gray: np.ndarray) -> float:
-    """Variance of the 4-neighbour Laplacian of a gray image (higher = sharper).
-
-    Computed on images resized to the same longest side (:data:`KEEPER_SIDE`), so values
-    are comparable between copies of one photo.
-
-    Parameters
-    ----------
-    gray : (H, W) array
-        Gray levels (any real dtype; computed in float32).
-
-    Returns
-    -------
-    float
-        ``var(4 g[y, x] - g[y-1, x] - g[y+1, x] - g[y, x-1] - g[y, x+1])`` over the
-        interior pixels; 0.0 for an image not 2-D or under 3 pixels on a side.
-    """
-    g = np.asarray(gray, dtype=np.float32)
-    if g.ndim != 2 or min(g.shape) < 3:
-        return 0.0
-    lap = 4.0 * g[1:-1, 1:-1] - g[:-2, 1:-1] - g[2:, 1:-1] - g[1:-1, :-2] - g[1:-1, 2:]
-    return float(lap.var())
-
-
-@dataclass(frozen=True)
-class CopyStats:
-    """What the choice of the copy to keep looks at.
-
-    Attributes
-    ----------
-    path : str
-    width, height : int
-        Size of the image as displayed (from its header); 0 when unreadable.
-    file_size : int
-        Bytes on disk; 0 when unreadable.
-    sharpness : float
-        :func:`sharpness` of the copy loaded at :data:`KEEPER_SIDE` pixels.
-    error : str or None
-        Why the copy could not be read (it is then never suggested).
-    """
-
-    path: str
-    width: int
-    height: int
-    file_size: int
-    sharpness: float
-    error: str | None = None
-
-    @property
-    def pixels(self) -> int:
-        """``width * height``."""
-        return self.width * self.height
-
-
-def copy_stats(
-    path: str | os.PathLike, max_side: int = KEEPER_SIDE
-) -> tuple[CopyStats, np.ndarray | None]:
-    """Size, resolution and sharpness of one copy, and the pixels they were measured on.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-    max_side : int
-        Longest side the image is loaded at for :func:`sharpness`.
-
-    Returns
-    -------
-    stats : CopyStats
-        With ``error`` set (and zeros) when the copy cannot be read: one broken copy never
-        hides the others.
-    image : (H, W, 3) uint8 or None
-        The copy loaded at ``max_side`` (for display), None when unreadable.
-    """
-    from engine.io.imageio import image_size, load_image
-
-    p = str(path)
-    try:
-        w, h = image_size(p)
-        img = load_image(p, max_side=max_side)
-        gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        return CopyStats(p, int(w), int(h), os.path.getsize(p), sharpness(gray)), img
-    except Exception as exc:  # one broken copy must not hide the others
-        return CopyStats(p, 0, 0, 0, 0.0, str(exc)), None
-
-
-def best_copy(stats: Sequence[CopyStats]) -> int:
-    """Index of the copy to keep: most pixels first (within 5 %), then sharpest.
-
-    Parameters
-    ----------
-    stats : sequence of CopyStats
-        The copies of one group (:func:`copy_stats`).
-
-    Returns
-    -------
-    int
-        Index into ``stats``: among the readable copies with at least
-        :data:`KEEPER_PIXEL_TOLERANCE` times the most pixels, the sharpest (ties: more
-        pixels, then the first); -1 when no copy is readable.
-    """
-    ok = [i for i, c in enumerate(stats) if c.error is None]
-    if not ok:
-        return -1
-    most = max(stats[i].pixels for i in ok)
-    near = [i for i in ok if stats[i].pixels >= KEEPER_PIXEL_TOLERANCE * most]
-    return max(near, key=lambda i: (stats[i].sharpness, stats[i].pixels))
-
-
-@dataclass(frozen=True)
-class Keeper:
-    """The copy of a duplicate group suggested to keep.
-
-    Attributes
-    ----------
-    index : int
-        Its position in the group.
-    path : str
-    reason : str
-        Why this one, for people (``"highest resolution (4000x3000)"``, ...).
-    """
-
-    index: int
-    path: str
-    reason: str
-
-
-def suggest_keeper(
-    paths: Sequence[str | os.PathLike], stats: Sequence[CopyStats] | None = None
-) -> Keeper | None:
-    """The copy of a duplicate group to keep (:func:`best_copy`), with the reason.
-
-    Parameters
-    ----------
-    paths : sequence of str or os.PathLike
-        The copies (e.g. ``DuplicateGroup.paths``).
-    stats : sequence of CopyStats, optional
-        Their :func:`copy_stats` when already measured (same order); measured here
-        otherwise.
-
-    Returns
-    -------
-    Keeper or None
-        None when no copy can be read.
-    """
-    if stats is None:
-        stats = [copy_stats(p)[0] for p in paths]
-    best = best_copy(stats)
-    if best < 0:
-        return None
-    ok = [c for c in stats if c.error is None]
-    most = max(c.pixels for c in ok)
-    near = [c for c in ok if c.pixels >= KEEPER_PIXEL_TOLERANCE * most]
-    c = stats[best]
-    size = f"{c.width}x{c.height}"
-    if len(ok) == 1:
-        reason = f"the only readable copy ({size})"
-    elif len(near) == 1:
-        reason = f"highest resolution ({size})"
-    else:
-        reason = f"sharpest of the {len(near)} copies with the highest resolution ({size})"
-    return Keeper(best, str(paths[best]), reason)
+def _group(
+    members: list[int],
+    links: dict[tuple[int, int], tuple[str, float]],
+    paths: Sequence[Path],
+    tier: str,
+) -> DuplicateGroup:
+    """One group: the representative (most links, then lowest row) first, the others by
+    best link score."""
+    degree = {m: 0 for m in members}
+    best = {m: 0.0 for m in members}
+    for (i, j), (_t, sc) in links.items():
+        if i in degree and j in degree:
+            degree[i] += 1
+            degree[j] += 1
+            best[i] = max(best[i], sc)
+            best[j] = max(best[j], sc)
+    rep = max(members, key=lambda m: (degree[m], -m))
+    rest = sorted((m for m in members if m != rep), key=lambda m: (-best[m], m))
+    return DuplicateGroup(
+        [paths[rep]] + [paths[m] for m in rest],
+        [1.0] + [float(min(1.0, best[m])) for m in rest],
+        tier,
+    )

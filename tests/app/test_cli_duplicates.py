@@ -41,3 +41,113 @@ def test_duplicates_name_the_copy_to_keep(folder, capsys):
     assert f"keep {group['keep']}: {group['keep_reason']}" in out
     score = group["scores"][group["paths"].index(group["keep"])]
     assert f"  * {score:6.3f}  {group['keep']}\n" in out  # marked in its group
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory, demo_folder):
+    """holidays/ with a photo, its byte-identical copy in exports/, a half-size JPEG
+    re-export and a 90-degree turn of another photo, and an unrelated one."""
+    cv2 = pytest.importorskip("cv2")
+    root = tmp_path_factory.mktemp("tiers")
+    top = root / "pics"
+    (top / "holidays").mkdir(parents=True)
+    (top / "exports").mkdir()
+    shutil.copy2(demo_folder / "coffee.jpg", top / "holidays" / "100000.jpg")
+    shutil.copy2(demo_folder / "coffee.jpg", top / "exports" / "100000 copy.jpg")
+    shutil.copy2(demo_folder / "brick.jpg", top / "holidays" / "brick.jpg")
+    shutil.copy2(demo_folder / "astronaut.jpg", top / "holidays" / "astronaut.jpg")
+    img = cv2.imread(str(demo_folder / "brick.jpg"))
+    half = cv2.resize(img, (img.shape[1] // 2, img.shape[0] // 2), interpolation=cv2.INTER_AREA)
+    cv2.imwrite(str(top / "exports" / "brick_web.jpg"), half, [cv2.IMWRITE_JPEG_QUALITY, 60])
+    cv2.imwrite(
+        str(top / "exports" / "brick_turned.png"), cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    )
+    assert main(["index", str(top), "--index", str(root / "idx"), "--json"]) == 0
+    return top, root / "idx"
+
+
+def _run_json(capsys, *argv):
+    capsys.readouterr()
+    assert main(["duplicates", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_json_groups_carry_tier_keep_and_reason(tiered, capsys):
+    top, index = tiered
+    res = _run_json(capsys, str(top), "--index", str(index))
+    by_tier = {g["tier"]: g for g in res["groups"]}
+    assert set(by_tier) == {"identical", "same_photo"}
+    ident = by_tier["identical"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in ident["paths"]) == [
+        "100000 copy.jpg",
+        "100000.jpg",
+    ]
+    # the issue's bug: the copy in exports/ was suggested
+    assert ident["keep"] == str(top / "holidays" / "100000.jpg")
+    assert ident["reason"] == "the other is in an export folder (exports)"
+    assert ident["keep_reason"] == ident["reason"]
+    same = by_tier["same_photo"]
+    names = sorted(p.rsplit("/", 1)[-1] for p in same["paths"])
+    assert names == ["brick.jpg", "brick_turned.png", "brick_web.jpg"]
+    # as large as the turned PNG, another format, and the older file (copy2 kept its time)
+    assert same["keep"] == str(top / "holidays" / "brick.jpg")
+    assert same["reason"].startswith("larger (512x512 vs 256x256); original: file from")
+    s = res["settings"]
+    assert s["tiers"] == ["identical", "same_photo", "similar_shots"]
+    assert "same_photo" in s["description"] and s["rule"]["similar_score"] == res["threshold"]
+
+
+def test_tiers_and_reference_options(tiered, capsys):
+    top, index = tiered
+    res = _run_json(capsys, str(top), "--index", str(index), "--tiers", "same_photo")
+    assert [g["tier"] for g in res["groups"]] == ["same_photo"]
+    res = _run_json(capsys, str(top), "--index", str(index), "--tiers", "identical",
+                    "--reference", str(top / "exports"))  # fmt: skip
+    (g,) = res["groups"]
+    assert g["keep"] == str(top / "exports" / "100000 copy.jpg")
+    assert g["reason"] == "in your reference folder"
+    assert res["settings"]["reference"] == [str(top / "exports")]
+    capsys.readouterr()
+    assert main(["duplicates", str(top), "--index", str(index), "--tiers", "nearly"]) == 2
+    assert "--tiers" in capsys.readouterr().err
+
+
+def test_text_output_names_the_tier(tiered, capsys):
+    top, index = tiered
+    capsys.readouterr()
+    assert main(["duplicates", str(top), "--index", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "group 1: identical files (2 images)" in out
+    assert "group 2: the same photo (3 images)" in out
+    assert "the other is in an export folder (exports)" in out
+
+
+def test_the_app_starts_from_the_engine_default():
+    import inspect
+
+    pytest.importorskip("PySide6")
+    from app.gui.duplicates import DuplicatesView
+    from engine.workflows.duplicates import DEFAULT_THRESHOLDS
+
+    default = inspect.signature(DuplicatesView.__init__).parameters["default_threshold"].default
+    assert default == DEFAULT_THRESHOLDS["similar_shots"]
+
+
+def test_a_cancelled_search_exits_130(tiered, capsys, monkeypatch):
+    import threading
+
+    import app.commands.duplicates as cmd
+
+    real_event = threading.Event
+
+    def already_set():
+        ev = real_event()
+        ev.set()  # as after a Ctrl-C
+        return ev
+
+    monkeypatch.setattr(cmd.threading, "Event", already_set)
+    top, index = tiered
+    capsys.readouterr()
+    assert main(["duplicates", str(top), "--index", str(index), "--json"]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted" in captured.err and captured.out == ""

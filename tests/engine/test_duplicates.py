@@ -1,21 +1,203 @@
-"""The copy of a duplicate group to keep (:mod:`engine.workflows.duplicates`): one rule for
+"""Duplicate tiers and the copy to keep (:mod:`engine.workflows.duplicates`): one rule for
 the app's Duplicates view and ``simile duplicates``."""
 
 from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.workflows.duplicates import (
+    DEFAULT_RULE,
+    DEFAULT_THRESHOLDS,
     KEEPER_SIDE,
+    TIERS,
     CopyStats,
+    DuplicateGroup,
+    PairEvidence,
+    TierRule,
+    _raw_sidecar_pairs,
     best_copy,
     copy_stats,
+    group_links,
+    jpeg_quality,
+    looks_derived,
+    pair_evidence,
+    pair_tier,
+    pixel_agreement,
     sharpness,
     suggest_keeper,
 )
 
+cv2 = pytest.importorskip("cv2")
 
+
+# ------------------------------------------------------------------ tiers: the rule
+def test_defaults_are_one_rule():
+    assert TIERS == ("identical", "same_photo", "similar_shots")
+    assert DEFAULT_THRESHOLDS["same_photo"] == DEFAULT_RULE.same_photo_fraction
+    assert DEFAULT_THRESHOLDS["similar_shots"] == DEFAULT_RULE.similar_score
+    assert DEFAULT_RULE.with_threshold(None) is DEFAULT_RULE
+    assert DEFAULT_RULE.with_threshold(0.4).similar_score == 0.4
+    assert DuplicateGroup([Path("a")], [1.0]).tier == "same_photo"  # old constructors
+
+
+def test_pair_tier_follows_the_evidence():
+    r = TierRule(
+        min_inliers=8,
+        same_photo_fraction=0.3,
+        same_photo_residual=0.003,
+        same_photo_residual_px=0.2,
+        same_photo_pixels=0.7,
+        similar_score=0.1,
+    )
+    copy = PairEvidence(200, 150, 0.6, 0.7, 0.0005, 0.1, pixel_agreement=0.95)
+    assert pair_tier(copy, r) == "same_photo"
+    # not measurable pixels: geometry decides
+    assert pair_tier(PairEvidence(200, 150, 0.6, 0.7, 0.0005, 0.1), r) == "same_photo"
+    # each same-photo condition failing alone drops to similar shots (score 0.6 >= 0.1)
+    for ev in (
+        PairEvidence(200, 150, 0.6, 0.29, 0.0005, 0.1, pixel_agreement=0.95),
+        PairEvidence(200, 150, 0.6, 0.7, 0.004, 0.1, pixel_agreement=0.95),
+        PairEvidence(200, 150, 0.6, 0.7, 0.0005, 0.25, pixel_agreement=0.95),
+        PairEvidence(200, 150, 0.6, 0.7, 0.0005, 0.1, pixel_agreement=0.5),
+        PairEvidence(200, 150, 0.6, 0.7, 0.0005, 0.1, pixel_agreement=0.95, taken_differ=True),
+        PairEvidence(200, 150, 0.6, 0.7, 0.0005),  # no residual in pixels: no fit
+    ):
+        assert pair_tier(ev, r) == "similar_shots", ev
+    assert pair_tier(PairEvidence(50, 20, 0.09, 0.1, 0.002), r) is None  # weak
+    assert pair_tier(PairEvidence(9, 7, 1.0, 1.0, 0.0), r) is None  # too few inliers
+
+
+def test_groups_are_built_strictest_tier_first():
+    paths = [Path(f"/p/{c}.jpg") for c in "abcdefghij"]
+    links = {
+        (0, 1): ("identical", 1.0),  # a = b only: identical group
+        (2, 3): ("identical", 1.0),  # c = d, plus a resized e: same-photo group
+        (3, 4): ("same_photo", 0.5),
+        (4, 5): ("similar_shots", 0.3),  # e is grouped already: f is not its shot
+        (5, 6): ("similar_shots", 0.2),  # f ~ g ~ h: a similar-shots group
+        (6, 7): ("similar_shots", 0.4),
+        (0, 8): ("similar_shots", 0.9),  # a is in a group of copies: dropped
+    }
+    groups = group_links(links, paths)
+    got = [(g.tier, sorted(p.stem for p in g.paths)) for g in groups]
+    assert got == [
+        ("identical", ["a", "b"]),
+        ("same_photo", ["c", "d", "e"]),
+        ("similar_shots", ["f", "g", "h"]),
+    ]
+    same = groups[1]
+    assert same.paths[0] == paths[3] and same.scores[0] == 1.0  # d: most links
+    assert dict(zip(same.paths, same.scores, strict=True))[paths[4]] == 0.5
+    shots = groups[2]
+    assert shots.paths[0] == paths[6]  # g links both others
+    assert {p.stem for p in shots.paths} & {"a", "e", "i"} == set()
+
+
+def test_raw_beside_its_jpeg_is_a_pair():
+    paths = [Path(p) for p in ("/x/IMG_1.NEF", "/x/IMG_1.JPG", "/y/IMG_1.jpg", "/x/IMG_2.JPG",
+                               "/x/IMG_2.jpg")]  # fmt: skip
+    assert _raw_sidecar_pairs(paths) == {(0, 1)}
+
+
+# ------------------------------------------------------------------ tiers: evidence
+def _gray(path: Path, side: int | None = None) -> np.ndarray:
+    img = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE).astype(np.float32)
+    if side:
+        f = side / max(img.shape)
+        img = cv2.resize(img, None, fx=f, fy=f, interpolation=cv2.INTER_AREA)
+    return img
+
+
+def _feats(img: np.ndarray):
+    from engine.features.keypoints import extract_features
+
+    return extract_features(img.astype(np.uint8))
+
+
+def test_evidence_tells_a_copy_from_another_shot(demo_folder):
+    img = _gray(demo_folder / "brick.jpg")
+    h, w = img.shape
+    half = cv2.resize(img, (w // 2, h // 2), interpolation=cv2.INTER_AREA)
+    crop = img[h // 8 : h - h // 8, w // 6 : w - w // 10]
+    # "another shot": the scene moved by 3 % and its fine detail differs (new noise)
+    rng = np.random.default_rng(0)
+    shifted = np.roll(img, (h // 30, w // 30), axis=(0, 1))
+    other = np.clip(cv2.GaussianBlur(shifted, (0, 0), 1.5) + rng.normal(0, 6, img.shape), 0, 255)
+    f0 = _feats(img)
+    for copy in (half, crop):
+        fc = _feats(copy)
+        ev = pair_evidence(f0, fc)
+        assert ev.n_inliers >= 8 and ev.overlap_fraction > 0.3 and ev.residual < 0.003, ev
+        assert ev.residual_px < DEFAULT_RULE.same_photo_residual_px, ev
+        assert ev.homography is not None
+        agree = pixel_agreement(img, copy, ev.homography, f0.image_size, fc.image_size)
+        assert agree > 0.8, agree
+    fo = _feats(other)
+    ev = pair_evidence(f0, fo)
+    assert ev.n_inliers >= 8
+    agree = pixel_agreement(img, other, ev.homography, f0.image_size, fo.image_size)
+    assert agree < 0.7, agree
+    unrelated = pair_evidence(f0, _feats(_gray(demo_folder / "coffee.jpg")))
+    assert pair_tier(unrelated) is None
+
+
+# ------------------------------------------------------------------ tiers: a collection
+@pytest.fixture(scope="module")
+def dup_collection(tmp_path_factory, demo_folder):
+    from engine.collection import Collection
+
+    root = tmp_path_factory.mktemp("dupcol")
+    photos = root / "photos"
+    photos.mkdir()
+    for name in ("brick.jpg", "coffee.jpg", "astronaut.jpg", "camera.jpg", "chelsea.jpg"):
+        shutil.copy(demo_folder / name, photos / name)
+    shutil.copy(demo_folder / "coffee.jpg", photos / "coffee_again.jpg")
+    img = cv2.imread(str(demo_folder / "brick.jpg"))
+    h, w = img.shape[:2]
+    half = cv2.resize(img, (w // 2, h // 2), interpolation=cv2.INTER_AREA)
+    cv2.imwrite(str(photos / "brick_small.jpg"), half, [cv2.IMWRITE_JPEG_QUALITY, 60])
+    cv2.imwrite(str(photos / "brick_rot.png"), cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE))
+    col = Collection.open(photos, root / "idx")
+    for _ in col.update(jobs=1):
+        pass
+    yield col
+    col.close()
+
+
+def test_find_duplicates_labels_the_tiers(dup_collection):
+    col = dup_collection
+    seen = []
+    groups = col.duplicates(progress=lambda done, total: seen.append((done, total)))
+    named = {g.tier: sorted(p.name for p in g.paths) for g in groups}
+    assert named["identical"] == ["coffee.jpg", "coffee_again.jpg"]
+    assert named["same_photo"] == ["brick.jpg", "brick_rot.png", "brick_small.jpg"]
+    assert len(groups) == 2  # the other photos are distinct
+    assert seen and seen[0][0] == 0 and seen[-1][0] == seen[-1][1] > 0
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
+    only = col.duplicates(tiers=("identical",))
+    assert [g.tier for g in only] == ["identical"]
+    assert [g.tier for g in col.duplicates(tiers=["same_photo"])] == ["same_photo"]
+    with pytest.raises(ValueError):
+        col.duplicates(tiers=("nearly",))
+    with pytest.raises(ValueError):
+        col.duplicates(0.0)
+
+
+def test_find_duplicates_can_be_cancelled(dup_collection):
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(InterruptedError):
+        dup_collection.duplicates(cancel=cancel)
+
+
+# ------------------------------------------------------------------ keeper
 def test_sharpness_is_the_variance_of_the_laplacian():
     rng = np.random.default_rng(0)
     noisy = rng.random((40, 50)).astype(np.float32)
@@ -27,46 +209,120 @@ def test_sharpness_is_the_variance_of_the_laplacian():
     assert sharpness(np.zeros((2, 9))) == 0.0 and sharpness(np.zeros((4, 4, 3))) == 0.0
 
 
-def _stats(w, h, sharp, error=None, name="x"):
-    return CopyStats(f"/p/{name}.jpg", w, h, 1000, sharp, error)
+def _st(path, w=1000, h=800, *, fmt="JPEG", q=90.0, taken=None, mtime=1000.0, size=10**5,
+        error=None):  # fmt: skip
+    return CopyStats(path, w, h, size, 1.0, error, fmt, q, taken, mtime)
 
 
-def test_best_copy_prefers_resolution_then_sharpness():
-    big_soft = _stats(1000, 1000, 5.0, name="a")
-    big_sharp = _stats(990, 990, 9.0, name="b")  # within 5 % of the most pixels
-    small_sharper = _stats(500, 500, 99.0, name="c")
-    broken = _stats(0, 0, 0.0, error="unreadable", name="d")
-    assert best_copy([big_soft, big_sharp, small_sharper, broken]) == 1
-    assert best_copy([big_soft, small_sharper]) == 0  # resolution first
-    assert best_copy([broken, broken]) == -1 and best_copy([]) == -1
-    tie = [_stats(100, 100, 1.0, name="e"), _stats(100, 100, 1.0, name="f")]
-    assert best_copy(tie) == 0
-    keep = suggest_keeper([c.path for c in (big_soft, big_sharp, small_sharper, broken)],
-                          [big_soft, big_sharp, small_sharper, broken])  # fmt: skip
-    assert (keep.index, keep.path) == (1, "/p/b.jpg") and "sharpest of the 2" in keep.reason
-    keep = suggest_keeper(["/p/a.jpg", "/p/c.jpg"], [big_soft, small_sharper])
-    assert keep.index == 0 and keep.reason == "highest resolution (1000x1000)"
-    keep = suggest_keeper(["/p/d.jpg", "/p/c.jpg"], [broken, small_sharper])
-    assert keep.index == 1 and keep.reason.startswith("the only readable copy")
-    assert suggest_keeper(["/p/d.jpg"], [broken]) is None
+def test_keeper_prefers_resolution():
+    s = [_st("/p/small.jpg", 500, 400, q=100), _st("/p/big.jpg", 1000, 800, q=50, mtime=9e9)]
+    k = suggest_keeper([c.path for c in s], s)
+    assert (k.index, k.reason) == (1, "larger (1000x800 vs 500x400)")
+    near = [_st("/p/a/x.jpg", 1000, 800), _st("/p/x.jpg", 990, 800)]  # within 5 %: equal
+    assert best_copy(near) == 1  # decided by the shorter path
+    broken = _st("/p/b.jpg", 0, 0, error="unreadable")
+    assert best_copy([broken, s[0]]) == 1 and best_copy([broken]) == -1 and best_copy([]) == -1
+    k = suggest_keeper(["/p/b.jpg", "/p/small.jpg"], [broken, s[0]])
+    assert k.reason.startswith("the only readable copy")
+    assert suggest_keeper(["/p/b.jpg"], [broken]) is None
 
 
-def test_suggest_keeper_reads_the_copies(tmp_path):
-    cv2 = pytest.importorskip("cv2")
+def test_keeper_prefers_less_compression_within_a_format():
+    s = [_st("/p/a.jpg", q=60), _st("/p/b.jpg", q=92)]
+    k = suggest_keeper([c.path for c in s], s)
+    assert (k.index, k.reason) == (1, "less compressed (JPEG quality 92 vs 60)")
+    assert best_copy([_st("/p/a.jpg", q=90), _st("/p/bb.jpg", q=92)]) == 0  # within 3 points
+    webp = [_st("/p/a.webp", fmt="WEBP", size=50_000), _st("/p/b.webp", fmt="WEBP", size=90_000)]
+    assert best_copy(webp) == 1
+    # different formats are not compared by compression: the older file wins
+    mixed = [_st("/p/a.png", fmt="PNG", q=None, mtime=2000.0), _st("/p/b.jpg", q=50)]
+    k = suggest_keeper([c.path for c in mixed], mixed)
+    assert k.index == 1 and k.reason.startswith("original: file from")
+
+
+def test_keeper_prefers_the_earliest_capture_then_the_older_file():
+    s = [
+        _st("/p/a.jpg", taken="2019-06-01 10:05:00"),
+        _st("/p/b.jpg", taken="2019-06-01 10:02:00"),
+    ]
+    k = suggest_keeper([c.path for c in s], s)
+    assert k.index == 1
+    assert k.reason == "original: taken 2019-06-01 10:02, the other was taken later"
+    s = [_st("/p/a.jpg"), _st("/p/b.jpg", taken="2019-06-01 10:02:00")]
+    k = suggest_keeper([c.path for c in s], s)
+    assert k.index == 1 and "the other has no capture time" in k.reason
+    s = [_st("/p/a.jpg", mtime=5000.0), _st("/p/b.jpg", mtime=1000.0)]
+    assert best_copy(s) == 1
+    assert best_copy([_st("/p/aa.jpg", mtime=1001.0), _st("/p/b.jpg", mtime=1000.0)]) == 1
+    assert best_copy([_st("/p/a.jpg", mtime=1001.0), _st("/p/bb.jpg", mtime=1000.0)]) == 0
+
+
+def test_keeper_avoids_export_and_copy_folders():
+    # the issue's byte-identical pair: the export copy used to be suggested
+    s = [_st("/pics/exports/100000 copy.jpg"), _st("/pics/holidays/100000.jpg")]
+    k = suggest_keeper([c.path for c in s], s)
+    assert k.index == 1
+    assert k.reason == "the other is in an export folder (exports)"
+    s = [_st("/pics/a/IMG_1 (1).jpg"), _st("/pics/a/IMG_1-longer-name.jpg")]
+    k = suggest_keeper([c.path for c in s], s)
+    assert k.index == 1 and k.reason == "the other is named like a copy (IMG_1 (1).jpg)"
+    assert looks_derived("/pics/Kopie von Urlaub/x.jpg", "/pics")
+    assert looks_derived("/pics/backup/x.jpg", "/pics") == "is in a copy folder (backup)"
+    assert looks_derived("/pics/x copy 2.jpg") and looks_derived("/pics/x-1.jpg")
+    assert looks_derived("/pics/2019/IMG_0001.jpg", "/pics") is None
+    # a collection that lives under ~/backup is not a copy of itself
+    s = [_st("/home/u/backup/a/long/x.jpg"), _st("/home/u/backup/b/x.jpg")]
+    assert best_copy(s) == 1  # the shorter path decides, not "backup"
+
+
+def test_reference_folders_always_win(tmp_path):
+    ref = tmp_path / "masters"
+    s = [_st(str(tmp_path / "x.jpg"), 2000, 1600), _st(str(ref / "deep" / "x.jpg"), 500, 400)]
+    assert best_copy(s) == 0
+    k = suggest_keeper([c.path for c in s], s, reference=[ref])
+    assert (k.index, k.reason) == (1, "in your reference folder")
+    assert best_copy(s, reference=[tmp_path / "elsewhere"]) == 0
+
+
+def test_keeper_reads_size_quality_and_capture_time(tmp_path):
+    from PIL import Image
+
     rng = np.random.default_rng(3)
-    img = (rng.random((600, 800, 3)) * 255).astype(np.uint8)
-    img = cv2.GaussianBlur(img, (0, 0), 2)
-    cv2.imwrite(str(tmp_path / "full.png"), img)
-    cv2.imwrite(str(tmp_path / "blurred.png"), cv2.GaussianBlur(img, (0, 0), 3))
+    img = cv2.GaussianBlur((rng.random((600, 800, 3)) * 255).astype(np.uint8), (0, 0), 2)
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[0x9003] = "2019:06:01 10:02:00"
+    Image.fromarray(img).save(tmp_path / "orig.jpg", quality=95, exif=exif)
+    Image.fromarray(img).save(tmp_path / "low.jpg", quality=50)
     cv2.imwrite(str(tmp_path / "half.png"), cv2.resize(img, (400, 300)))
     (tmp_path / "broken.jpg").write_bytes(b"not an image")
-    paths = [tmp_path / n for n in ("blurred.png", "half.png", "full.png", "broken.jpg")]
-    st, pixels = copy_stats(paths[2])
-    assert (st.width, st.height, st.error) == (800, 600, None)
+    st, pixels = copy_stats(tmp_path / "orig.jpg")
+    assert (st.width, st.height, st.error, st.format) == (800, 600, None, "JPEG")
+    assert st.taken == "2019-06-01 10:02:00" and st.jpeg_quality == pytest.approx(95, abs=1)
     assert pixels.shape == (KEEPER_SIDE * 600 // 800, KEEPER_SIDE, 3)
-    assert st.file_size == (tmp_path / "full.png").stat().st_size
-    bad, none = copy_stats(paths[3])
+    assert st.file_size == (tmp_path / "orig.jpg").stat().st_size
+    assert copy_stats(tmp_path / "low.jpg")[0].jpeg_quality == pytest.approx(50, abs=1)
+    assert copy_stats(tmp_path / "half.png")[0].jpeg_quality is None
+    bad, none = copy_stats(tmp_path / "broken.jpg")
     assert bad.error and none is None and bad.pixels == 0
-    keep = suggest_keeper(paths)
-    assert keep.path == str(paths[2]) and keep.index == 2
-    assert keep.reason == "sharpest of the 2 copies with the highest resolution (800x600)"
+    os.utime(tmp_path / "orig.jpg", (9e8, 2e9))  # the original looks newer: quality decides
+    paths = [tmp_path / n for n in ("half.png", "low.jpg", "broken.jpg", "orig.jpg")]
+    k = suggest_keeper(paths)
+    assert k.path == str(paths[3])
+    assert k.reason == "larger (800x600 vs 400x300); less compressed (JPEG quality 95 vs 50)"
+
+
+def test_jpeg_quality_inverts_the_ijg_scaling():
+    from engine.workflows.keeper import _IJG_LUMA
+
+    for q in (25, 40, 50, 75, 95):  # (below 25 entries clip at 255: estimates run high)
+        scale = 5000 / q if q < 50 else 200 - 2 * q
+        table = np.clip(np.floor((_IJG_LUMA * scale + 50) / 100), 1, 255)
+        assert jpeg_quality(table) == pytest.approx(q, abs=1.5)
+
+
+def test_the_raw_file_is_kept_over_its_jpeg():
+    s = [_st("/p/IMG_1.JPG", 6000, 4000), _st("/p/IMG_1.NEF", 6000, 4000, fmt="", q=None)]
+    k = suggest_keeper([c.path for c in s], s)
+    assert (k.index, k.reason) == (1, "the camera's RAW file")
+    s = [_st("/p/IMG_1.JPG", 6000, 4000), _st("/p/other/IMG_1.JPG", 3000, 2000)]
+    assert "RAW" not in suggest_keeper([c.path for c in s], s).reason

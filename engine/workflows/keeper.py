@@ -1,0 +1,514 @@
+"""The copy of a duplicate group to keep (:func:`suggest_keeper`), and why.
+
+The app's Duplicates view and ``simile duplicates`` both ask :func:`suggest_keeper`
+(re-exported by :mod:`engine.workflows.duplicates`); the rule is :func:`best_copy`'s:
+a reference folder first, then a camera RAW file, the larger resolution, the less
+compressed copy of one format, the original (earliest EXIF capture time, then the older
+file), a copy not in an export or copy folder, the shorter path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "DERIVED_WORDS",
+    "KEEPER_BPP_RATIO",
+    "KEEPER_MTIME_SLACK",
+    "KEEPER_PIXEL_TOLERANCE",
+    "KEEPER_QUALITY_STEP",
+    "KEEPER_SIDE",
+    "LOSSY_FORMATS",
+    "CopyStats",
+    "Keeper",
+    "best_copy",
+    "capture_time",
+    "copy_stats",
+    "jpeg_quality",
+    "keeper_reason",
+    "looks_derived",
+    "sharpness",
+    "suggest_keeper",
+]
+
+#: Longest side (pixels) the copies of a group are loaded at to compare their sharpness.
+KEEPER_SIDE = 768
+#: Copies with at least this fraction of the most pixels count as "highest resolution".
+KEEPER_PIXEL_TOLERANCE = 0.95
+
+
+def sharpness(gray: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian of a gray image (higher = sharper).
+
+    Computed on images resized to the same longest side (:data:`KEEPER_SIDE`), so values
+    are comparable between copies of one photo.
+
+    Parameters
+    ----------
+    gray : (H, W) array
+        Gray levels (any real dtype; computed in float32).
+
+    Returns
+    -------
+    float
+        ``var(4 g[y, x] - g[y-1, x] - g[y+1, x] - g[y, x-1] - g[y, x+1])`` over the
+        interior pixels; 0.0 for an image not 2-D or under 3 pixels on a side.
+    """
+    g = np.asarray(gray, dtype=np.float32)
+    if g.ndim != 2 or min(g.shape) < 3:
+        return 0.0
+    lap = 4.0 * g[1:-1, 1:-1] - g[:-2, 1:-1] - g[2:, 1:-1] - g[1:-1, :-2] - g[1:-1, 2:]
+    return float(lap.var())
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    """What the choice of the copy to keep looks at.
+
+    Attributes
+    ----------
+    path : str
+    width, height : int
+        Size of the image as displayed (from its header); 0 when unreadable.
+    file_size : int
+        Bytes on disk; 0 when unreadable.
+    sharpness : float
+        :func:`sharpness` of the copy loaded at :data:`KEEPER_SIDE` pixels (shown, not
+        used by :func:`best_copy`: a sharpened edit is sharper than its original).
+    error : str or None
+        Why the copy could not be read (it is then never suggested).
+    format : str
+        Pillow's format name ("JPEG", "PNG", ...); "" when unknown.
+    jpeg_quality : float or None
+        For a JPEG, the IJG quality (1-100) its luminance quantisation table corresponds
+        to (higher = less compressed); None otherwise.
+    taken : str or None
+        EXIF ``DateTimeOriginal`` (else ``DateTimeDigitized``) as ``"YYYY-MM-DD
+        HH:MM:SS"``, with ``".sss"`` when ``SubSecTimeOriginal`` is given; None when the
+        file has none.
+    mtime : float
+        Modification time of the file (seconds since the epoch); 0.0 when unreadable.
+    """
+
+    path: str
+    width: int
+    height: int
+    file_size: int
+    sharpness: float
+    error: str | None = None
+    format: str = ""
+    jpeg_quality: float | None = None
+    taken: str | None = None
+    mtime: float = 0.0
+
+    @property
+    def pixels(self) -> int:
+        """``width * height``."""
+        return self.width * self.height
+
+    @property
+    def bytes_per_pixel(self) -> float:
+        """``file_size / pixels`` (0.0 without pixels)."""
+        return self.file_size / self.pixels if self.pixels else 0.0
+
+
+#: IJG's standard luminance quantisation table (quality 50), row-major.
+_IJG_LUMA = np.array(
+    [16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
+     14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
+     18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+     49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99],
+    dtype=np.float64,
+)  # fmt: skip
+
+
+def jpeg_quality(table: Sequence[int]) -> float:
+    """The IJG quality (1-100) whose scaled standard table best fits a luminance table.
+
+    Parameters
+    ----------
+    table : sequence of 64 int
+        A JPEG luminance quantisation table (any order: only its sum is used).
+
+    Returns
+    -------
+    float
+        ``q`` with ``scale = 100 * sum(table) / sum(standard)`` and ``q = 5000 / scale``
+        below 50, ``(200 - scale) / 2`` from 50 (IJG's ``jpeg_quality_scaling``
+        inverted), clipped to [1, 100].
+    """
+    scale = 100.0 * float(np.sum(table)) / float(_IJG_LUMA.sum())
+    q = (200.0 - scale) / 2.0 if scale <= 100.0 else 5000.0 / scale
+    return float(np.clip(q, 1.0, 100.0))
+
+
+def _header_facts(path: str) -> tuple[str, float | None, str | None]:
+    """(format, JPEG quality, EXIF capture time) read from a file's header by Pillow."""
+    from PIL import Image
+
+    fmt, quality, taken = "", None, None
+    try:
+        with Image.open(path) as im:
+            fmt = im.format or ""
+            tables = getattr(im, "quantization", None)
+            if fmt == "JPEG" and tables:
+                quality = jpeg_quality(tables[min(tables)])
+            exif = im.getexif()
+            sub = exif.get_ifd(0x8769) if exif else {}
+            raw = sub.get(0x9003) or sub.get(0x9004)
+            if isinstance(raw, bytes):
+                raw = raw.decode("ascii", "replace")
+            if isinstance(raw, str):
+                taken = _exif_time(raw)
+            subsec = sub.get(0x9291) if sub.get(0x9003) else None
+            if taken and isinstance(subsec, str) and subsec.strip("\x00 ").isdigit():
+                taken += "." + subsec.strip("\x00 ")
+    except Exception:  # a header Pillow cannot parse: no facts, not an unreadable copy
+        pass
+    return fmt, quality, taken
+
+
+def _exif_time(text: str) -> str | None:
+    """``"YYYY:MM:DD HH:MM:SS"`` (EXIF) as ``"YYYY-MM-DD HH:MM:SS"``; None when invalid."""
+    try:
+        return datetime.strptime(text.strip("\x00 ")[:19], "%Y:%m:%d %H:%M:%S").strftime(
+            "%Y-%m-%d %H:%M:%S"
+        )
+    except ValueError:
+        return None
+
+
+def copy_stats(
+    path: str | os.PathLike, max_side: int = KEEPER_SIDE
+) -> tuple[CopyStats, np.ndarray | None]:
+    """Size, resolution, compression, capture time and sharpness of one copy, and the
+    pixels the sharpness was measured on.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    max_side : int
+        Longest side the image is loaded at for :func:`sharpness`.
+
+    Returns
+    -------
+    stats : CopyStats
+        With ``error`` set (and zeros) when the copy cannot be read: one broken copy never
+        hides the others.
+    image : (H, W, 3) uint8 or None
+        The copy loaded at ``max_side`` (for display), None when unreadable.
+    """
+    from engine.io.imageio import image_size, load_image
+
+    p = str(path)
+    try:
+        w, h = image_size(p)
+        img = load_image(p, max_side=max_side)
+        gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        st = os.stat(p)
+        fmt, quality, taken = _header_facts(p)
+        return CopyStats(
+            p, int(w), int(h), st.st_size, sharpness(gray), None, fmt, quality, taken,
+            st.st_mtime,
+        ), img  # fmt: skip
+    except Exception as exc:  # one broken copy must not hide the others
+        return CopyStats(p, 0, 0, 0, 0.0, str(exc)), None
+
+
+#: Words of a folder or file name that mark a derived copy (compared in lower case, as
+#: whole words of the name).
+DERIVED_WORDS: frozenset[str] = frozenset(
+    {
+        "export", "exports", "exported", "copy", "copies", "kopie", "kopien", "copie",
+        "backup", "backups", "tmp", "temp", "edited", "edit", "edits", "resized",
+        "output", "converted", "duplicate", "duplicates",
+    }
+)  # fmt: skip
+#: File stems that mark a copy: "x copy", "x copy 2", "x (1)", "x-1", "x - Kopie".
+_DERIVED_STEM = re.compile(
+    r"(?:[ _-]copy(?: \d+)?|\s?\(\d+\)|-\d|[ _-]+kopie(?: \(\d+\))?)$", re.IGNORECASE
+)
+
+
+def looks_derived(path: str | os.PathLike, base: str | os.PathLike = "") -> str | None:
+    """Why a path looks like an export or a copy, or None.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    base : str or os.PathLike
+        Only the folders below ``base`` are looked at (the copies' common folder: a
+        whole collection under ``~/backup`` is not a copy of itself).
+
+    Returns
+    -------
+    str or None
+        ``"is in an export folder (exports)"`` / ``"is named like a copy (x copy.jpg)"``.
+    """
+    p = Path(path)
+    rel = p.parent
+    if base:
+        try:
+            rel = p.parent.relative_to(base)
+        except ValueError:
+            pass
+    for part in rel.parts:
+        words = set(re.split(r"[^0-9a-zäöüß]+", part.lower()))
+        hit = words & DERIVED_WORDS
+        if hit:
+            kind = "an export" if any(w.startswith("export") for w in hit) else "a copy"
+            return f"is in {kind} folder ({part})"
+    if _DERIVED_STEM.search(p.stem) or {"copy", "kopie"} & set(
+        re.split(r"[^0-9a-zäöüß]+", p.stem.lower())
+    ):
+        return f"is named like a copy ({p.name})"
+    return None
+
+
+def _in_reference(path: str, refs: Sequence[str]) -> bool:
+    rp = os.path.realpath(path)
+    for r in refs:
+        try:
+            if os.path.commonpath([rp, r]) == r:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def _decide(
+    stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike] = ()
+) -> tuple[int, str]:
+    """(index, reason) of the copy to keep (:func:`best_copy`); (-1, "") when none."""
+    ok = [i for i, c in enumerate(stats) if c.error is None]
+    if not ok:
+        return -1, ""
+    if len(ok) == 1:
+        c = stats[ok[0]]
+        return ok[0], f"the only readable copy ({c.width}x{c.height})"
+    cand = ok
+    reasons: list[str] = []
+    refs = [os.path.realpath(os.fspath(r)) for r in reference]
+    if refs:
+        in_ref = [i for i in cand if _in_reference(stats[i].path, refs)]
+        if in_ref and len(in_ref) < len(cand):
+            cand = in_ref
+            reasons.append("in your reference folder")
+    # the camera's RAW file over the images made from it
+    from engine.io.formats import RAW_SUFFIXES
+
+    raw = [i for i in cand if Path(stats[i].path).suffix.lower() in RAW_SUFFIXES]
+    if raw and len(raw) < len(cand):
+        cand = raw
+        reasons.append("the camera's RAW file")
+    # 1. resolution
+    most = max(stats[i].pixels for i in cand)
+    big = [i for i in cand if stats[i].pixels >= KEEPER_PIXEL_TOLERANCE * most]
+    if len(big) < len(cand):
+        c = stats[big[0]]
+        o = max((stats[i] for i in cand if i not in big), key=lambda s: s.pixels)
+        reasons.append(f"larger ({c.width}x{c.height} vs {o.width}x{o.height})")
+        cand = big
+    # 2. compression, between copies of one format
+    formats = {stats[i].format for i in cand}
+    if len(cand) > 1 and len(formats) == 1:
+        fmt = formats.pop()
+        if fmt == "JPEG" and all(stats[i].jpeg_quality is not None for i in cand):
+            q = {i: float(stats[i].jpeg_quality) for i in cand}  # type: ignore[arg-type]
+            top = max(q.values())
+            good = [i for i in cand if q[i] >= top - KEEPER_QUALITY_STEP]
+            if len(good) < len(cand):
+                low = max(q[i] for i in cand if i not in good)
+                reasons.append(f"less compressed (JPEG quality {q[good[0]]:.0f} vs {low:.0f})")
+                cand = good
+        elif fmt in LOSSY_FORMATS:
+            bpp = {i: stats[i].bytes_per_pixel for i in cand}
+            top = max(bpp.values())
+            good = [i for i in cand if bpp[i] >= top / KEEPER_BPP_RATIO]
+            if len(good) < len(cand):
+                low = max(bpp[i] for i in cand if i not in good)
+                reasons.append(
+                    f"less compressed ({bpp[good[0]]:.2f} vs {low:.2f} bytes per pixel)"
+                )
+                cand = good
+    # 3. the original: earliest capture time, else earliest file
+    if len(cand) > 1:
+        taken = {i: stats[i].taken for i in cand if stats[i].taken}
+        if taken:
+            first = min(taken.values())
+            early = [i for i in cand if taken.get(i) == first]
+            if len(early) < len(cand):
+                others = [taken.get(i) for i in cand if i not in early]
+                if all(o is None for o in others):
+                    why = "the other has no capture time (made from it)"
+                else:
+                    why = "the other was taken later"
+                reasons.append(f"original: taken {first[:16]}, {why}")
+                cand = early
+    if len(cand) > 1:
+        t0 = min(stats[i].mtime for i in cand)
+        early = [i for i in cand if stats[i].mtime <= t0 + KEEPER_MTIME_SLACK]
+        if len(early) < len(cand):
+            reasons.append(f"original: file from {_when(t0)}, the other was made later")
+            cand = early
+    # 4. not in an export / copy folder, not named like a copy
+    if len(cand) > 1:
+        base = os.path.commonpath([os.path.dirname(stats[i].path) for i in cand])
+        why = {i: looks_derived(stats[i].path, base) for i in cand}
+        clean = [i for i in cand if why[i] is None]
+        if clean and len(clean) < len(cand):
+            other = next(why[i] for i in cand if why[i] is not None)
+            reasons.append(f"the other {other}")
+            cand = clean
+    # 5. the shorter path
+    if len(cand) > 1:
+        short = min(len(stats[i].path) for i in cand)
+        kept = [i for i in cand if len(stats[i].path) == short]
+        if len(kept) < len(cand):
+            reasons.append("shorter path")
+            cand = kept
+    best = cand[0]
+    if not reasons:
+        c = stats[best]
+        reasons.append(f"the copies are alike ({c.width}x{c.height}); the first is kept")
+    return best, "; ".join(reasons)
+
+
+#: JPEG copies within this many quality points of the best count as equally compressed.
+KEEPER_QUALITY_STEP = 3.0
+#: Lossy non-JPEG copies within this ratio of the most bytes per pixel count as equal.
+KEEPER_BPP_RATIO = 1.2
+#: Files modified within this many seconds of the earliest count as equally old.
+KEEPER_MTIME_SLACK = 2.0
+#: Lossy formats other than JPEG, compared by bytes per pixel (Pillow's names).
+LOSSY_FORMATS: frozenset[str] = frozenset({"WEBP", "HEIF", "AVIF", "JXL"})
+
+
+def best_copy(stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike] = ()) -> int:
+    """Index of the copy a careful person keeps.
+
+    The readable copies are narrowed down by these rules in turn (a rule that cannot
+    tell the remaining copies apart leaves them all):
+
+    0. a copy in a ``reference`` folder always wins over the others; then a camera RAW
+       file over the images made from it;
+    1. the larger resolution (copies within :data:`KEEPER_PIXEL_TOLERANCE` of the most
+       pixels count as largest);
+    2. higher quality for its size, between copies of one format: the higher JPEG
+       quality of the quantisation tables (within :data:`KEEPER_QUALITY_STEP` points
+       counts as equal), for other lossy formats more bytes per pixel (within
+       :data:`KEEPER_BPP_RATIO`);
+    3. the original: the earliest EXIF capture time (a copy without one loses to one
+       with one), then the file modified first (within :data:`KEEPER_MTIME_SLACK` s);
+    4. not in a folder, below the copies' common folder, that looks like an export or a
+       copy, nor named like a copy (:func:`looks_derived`);
+    5. the shorter path; then the first.
+
+    Parameters
+    ----------
+    stats : sequence of CopyStats
+        The copies of one group (:func:`copy_stats`).
+    reference : sequence of str or os.PathLike
+        Folders whose photos are always kept.
+
+    Returns
+    -------
+    int
+        Index into ``stats``; -1 when no copy is readable.
+    """
+    return _decide(stats, reference)[0]
+
+
+def keeper_reason(stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike] = ()) -> str:
+    """Why :func:`best_copy` keeps its choice, in words ("" when no copy is readable).
+
+    Parameters
+    ----------
+    stats : sequence of CopyStats
+    reference : sequence of str or os.PathLike
+
+    Returns
+    -------
+    str
+        The reasons of the rules that decided, joined by "; ", e.g. ``"larger (800x600
+        vs 400x300)"``, ``"in your reference folder"``, ``"the other is in an export
+        folder (exports)"``.
+    """
+    return _decide(stats, reference)[1]
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """The copy of a duplicate group suggested to keep.
+
+    Attributes
+    ----------
+    index : int
+        Its position in the group.
+    path : str
+    reason : str
+        Why this one, for people (``"larger (4000x3000 vs 2000x1500)"``, ...).
+    """
+
+    index: int
+    path: str
+    reason: str
+
+
+def suggest_keeper(
+    paths: Sequence[str | os.PathLike],
+    stats: Sequence[CopyStats] | None = None,
+    *,
+    reference: Sequence[str | os.PathLike] = (),
+) -> Keeper | None:
+    """The copy of a duplicate group to keep (:func:`best_copy`), with the reason.
+
+    Parameters
+    ----------
+    paths : sequence of str or os.PathLike
+        The copies (e.g. ``DuplicateGroup.paths``).
+    stats : sequence of CopyStats, optional
+        Their :func:`copy_stats` when already measured (same order); measured here
+        otherwise.
+    reference : sequence of str or os.PathLike
+        Folders whose photos are always kept (preferred over the others).
+
+    Returns
+    -------
+    Keeper or None
+        None when no copy can be read.
+    """
+    if stats is None:
+        stats = [copy_stats(p)[0] for p in paths]
+    best, reason = _decide(stats, reference)
+    if best < 0:
+        return None
+    return Keeper(best, str(paths[best]), reason)
+
+
+def capture_time(path: str | os.PathLike) -> str | None:
+    """EXIF capture time of an image file, for telling shots apart.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    str or None
+        ``DateTimeOriginal`` (else ``DateTimeDigitized``) as ``"YYYY-MM-DD HH:MM:SS"``,
+        followed by ``".sss"`` when ``SubSecTimeOriginal`` is given; None when the file
+        has none or cannot be read.
+    """
+    return _header_facts(str(path))[2]
