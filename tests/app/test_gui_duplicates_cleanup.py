@@ -1,0 +1,301 @@
+"""The Duplicates view as a person uses it (pytest-qt, offscreen): find the copies in a
+folder of demo photos with an ``exports/`` folder, keep / discard with the keys, clean up
+every group at once after a summary, undo it; and the fallback when there is no trash.
+
+Screenshots go to ``$SIMILE_SHOTS`` (default ``/tmp/shots``): ``dups_view.png``,
+``dups_summary.png``, ``dups_compare.png``, ``dups_no_trash.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+cv2 = pytest.importorskip("cv2")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QFileDialog  # noqa: E402
+
+from tests.app._gui import INDEX_TIMEOUT, open_and_wait  # noqa: E402
+
+SHOTS = Path(os.environ.get("SIMILE_SHOTS", "/tmp/shots"))
+
+
+def photo_folder(root: Path, demo: Path) -> tuple[Path, dict[str, Path]]:
+    """``root/photos``: three demo photos, an exact copy of one in ``exports/`` and a
+    half-size quality-60 re-export of another; ``root/outside.jpg`` lies beside it."""
+    folder = root / "photos"
+    (folder / "exports").mkdir(parents=True)
+    files = {}
+    for name in ("chelsea", "coffee", "rocket"):
+        files[name] = folder / f"{name}.jpg"
+        shutil.copy(demo / f"{name}.jpg", files[name])
+    files["chelsea_copy"] = folder / "exports" / "chelsea copy.jpg"
+    shutil.copy(files["chelsea"], files["chelsea_copy"])
+    img = cv2.imread(str(files["coffee"]))
+    small = cv2.resize(img, (img.shape[1] // 2, img.shape[0] // 2), interpolation=cv2.INTER_AREA)
+    files["coffee_small"] = folder / "exports" / "coffee_small.jpg"
+    cv2.imwrite(str(files["coffee_small"]), small, [cv2.IMWRITE_JPEG_QUALITY, 60])
+    files["outside"] = root / "outside.jpg"
+    shutil.copy(files["chelsea"], files["outside"])
+    return folder, files
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def find(qtbot, window) -> None:
+    with qtbot.waitSignal(window.duplicates_shown, timeout=60_000):
+        window.find_duplicates(None)
+    view = window.dup_view
+    qtbot.waitUntil(lambda: len(view.infos) >= 2 and len(view.cards_list()) >= 2, timeout=30_000)
+
+
+def open_summary(qtbot, view):
+    qtbot.mouseClick(view.keep_all_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: view.cleanup_dialog is not None and view.cleanup_dialog.isVisible(),
+        timeout=30_000,
+    )
+    return view.cleanup_dialog
+
+
+def test_keep_suggested_moves_to_a_folder_logs_and_undoes(
+    qtbot, window, tmp_path, demo_folder, monkeypatch
+):
+    folder, files = photo_folder(tmp_path, demo_folder)
+    index = tmp_path / "index"
+    open_and_wait(qtbot, window, folder, index)
+    find(qtbot, window)
+    view = window.dup_view
+    groups = {frozenset(Path(p).name for p in g.paths): g for g in view.groups}
+    assert frozenset({"chelsea.jpg", "chelsea copy.jpg"}) in groups
+    assert frozenset({"coffee.jpg", "coffee_small.jpg"}) in groups
+    assert "rocket.jpg" not in {n for names in groups for n in names}
+    identical = groups[frozenset({"chelsea.jpg", "chelsea copy.jpg"})]
+    assert getattr(identical, "tier", "identical") == "identical"
+
+    # the cards: uncropped pictures, folder, date, size, tier; one suggested copy
+    cards = view.cards_list()
+    assert [c.state for c in cards].count("suggested") == 1
+    texts = [" ".join(lbl.text() for lbl in c.findChildren(type(view.summary))) for c in cards]
+    assert all("in photos" in t and "KB" in t for t in texts), texts
+    assert all(
+        ("taken " if c.info.taken else "modified ") in t for c, t in zip(cards, texts, strict=True)
+    )
+    assert all(c.pic.image is not None for c in cards)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    qtbot.wait(50)  # (laid out)
+    window.grab().save(str(SHOTS / "dups_view.png"))
+
+    # keys: → K keeps the other copy, D discards it again (the suggestion is back), N next
+    view.setFocus()
+    row = view.group_list.currentRow()
+    before = [c.state for c in view.cards_list()]
+    suggested = before.index("suggested")
+    other = 1 - suggested if len(before) == 2 else (suggested + 1) % len(before)
+    view._focus = suggested
+    for _ in range((other - suggested) % len(before)):
+        qtbot.keyClick(view, Qt.Key.Key_Right)
+    qtbot.keyClick(view, Qt.Key.Key_K)
+    states = [c.state for c in view.cards_list()]
+    assert states[other] == "kept" and states[suggested] == "copy"
+    qtbot.keyClick(view, Qt.Key.Key_D)
+    states = [c.state for c in view.cards_list()]
+    assert states[other] == "discard" and states[suggested] == "kept"
+    view.choices.clear()  # back to the suggestions for the clean-up below
+    view._rerender()
+    qtbot.keyClick(view, Qt.Key.Key_N)
+    assert view.group_list.currentRow() == min(row + 1, view.group_list.count() - 1)
+    # the re-export beside its original, at the same zoom, then flickered
+    view.group_list.setCurrentRow(
+        next(i for i, g in enumerate(view.groups) if files["coffee"] in map(Path, g.paths))
+    )
+    qtbot.waitUntil(lambda: len(view.infos) == 2 and len(view.cards_list()) == 2, timeout=30_000)
+    qtbot.keyClick(view, Qt.Key.Key_C)
+    dlg = view.compare_dialog
+    qtbot.waitUntil(dlg.isVisible, timeout=5_000)
+    qtbot.wait(50)
+    a, b = (v.item.sceneBoundingRect() for v in dlg.views)
+    assert a.width() == pytest.approx(b.width())  # the half-size copy drawn as wide
+    dlg.set_zoom(2.0)
+    assert all(v.transform().m11() == pytest.approx(2.0) for v in dlg.views)
+    dlg.grab().save(str(SHOTS / "dups_compare.png"))
+    dlg.flicker_btn.click()
+    assert dlg.views[1].isHidden() and dlg.timer.isActive()
+    dlg.accept()
+
+    # "Keep the suggested copy in every group…": a summary first, nothing moved yet
+    before_files = snapshot(folder)
+    dest = tmp_path / "moved"
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(dest))
+    dialog = open_summary(qtbot, view)
+    assert dialog.trash_rb.isChecked()
+    assert dialog.link_rb.isEnabled() == any(
+        getattr(g, "tier", "") == "identical" for g in view.groups
+    )
+    qtbot.mouseClick(dialog.choose_btn, Qt.MouseButton.LeftButton)
+    assert dialog.move_rb.isChecked() and dialog.destination == str(dest)
+    plan = dialog.plan()
+    assert len(plan.steps) == 2 and len(plan.kept) == 2
+    assert dialog.summary.text().startswith("Will move 2 photos (")
+    assert f"to {dest}; keep 2 photos." in dialog.summary.text()
+    assert dialog.run_btn.text() == "Move 2 photos"
+    dialog.grab().save(str(SHOTS / "dups_summary.png"))
+    assert snapshot(folder) == before_files and not dest.exists()
+
+    kept = set(plan.kept)
+    gone = {s.path for s in plan.steps}
+    assert {Path(p).name for p in gone} | {Path(p).name for p in kept} == {
+        "chelsea.jpg", "chelsea copy.jpg", "coffee.jpg", "coffee_small.jpg"}  # fmt: skip
+    assert str(files["coffee_small"]) in gone  # the half-size re-export never kept
+    with qtbot.waitSignal(view.cleaned, timeout=30_000) as moved:
+        qtbot.mouseClick(dialog.run_btn, Qt.MouseButton.LeftButton)
+    assert sorted(moved.args[0]) == sorted(gone)
+    for p in gone:
+        assert not os.path.lexists(p)
+        target = dest / Path(p).relative_to(folder)
+        assert target.read_bytes() == before_files[p]
+    assert all(Path(p).read_bytes() == before_files[p] for p in kept)
+    assert Path(str(files["rocket"])).read_bytes() == before_files[str(files["rocket"])]
+    assert files["outside"].exists()
+    logs = list((index / "cleanup").glob("*.csv"))
+    assert len(logs) == 1
+    assert "Log: " in view.notice.text() and "Undo last clean-up" in view.notice.text()
+    assert view.notice.isVisible() and view.group_list.count() == 0  # (found again later)
+    window.grab().save(str(SHOTS / "dups_after_cleanup.png"))
+    rows = logs[0].read_text().splitlines()
+    assert rows[0] == "original,action,destination,time,size,kept" and len(rows) == 3
+
+    # the index forgets the moved files; then "Undo last clean-up" puts them back
+    qtbot.waitUntil(lambda: view.undo_btn.isEnabled(), timeout=INDEX_TIMEOUT)
+    with qtbot.waitSignal(view.restored, timeout=30_000):
+        qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
+    assert snapshot(folder) == before_files
+    assert not any(dest.rglob("*.jpg"))
+    assert not logs[0].exists() and view.notice.text() == "Put back 2 photos."
+    qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+
+
+def test_no_trash_offers_a_folder_instead(qtbot, window, tmp_path, demo_folder, monkeypatch):
+    from PySide6.QtCore import QFile
+    from PySide6.QtWidgets import QMessageBox, QPushButton
+
+    from engine.workflows import trash
+
+    folder, files = photo_folder(tmp_path, demo_folder)
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    find(qtbot, window)
+    view = window.dup_view
+    before_files = snapshot(folder)
+
+    # one copy: its card's "Trash…", answered yes; the trash refuses; a folder is offered
+    monkeypatch.setattr(QFile, "moveToTrash", staticmethod(lambda *a: False))
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: 0)
+    destructive = QMessageBox.ButtonRole.DestructiveRole
+    monkeypatch.setattr(QMessageBox, "clickedButton", lambda box: next(
+        b for b in box.buttons() if box.buttonRole(b) == destructive))  # fmt: skip
+    row = next(i for i, g in enumerate(view.groups) if files["chelsea_copy"] in map(Path, g.paths))
+    view.group_list.setCurrentRow(row)
+    qtbot.waitUntil(lambda: len(view.infos) == 2 and len(view.cards_list()) == 2, timeout=30_000)
+    card = next(c for c in view.cards_list() if c.info.path == str(files["chelsea_copy"]))
+    trash_btn = next(b for b in card.findChildren(QPushButton) if b.text() == "Trash…")
+    qtbot.mouseClick(trash_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.fallback_box is not None and view.fallback_box.isVisible(),
+                    timeout=5_000)  # fmt: skip
+    assert snapshot(folder) == before_files
+    one = tmp_path / "one"
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(one))
+    move = next(b for b in view.fallback_box.buttons() if b.text() == "Move to a folder…")
+    with qtbot.waitSignal(view.cleaned, timeout=30_000) as moved:
+        qtbot.mouseClick(move, Qt.MouseButton.LeftButton)
+    assert moved.args[0] == [str(files["chelsea_copy"])]
+    assert (one / "exports" / "chelsea copy.jpg").read_bytes() == before_files[
+        str(files["chelsea_copy"])]  # fmt: skip
+    assert files["chelsea"].exists()
+    # the index forgets it and the groups are found again: only the coffee pair is left
+    qtbot.waitUntil(lambda: not window.is_indexing() and len(view.groups) == 1
+                    and len(view.infos) == 2, timeout=INDEX_TIMEOUT)  # fmt: skip
+
+    # the batch: the trash cannot be used here; nothing moves; a folder is offered
+    def no_trash(path):
+        raise trash.TrashUnavailable(f"No trash can take {Path(path).name} (tried …).", path)
+
+    monkeypatch.setattr(trash, "trash_dir", no_trash)
+    before_files = snapshot(folder)
+    dialog = open_summary(qtbot, view)
+    assert dialog.trash_rb.isChecked() and "to the trash" in dialog.summary.text()
+    qtbot.mouseClick(dialog.run_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.fallback_box is not None and view.fallback_box.isVisible(),
+                    timeout=30_000)  # fmt: skip
+    box = view.fallback_box
+    assert "Nothing was moved" in box.text() and snapshot(folder) == before_files
+    box.grab().save(str(SHOTS / "dups_no_trash.png"))
+
+    dest = tmp_path / "instead"
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(dest))
+    move = next(b for b in box.buttons() if b.text() == "Move to a folder…")
+    qtbot.mouseClick(move, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.cleanup_dialog is not dialog and view.cleanup_dialog.isVisible(),
+                    timeout=5_000)  # fmt: skip
+    dialog = view.cleanup_dialog
+    assert dialog.move_rb.isChecked() and dialog.destination == str(dest)
+    with qtbot.waitSignal(view.cleaned, timeout=30_000) as moved:
+        qtbot.mouseClick(dialog.run_btn, Qt.MouseButton.LeftButton)
+    assert moved.args[0] == [str(files["coffee_small"])]
+    assert [p.name for p in dest.rglob("*.jpg")] == ["coffee_small.jpg"]
+    assert files["outside"].exists() and files["rocket"].exists() and files["coffee"].exists()
+    # two clean-ups, two logs; the last is undone first
+    assert len(list((tmp_path / "index" / "cleanup").glob("*.csv"))) == 2
+    qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+
+
+def test_search_shows_progress_and_can_be_cancelled(qtbot, window, tmp_path, demo_folder):
+    folder, _ = photo_folder(tmp_path, demo_folder)
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    view = window.dup_view
+    started = threading.Event()
+
+    def slow(threshold, *, cancel=None, progress=None):
+        progress(3, 8)
+        started.set()
+        cancel.wait(30)
+        raise InterruptedError("cancelled")
+
+    window.collection.duplicates = slow
+    window.find_duplicates(None)
+    qtbot.waitUntil(started.is_set, timeout=10_000)
+    qtbot.waitUntil(lambda: view.progress.maximum() == 8, timeout=5_000)
+    assert view.progress.isVisible() and view.progress.value() == 3
+    assert view.cancel_btn.isVisible() and not view.find_btn.isEnabled()
+    qtbot.mouseClick(view.cancel_btn, Qt.MouseButton.LeftButton)
+    assert view.summary.text().startswith("Search cancelled")
+    assert view.find_btn.isEnabled() and not view.progress.isVisible()
+    assert not window.session.jobs.running("duplicates")
+    qtbot.wait(100)  # the worker ends; its InterruptedError is dropped, not shown
+    assert not window.banner.isVisible()
+
+
+def test_moves_are_refused_while_the_index_is_read_only(tmp_path):
+    from app.gui.session import ActionRefused, Session
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    a, b = folder / "a.jpg", folder / "b.jpg"
+    a.write_bytes(b"x")
+    b.write_bytes(b"x")
+    s = Session()
+    s.open_folder(folder)
+    group = type("G", (), {"paths": [a, b], "scores": [1.0, 1.0]})()
+    s.duplicates.set_groups([group], 0.5)
+    assert s.authorize("move", b) == str(b)
+    s.set_readonly("media")
+    with pytest.raises(ActionRefused, match="read-only media"):
+        s.authorize("move", b)
+    assert s.authorize("link", b) == str(b)  # a hard link leaves the photo where it is
