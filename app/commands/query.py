@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
             results.append(
                 {
                     "query": str(path),
-                    "hits": [{"path": str(h.path), "score": h.score} for h in hits],
+                    "hits": [
+                        {"path": str(h.path), "score": h.score, "metadata": meta}
+                        for h, meta in zip(hits, _hit_metadata(col, hits), strict=True)
+                    ],
                 }
             )
     finally:
@@ -85,3 +88,11 @@ def run(args: argparse.Namespace) -> int:
             for k, h in enumerate(r["hits"], 1):
                 print(f"  {k:3d}. {h['score']:8.4f}  {h['path']}")
     return 0
+
+
+def _hit_metadata(col, hits) -> list[dict | None]:
+    """Each hit's metadata as JSON (date taken, camera, lens, exposure, size, GPS:
+    :meth:`engine.io.metadata.PhotoMetadata.to_json`); None where it was not read yet."""
+    ids = [col.store.id_of(h.path) for h in hits]
+    found = col.store.metadata([i for i in ids if i is not None])
+    return [found[i].to_json() if i in found else None for i in ids]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, ClassVar
 
 from PySide6.QtCore import (
     QAbstractListModel,
@@ -23,6 +25,7 @@ from app.gui.thumbnails import ThumbnailProvider
 from engine.index.files import display_path
 
 __all__ = [
+    "HEADING_ROLE",
     "PATH_ROLE",
     "SCORE_ROLE",
     "Hit",
@@ -35,6 +38,8 @@ __all__ = [
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
 SCORE_ROLE = Qt.ItemDataRole.UserRole + 2
 RANK_ROLE = Qt.ItemDataRole.UserRole + 3
+#: text of a folder heading row of :class:`PhotoListModel` (None for a photo)
+HEADING_ROLE = Qt.ItemDataRole.UserRole + 4
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -74,37 +79,180 @@ class ThumbModel(QAbstractListModel):
 
 
 class PhotoListModel(ThumbModel):
-    """The photos of the open collection, sorted by path (the folder scan's order).
+    """The photos of the open collection, in the order the person chose.
 
-    Not the index's row order: a first index extracts an evenly spread sample of the
-    folder first (to fit its models early), so arrival and id order jump around the
-    folder. Photos that arrive while indexing are inserted at their sorted place.
+    Sorted by folder (the path: the folder scan's order; the default), by file name or by
+    date taken (:data:`SORT_KEYS`); optionally grouped under folder headings (rows whose
+    :data:`HEADING_ROLE` is the heading's text and whose :data:`PATH_ROLE` is None) and
+    filtered to a range of days taken (photos without a date are hidden then). The
+    order is never the index's row order: a first index extracts an evenly spread sample
+    of the folder first, so arrival and id order jump around the folder. Photos that
+    arrive while indexing are inserted at their sorted place.
+
+    Dates come from :meth:`set_metadata` (path -> ``PhotoMetadata``, read from the
+    catalogue off the GUI thread); nothing here reads a file.
     """
+
+    #: sort keys and their labels
+    SORT_KEYS: ClassVar[dict[str, str]] = {
+        "folder": "Folder",
+        "name": "Name",
+        "date": "Date taken",
+    }
+
+    def __init__(self, thumbs: ThumbnailProvider, parent=None) -> None:
+        super().__init__(thumbs, parent)
+        self._all: list[str] = []  # every photo, sorted by path
+        self._headings: dict[int, str] = {}  # row -> heading text
+        self.metadata: Mapping[str, Any] = {}
+        self.sort_key = "folder"
+        self.grouped = False
+        self.date_range: tuple[str | None, str | None] | None = None  # ISO days
+        self.root: Path | None = None  # the open folder: headings relative to it
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < len(self._paths):
             return None
-        p = self._paths[index.row()]
+        row = index.row()
+        heading = self._headings.get(row)
+        if heading is not None:
+            if role in (Qt.ItemDataRole.DisplayRole, HEADING_ROLE):
+                return heading
+            return None
+        p = self._paths[row]
         if role == Qt.ItemDataRole.DisplayRole:
             return shown_name(p)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{shown_name(p)}\n{display_path(Path(p).parent)}"
+            m = self.metadata.get(p)
+            taken = f"\ntaken {m.date_taken.replace('T', ' ')[:16]}" if m and m.date_taken else ""
+            return f"{shown_name(p)}\n{display_path(Path(p).parent)}{taken}"
         if role == Qt.ItemDataRole.DecorationRole:
             return self.thumbs.pixmap(p)
         if role == PATH_ROLE:
             return p
         return None
 
+    def flags(self, index: _Index):
+        if index.isValid() and index.row() in self._headings:
+            return Qt.ItemFlag.ItemIsEnabled  # (a heading cannot be selected)
+        return super().flags(index)
+
+    def is_heading(self, row: int) -> bool:
+        return row in self._headings
+
+    def headings(self) -> list[str]:
+        """The folder headings shown, top to bottom."""
+        return [self._headings[r] for r in sorted(self._headings)]
+
+    def paths(self) -> list[str]:
+        """The photos shown, top to bottom (headings left out)."""
+        return [p for i, p in enumerate(self._paths) if i not in self._headings]
+
+    def all_paths(self) -> list[str]:
+        """Every photo of the collection, shown or filtered out, by path."""
+        return list(self._all)
+
+    # -- what is shown -------------------------------------------------------------------
+    def _plain(self) -> bool:
+        """The default order (by path, no headings, no filter): rows follow ``_all``."""
+        return self.sort_key == "folder" and not self.grouped and self.date_range is None
+
     def set_paths(self, paths) -> None:
+        self._all = sorted({str(p) for p in paths})
+        self._rebuild()
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """What the photos record (path -> ``PhotoMetadata``); re-sorts when it matters."""
+        self.metadata = metadata
+        if not self._plain():
+            self._rebuild()
+        elif self._paths:
+            self.dataChanged.emit(self.index(0), self.index(len(self._paths) - 1),
+                                  [Qt.ItemDataRole.ToolTipRole])  # fmt: skip
+
+    def set_order(
+        self,
+        sort_key: str | None = None,
+        grouped: bool | None = None,
+        date_range: tuple[str | None, str | None] | type[Ellipsis] | None = ...,
+    ) -> None:
+        """Sort by ``sort_key`` (:data:`SORT_KEYS`), group under folder headings, keep
+        only photos taken within ``date_range`` (``(first, last)`` ISO days, either None
+        for open; None: no filter). Arguments left out keep their setting."""
+        if sort_key is not None:
+            if sort_key not in self.SORT_KEYS:
+                raise ValueError(f"sort_key must be one of {', '.join(self.SORT_KEYS)}")
+            self.sort_key = sort_key
+        if grouped is not None:
+            self.grouped = bool(grouped)
+        if date_range is not ...:
+            self.date_range = date_range
+        self._rebuild()
+
+    def _sort_key(self, p: str):
+        if self.sort_key == "name":
+            return (Path(p).name.casefold(), p)
+        if self.sort_key == "date":
+            m = self.metadata.get(p)
+            taken = m.date_taken if m is not None else None
+            return (taken is None, (taken or "")[:19], p)  # (photos without a date last)
+        return (p,)
+
+    def _shown(self, p: str) -> bool:
+        if self.date_range is None:
+            return True
+        m = self.metadata.get(p)
+        day = m.date if m is not None else None
+        if day is None:
+            return False
+        first, last = self.date_range
+        return (first is None or day >= first) and (last is None or day <= last)
+
+    def _heading(self, folder: str, n: int) -> str:
+        shown = display_path(folder)
+        if self.root is not None:
+            try:
+                rel = Path(folder).relative_to(self.root)
+                shown = display_path(rel) if str(rel) != "." else display_path(self.root.name)
+            except ValueError:
+                pass
+        return f"{shown}  ·  {n} photo{'s' if n != 1 else ''}"
+
+    def _rebuild(self) -> None:
         self.beginResetModel()
-        self._paths = sorted({str(p) for p in paths})
+        shown = [p for p in self._all if self._shown(p)]
+        if self.sort_key != "folder":
+            shown.sort(key=self._sort_key)
+        self._headings = {}
+        if self.grouped:
+            groups: dict[str, list[str]] = {}
+            for p in shown:
+                groups.setdefault(str(Path(p).parent), []).append(p)
+            rows: list[str] = []
+            for folder in sorted(groups):
+                self._headings[len(rows)] = self._heading(folder, len(groups[folder]))
+                rows.append("")
+                rows.extend(groups[folder])
+            shown = rows
+        self._paths = shown
         self._reindex()
         self.endResetModel()
 
+    def _reindex(self) -> None:
+        self._rows = {}
+        for i, p in enumerate(self._paths):
+            if i not in self._headings:
+                self._rows.setdefault(p, []).append(i)
+
     def append_paths(self, paths) -> None:
         """Insert photos that are not shown yet, each at its sorted place."""
-        new = sorted({str(p) for p in paths} - self._rows.keys())
+        new = sorted({str(p) for p in paths} - set(self._all))
         if not new:
+            return
+        for p in new:
+            bisect.insort(self._all, p)
+        if not self._plain():
+            self._rebuild()
             return
         for p in new:
             row = bisect.bisect_left(self._paths, p)
@@ -115,7 +263,14 @@ class PhotoListModel(ThumbModel):
         self._reindex()
 
     def remove_path(self, path: str | Path) -> None:
-        row = self.row_of(path)
+        p = str(path)
+        if p in self._all:
+            self._all.remove(p)
+        if not self._plain():
+            if p in self._rows:
+                self._rebuild()
+            return
+        row = self.row_of(p)
         if row < 0:
             return
         self.beginRemoveRows(QModelIndex(), row, row)
@@ -184,6 +339,12 @@ class ResultsModel(ThumbModel):
 
 
 # -- painting ------------------------------------------------------------------------------
+def card_date(meta) -> str:
+    """The date taken as a card shows it (``"2021-06-05 14:03"``), "" when unknown."""
+    taken = getattr(meta, "date_taken", None)
+    return taken[:16].replace("T", " ") if taken else ""
+
+
 def shown_name(path) -> str:
     """A photo's file name for showing: bytes that are not UTF-8 (old archives, Windows
     zips) become U+FFFD instead of vanishing in Qt (the path itself stays exact)."""
@@ -236,11 +397,37 @@ class ThumbnailDelegate(QStyledItemDelegate):
         self.size = size
         self.query_path: str | None = None
 
+    #: height of a folder heading row
+    HEADING_HEIGHT = 34
+
     def sizeHint(self, option, index) -> QSize:
+        if index is not None and item_data(index, HEADING_ROLE) is not None:
+            # as wide as the view: a heading starts a line of its own in the icon flow
+            view = self.parent()
+            width = view.viewport().width() - 2 * view.spacing() - 2 if view else 400
+            return QSize(max(width, self.size + 14), self.HEADING_HEIGHT)
         return QSize(self.size + 14, self.size + 32)
+
+    def _paint_heading(self, painter: QPainter, option: QStyleOptionViewItem, text: str) -> None:
+        pal = option.palette
+        r = option.rect.adjusted(6, 4, -6, -2)
+        f = QFont(option.font)
+        f.setBold(True)
+        painter.setFont(f)
+        painter.setPen(pal.color(QPalette.ColorRole.Text))
+        painter.drawText(r, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
+        line = QColor(pal.color(QPalette.ColorRole.PlaceholderText))
+        line.setAlpha(90)
+        painter.setPen(QPen(line, 1))
+        painter.drawLine(r.left(), r.bottom(), r.right(), r.bottom())
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index) -> None:
         painter.save()
+        heading = item_data(index, HEADING_ROLE)
+        if heading is not None:
+            self._paint_heading(painter, option, heading)
+            painter.restore()
+            return
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
         pal = option.palette
@@ -293,6 +480,8 @@ class ResultDelegate(QStyledItemDelegate):
         self.max_score = 1.0
         self.query_path: str | None = None
         self.root: Path | None = None  # collection folder: show sub-folders relative to it
+        #: path -> PhotoMetadata (the session's): the date taken shown under the name
+        self.metadata: Mapping[str, Any] = {}
 
     def sizeHint(self, option, index) -> QSize:
         return QSize(260, self.ROW)
@@ -356,6 +545,9 @@ class ResultDelegate(QStyledItemDelegate):
                 folder = "" if folder == "." else folder
             except ValueError:
                 pass
+        taken = card_date(self.metadata.get(path))
+        if taken:
+            folder = f"{taken}  ·  {folder}" if folder else taken
         painter.drawText(
             QRect(x, r.top() + 28, w, 18),
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,

@@ -1,19 +1,25 @@
 """The catalogue of an index folder: the SQLite schema, the marker file and opening.
 
-``catalog.sqlite`` has four tables (:data:`SCHEMA_SQL`): ``images`` (one row per file,
+``catalog.sqlite`` has five tables (:data:`SCHEMA_SQL`): ``images`` (one row per file,
 indexed or failed, pointing into a feature chunk), ``chunks`` (one row per chunk file,
 with its checksum), ``settings`` (JSON values) and ``kv`` (small blobs, the
 ``generation`` counter bumped by every committed write and the catalogue's random
 identity :data:`CATALOG_ID_KEY`, which the saved states name: search data is never paired
-with a catalogue it was not made from). ``PRAGMA application_id`` (:data:`APPLICATION_ID`)
+with a catalogue it was not made from) and ``metadata`` (what each photo records about
+itself). ``PRAGMA application_id`` (:data:`APPLICATION_ID`)
 marks a simile catalogue and ``PRAGMA user_version`` its schema version
 (:data:`SCHEMA_VERSION`).
 
 Schema versions: 1 had no chunk checksums, no catalogue identity and per-state JSON
-files; 2 (this one) adds both and keeps the states in one manifest
-(:mod:`engine.index.manifest`). A writer migrates a version-1 catalogue when it opens it
-(:func:`migrate`; the checksums of old chunks are recorded when ``--repair`` first
-verifies them); version 1 simile refuses version 2, whose states it would not see.
+files; 2 adds both and keeps the states in one manifest (:mod:`engine.index.manifest`);
+3 (this one) adds the ``metadata`` table (:data:`METADATA_SQL`: date taken, camera, lens,
+exposure, size and place of every usable photo, :class:`engine.io.metadata.PhotoMetadata`
+as JSON, keyed by image id, deleted with its image). A writer migrates an older
+catalogue when it opens it (:func:`migrate`; the checksums of old chunks are recorded
+when ``--repair`` first verifies them; the metadata of photos indexed before is read by
+the next :func:`engine.index.ingest.ingest`, without extracting their features again);
+an older simile refuses a newer catalogue. A reader opens an older catalogue as it is
+(no metadata table: no metadata).
 
 The marker file (:data:`MARKER_NAME`) is written first into a new index folder;
 :func:`claim` refuses a non-empty folder that is not an index, so the store's clean-up
@@ -63,6 +69,7 @@ __all__ = [
     "LOCK_NAME",
     "MARKER_FORMAT",
     "MARKER_NAME",
+    "METADATA_SQL",
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "TABLES",
@@ -89,7 +96,7 @@ __all__ = [
 ]
 
 #: Schema version written to ``PRAGMA user_version``; newer catalogues are refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Name of the index folder inside (or for) a photo folder.
 INDEX_DIRNAME = ".simile"
 #: The catalogue's file name in the index folder.
@@ -138,6 +145,18 @@ CREATE TABLE chunks (
 );
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB);
+"""
+#: The ``metadata`` table (schema 3): one row per usable image whose metadata was read
+#: (an empty ``data`` object when the file records nothing), written in the transaction
+#: that writes the image's row; ``date_taken`` (ISO 8601) repeated as a column to sort and
+#: filter by.
+METADATA_SQL = """
+CREATE TABLE IF NOT EXISTS metadata (
+    image_id INTEGER PRIMARY KEY REFERENCES images(id) ON DELETE CASCADE,
+    date_taken TEXT,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metadata_date ON metadata(date_taken);
 """
 #: Tables every simile catalogue has.
 TABLES = {"images", "chunks", "settings", "kv"}
@@ -486,7 +505,7 @@ def init_schema(conn: sqlite3.Connection, catalog_id: str | None = None) -> str:
     catalog_id = catalog_id or new_catalog_id()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for stmt in SCHEMA_SQL.split(";"):
+        for stmt in (SCHEMA_SQL + METADATA_SQL).split(";"):
             if stmt.strip():
                 conn.execute(stmt)
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
@@ -503,9 +522,17 @@ def init_schema(conn: sqlite3.Connection, catalog_id: str | None = None) -> str:
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a version-1 catalogue to :data:`SCHEMA_VERSION` in one transaction: the
-    ``chunks.checksum`` column (empty for old chunks: recorded when ``--repair`` verifies
-    them) and the catalogue's identity. A no-op on a current catalogue."""
+    """Bring an older catalogue to :data:`SCHEMA_VERSION` in one transaction. From
+    version 1: the ``chunks.checksum`` column (empty for old chunks: recorded when
+    ``--repair`` verifies them) and the catalogue's identity; from versions 1 and 2: the
+    empty ``metadata`` table (:data:`METADATA_SQL`; the next ingest reads the metadata of
+    the photos already indexed). A no-op on a current catalogue.
+
+    Parameters
+    ----------
+    conn : sqlite3.Connection
+        A writer's connection (autocommit; the transaction is opened here).
+    """
     if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -517,6 +544,9 @@ def migrate(conn: sqlite3.Connection) -> None:
             "INSERT OR IGNORE INTO kv(key, value) VALUES (?, ?)",
             (CATALOG_ID_KEY, new_catalog_id().encode()),
         )
+        for stmt in METADATA_SQL.split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

@@ -50,6 +50,7 @@ from engine.index.workers import (
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
     from engine.index.store import PackedFeatures
+    from engine.io.metadata import PhotoMetadata
 
 __all__ = [
     "CRASH_REASON",
@@ -85,6 +86,9 @@ class ExtractResult:
         :func:`engine.scan.content_hash` of the file, ``None`` if it could not be read.
     same_content : bool
         The hash equals the known hash given for this path: extraction was skipped.
+    metadata : PhotoMetadata or None
+        What the photo records about itself (:func:`engine.io.metadata.read_metadata`,
+        read from the same bytes), when its features were extracted.
     """
 
     path: str
@@ -94,6 +98,7 @@ class ExtractResult:
     mtime_ns: int = 0
     content_hash: str | None = None
     same_content: bool = False
+    metadata: PhotoMetadata | None = None
 
 
 def default_jobs() -> int:
@@ -215,7 +220,8 @@ def _extract_one(
     pack: bool = False,
     report: Callable[..., None] | None = None,
 ) -> ExtractResult:
-    """Stat, read, hash and (unless the hash is known) extract one file; never raises.
+    """Stat, read, hash and (unless the hash is known) extract one file and read its
+    metadata; never raises.
 
     The file is read once: the same bytes are hashed and handed to the extractor
     (:func:`engine.features.extract_features` accepts encoded bytes). ``pack``: features
@@ -276,7 +282,10 @@ def _extract_one(
             feats = PackedFeatures.pack(feats)
     except Exception as exc:  # bad input never stops the run
         return ExtractResult(path, None, _describe(exc), st.st_size, st.st_mtime_ns, chash)
-    return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash)
+    from engine.io.metadata import read_metadata
+
+    meta = read_metadata(data)  # (headers only, from the bytes in memory; never raises)
+    return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash, metadata=meta)
 
 
 def outcome(res: ExtractResult) -> tuple[str, str]:

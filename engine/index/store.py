@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -66,7 +66,6 @@ from engine.index import states as _states
 from engine.index.catalog import (
     CATALOG_ID_KEY,
     CATALOG_NAME,
-    CHUNK_TABLE_SQL,
     CHUNK_USAGE_SQL,
     DUPLICATES_SQL,
     IMAGE_COLS,
@@ -78,7 +77,6 @@ from engine.index.catalog import (
     UPSERT_OK_SQL,
     ImageRecord,
     catalog_info,
-    forget_chunks,
     has_index_content,
     insert_chunk,
     open_reader,
@@ -101,6 +99,10 @@ from engine.index.files import (
 )
 from engine.index.lock import WriterLock
 from engine.index.manifest import Snapshot, StateVersions
+from engine.index.metadata_rows import (
+    delete_by_path,
+    write_by_path,
+)
 from engine.index.store_errors import (
     IndexCorruptError,
     IndexFormatError,
@@ -110,6 +112,8 @@ from engine.index.store_errors import (
     ReadOnlyIndexError,
     StoreError,
 )
+from engine.index.store_parts import StoreRows, StoreStates, UsableRows
+from engine.io.metadata import PhotoMetadata
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
@@ -130,22 +134,13 @@ __all__ = [
     "ReadOnlyIndexError",
     "Snapshot",
     "StoreError",
+    "UsableRows",
     "display_path",
     "row_keys",
 ]
 
 
-class UsableRows(NamedTuple):
-    """:meth:`IndexStore.usable_rows`: ``generation`` (int), ``ids`` ``(n,) int64``,
-    ``keys`` ``(n,) uint64`` (:func:`row_keys`) and ``paths`` (n str)."""
-
-    generation: int
-    ids: np.ndarray
-    keys: np.ndarray
-    paths: list[str]
-
-
-class IndexStore:
+class IndexStore(StoreStates, StoreRows):
     """An index directory: catalogue, feature chunks, named arrays and model states.
 
     Use :meth:`open`. A writable store holds the writer lock until :meth:`close`;
@@ -165,6 +160,7 @@ class IndexStore:
         self._mutex = threading.RLock()
         self._chunks = ChunkCache(index_dir / "features")
         self._verified: set[str] = set()  # chunk files whose checksum held
+        self._has_metadata = False  # (schema 3: a writer may migrate while a reader reads)
         self._closed = False
         #: The catalogue's random identity (None: a catalogue written before it had one).
         self.catalog_id, self._checksums = catalog_info(conn)
@@ -505,6 +501,7 @@ class IndexStore:
         touched: Iterable[tuple[str, int, int]] = (),
         *,
         fkey: str | None = None,
+        metadata: Mapping[str, PhotoMetadata] | None = None,
     ) -> None:
         """Record one batch of results atomically.
 
@@ -520,9 +517,14 @@ class IndexStore:
         fkey : str, optional
             Key of the feature-extraction settings used for ``ok`` and ``failed`` (see
             :meth:`feature_keys`); lets an interrupted re-extraction resume.
+        metadata : mapping of str to PhotoMetadata, optional
+            What the ``ok`` (or ``touched``) photos record about themselves, by path
+            (:func:`engine.io.metadata.read_metadata`); replaces what was stored. A
+            ``failed`` file's metadata is dropped.
 
         Rows are upserted by path (an existing path keeps its id). The whole batch is
-        one SQLite transaction: after a crash either all of it or none of it is visible.
+        one SQLite transaction: after a crash either all of it or none of it is visible
+        (a photo's metadata is never written without its row, or its row without it).
         """
         self._require_writer()
         ok = list(ok)
@@ -559,6 +561,10 @@ class IndexStore:
                 self._conn.executemany(
                     TOUCH_SQL, [(int(s), int(m), self.norm_path(p)) for p, s, m in touched]
                 )
+                if self._metadata_table():
+                    keys = [self.norm_path(p) for p, *_ in failed]
+                    delete_by_path(self._conn, keys)
+                    write_by_path(self._conn, (metadata or {}).items(), self.norm_path)
                 self._commit()
             except BaseException:
                 self._rollback()
@@ -576,6 +582,8 @@ class IndexStore:
         if not keys:
             return 0
         with self._transaction() as conn:
+            if self._metadata_table():  # (first: the cascade would count in total_changes)
+                delete_by_path(conn, [k for (k,) in keys])
             before = conn.total_changes
             conn.executemany("DELETE FROM images WHERE path = ?", keys)
             n = conn.total_changes - before
@@ -725,161 +733,3 @@ class IndexStore:
         """Delete array ``name`` if present."""
         self._require_writer()
         unlink(os.fspath(self.index_dir / "arrays" / f"{check_name(name)}.npy"))
-
-    # ------------------------------------------------------------------ model states
-
-    @property
-    def states_dir(self) -> Path:
-        """The ``states`` folder."""
-        return self.index_dir / "states"
-
-    def snapshot(self) -> Snapshot:
-        """The current version of the saved states: :meth:`StateVersions.snapshot
-        <engine.index.manifest.StateVersions.snapshot>`."""
-        return self._states.snapshot()
-
-    def load_states(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """States ``names`` (name -> scalars and arrays), all from ONE version:
-        :meth:`load_version` (states held back by :meth:`hold_states` as held)."""
-        names = list(names)
-        held = self._held or {}
-        out = self._states.load_states([n for n in names if n not in held]) if names else {}
-        return {n: dict(held[n]) if n in held else out[n] for n in names}
-
-    def load_version(self, names: Iterable[str]) -> tuple[Snapshot, dict[str, dict[str, Any]]]:
-        """States ``names``, all from ONE version, and that version
-        (:meth:`engine.index.manifest.StateVersions.load_version`)."""
-        return self._states.load_version(names)
-
-    def save_states(
-        self,
-        states: Mapping[str, Mapping[str, Any] | None],
-        *,
-        parts: Mapping[str, Sequence[str]] | None = None,
-    ) -> int:
-        """Commit several states together, atomically (readers see all of them or none):
-        :meth:`StateVersions.save_states <engine.index.manifest.StateVersions.save_states>`.
-        Returns the new version's generation."""
-        self._require_writer()
-        held = self._held
-        if held is not None:
-            states = dict(states)
-            hold = {n: st for n, st in states.items() if n in self._held_names}
-            if len(hold) == len(states):  # only held states: hold them back
-                for n, st in hold.items():
-                    if st is None:
-                        held.pop(n, None)
-                    else:
-                        held[n] = dict(st)
-                return self.snapshot().generation
-            states = {**held, **states}
-        gen = self._states.save_states(states, parts=parts)
-        if held is not None:
-            held.clear()
-        return gen
-
-    @contextmanager
-    def hold_states(self, names: Iterable[str]) -> Iterator[None]:
-        """Hold back commits of states ``names``: until the block ends they are kept in
-        memory (this store's :meth:`load_state` and :meth:`has_state` see them, other
-        readers do not) and committed together with the next commit of any other state,
-        in ONE version. What is still held when the block ends is dropped (a run that
-        stopped before its commit leaves the previous version, whole).
-
-        ``simile cluster`` holds the grouping vocabulary it refits until it commits the
-        grouping made with it: a crash in between can no longer pair the old grouping
-        and classifier with the new vocabulary (reliability issue, point 4).
-        """
-        if self._held is not None:
-            raise RuntimeError("states are already held back")
-        self._held, self._held_names = {}, frozenset(check_name(n) for n in names)
-        try:
-            yield
-        finally:
-            self._held, self._held_names = None, frozenset()
-
-    def adopt_legacy_states(self) -> bool:
-        """Move per-state JSON files of an older index into the manifest (done when a
-        writer opens the store): :meth:`StateVersions.adopt_legacy
-        <engine.index.manifest.StateVersions.adopt_legacy>`."""
-        self._require_writer()
-        return self._states.adopt_legacy()
-
-    def save_state(self, name: str, state: dict[str, Any], *, parts: Sequence[str] = ()) -> None:
-        """Atomically save one model state (``to_state()`` dict): scalars in the manifest,
-        arrays in a new ``states/<name>.<token>.npz``; ``parts``: files of more of its
-        arrays, written before (:meth:`write_state_part`). States that must agree with
-        each other are saved with ONE call of :meth:`save_states`."""
-        self.save_states({name: state}, parts={name: parts})
-
-    def write_state_part(self, name: str, arrays: dict[str, np.ndarray]) -> str:
-        """Write (and sync) arrays of a state that :meth:`save_state` will name in
-        ``parts``; returns the file's name. Until then no state refers to it: a run that
-        stops before leaves a file that :meth:`gc` deletes."""
-        self._require_writer()
-        return _states.write_state_part(self.states_dir, name, arrays)
-
-    def load_state(self, name: str) -> dict[str, Any]:
-        """Load a state saved by :meth:`save_state`. ``KeyError`` if absent; see
-        :meth:`load_states` to read several from one version."""
-        return self.load_states([name])[name]
-
-    def has_state(self, name: str) -> bool:
-        """Whether state ``name`` exists (in the current version)."""
-        if self._held and name in self._held:
-            return True
-        return self.snapshot().has(check_name(name))
-
-    def delete_state(self, name: str) -> None:
-        """Delete state ``name`` (a commit without it; its files are then collected)."""
-        self._require_writer()
-        if self.has_state(name):
-            self.save_states({name: None})
-
-    # ------------------------------------------------------------------ repair support
-
-    def content_keys(self) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of the usable images, ascending, and their :func:`row_keys`, read in one
-        query: ``(n,) int64`` and ``(n,) uint64``."""
-        rows = self._q("SELECT id, content_hash, fkey FROM images WHERE status = 'ok' ORDER BY id")
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        return ids, row_keys((r[1], r[2]) for r in rows)
-
-    def usable_rows(self) -> UsableRows:
-        """The usable images as ONE state of the catalogue: its generation, ids (ascending),
-        :func:`row_keys` and paths, from one query (a writer committing meanwhile cannot
-        make the ids and paths disagree). The generation is never newer than the rows."""
-        gen = self.generation  # (read first: an older generation only refreshes again)
-        rows = self._q(
-            "SELECT id, content_hash, fkey, path, (SELECT value FROM kv WHERE key = "
-            "'generation') FROM images WHERE status = 'ok' ORDER BY id"
-        )
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        return UsableRows(
-            int(rows[0][4]) if rows else gen,
-            ids,
-            row_keys((r[1], r[2]) for r in rows),
-            [py_path(r[3]) for r in rows],
-        )
-
-    def chunk_table(self) -> list[tuple[int, str, int, str | None, int]]:
-        """``(id, file, n_rows, checksum, rows used)`` of every chunk, ascending id
-        (:data:`engine.index.catalog.CHUNK_TABLE_SQL`)."""
-        return self._q(CHUNK_TABLE_SQL)
-
-    def set_chunk_checksums(self, checksums: Mapping[int, str]) -> None:
-        """Record the checksums of chunks (id -> :func:`engine.index.files.file_digest`)
-        written before chunks had them."""
-        self._require_writer()
-        with self._transaction() as conn:
-            rows = [(d, int(c)) for c, d in checksums.items()]
-            conn.executemany("UPDATE chunks SET checksum = ? WHERE id = ?", rows)
-
-    def drop_features(self, chunk_ids: Iterable[int], reason: str) -> int:
-        """Forget damaged feature chunks, their images to be extracted again
-        (:func:`engine.index.catalog.forget_chunks`); returns the number of images."""
-        self._require_writer()
-        with self._transaction() as conn:
-            n = forget_chunks(conn, [int(c) for c in chunk_ids], reason)
-        self._chunks.clear()
-        return n

@@ -61,8 +61,13 @@ def test_index_json_summary(indexed, folder):
         "skipped",
         "total",
         "seconds",
+        "metadata",
     }
     assert last["indexed"] == len(NAMES) + 1 and last["unchanged"] == 0
+    # (the demo photos carry no EXIF: their sizes only)
+    assert last["metadata"] == {
+        "read": len(NAMES) + 1, "date_taken": 0, "camera": 0, "gps": 0, "read_now": len(NAMES) + 1
+    }  # fmt: skip
     assert sorted(f["path"].rsplit("/", 1)[-1] for f in last["failed"]) == ["bad.jpg", "empty.png"]
     assert all(f["reason"] for f in last["failed"])
     assert last["total"] == len(NAMES) + 3

@@ -567,8 +567,8 @@ def test_store_module_still_exports_its_pieces():
     assert store_mod.PackedFeatures is chunks.PackedFeatures
     assert store_mod.display_path is files.display_path
     assert store_mod.IndexLockedError is store_errors.IndexLockedError
-    # (2: chunk checksums, the catalogue's identity, the states' manifest)
-    assert store_mod.SCHEMA_VERSION == catalog.SCHEMA_VERSION == 2
+    # (2: chunk checksums, the catalogue's identity, the states' manifest; 3: metadata)
+    assert store_mod.SCHEMA_VERSION == catalog.SCHEMA_VERSION == 3
     assert IndexStore.norm_path("/a/b") == "/a/b"
     bad = os.fsdecode(b"/a/caf\xe9")
     assert IndexStore.norm_path(bad) == b"/a/caf\xe9"
@@ -699,5 +699,5 @@ def test_a_version_1_catalogue_is_read_and_migrated(tmp_path):
         assert not r.snapshot().legacy and r.load_state("m")["w"].tolist() == [0, 1, 2]
     assert sorted(os.listdir(states)) == sorted([MANIFEST_NAME, *read_snapshot(states).files()])
     con = sqlite3.connect(idx / "catalog.sqlite")
-    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     con.close()

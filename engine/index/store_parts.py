@@ -1,0 +1,242 @@
+"""More of :class:`engine.index.store.IndexStore`: its model states (one consistent
+version of every state, :mod:`engine.index.manifest`), the catalogue rows that repair and
+readers need, and the photos' metadata. Mixed into ``IndexStore``; not used on its own
+(the methods use the store's connection, lock and writer check)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from engine.index import states as _states
+from engine.index.catalog import CHUNK_TABLE_SQL, forget_chunks, row_keys
+from engine.index.files import check_name, py_path
+from engine.index.manifest import Snapshot
+from engine.index.metadata_rows import (
+    count_metadata,
+    has_metadata_table,
+    read_by_id,
+    read_by_path,
+    read_missing,
+    write_by_id,
+)
+from engine.io.metadata import PhotoMetadata
+
+__all__ = ["StoreRows", "StoreStates", "UsableRows"]
+
+
+class UsableRows(NamedTuple):
+    """:meth:`IndexStore.usable_rows`: ``generation`` (int), ``ids`` ``(n,) int64``,
+    ``keys`` ``(n,) uint64`` (:func:`row_keys`) and ``paths`` (n str)."""
+
+    generation: int
+    ids: np.ndarray
+    keys: np.ndarray
+    paths: list[str]
+
+
+class StoreStates:
+    """The model-state methods of :class:`engine.index.store.IndexStore`."""
+
+    # ------------------------------------------------------------------ model states
+
+    @property
+    def states_dir(self) -> Path:
+        """The ``states`` folder."""
+        return self.index_dir / "states"
+
+    def snapshot(self) -> Snapshot:
+        """The current version of the saved states: :meth:`StateVersions.snapshot
+        <engine.index.manifest.StateVersions.snapshot>`."""
+        return self._states.snapshot()
+
+    def load_states(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """States ``names`` (name -> scalars and arrays), all from ONE version:
+        :meth:`load_version` (states held back by :meth:`hold_states` as held)."""
+        names = list(names)
+        held = self._held or {}
+        out = self._states.load_states([n for n in names if n not in held]) if names else {}
+        return {n: dict(held[n]) if n in held else out[n] for n in names}
+
+    def load_version(self, names: Iterable[str]) -> tuple[Snapshot, dict[str, dict[str, Any]]]:
+        """States ``names``, all from ONE version, and that version
+        (:meth:`engine.index.manifest.StateVersions.load_version`)."""
+        return self._states.load_version(names)
+
+    def save_states(
+        self,
+        states: Mapping[str, Mapping[str, Any] | None],
+        *,
+        parts: Mapping[str, Sequence[str]] | None = None,
+    ) -> int:
+        """Commit several states together, atomically (readers see all of them or none):
+        :meth:`StateVersions.save_states <engine.index.manifest.StateVersions.save_states>`.
+        Returns the new version's generation."""
+        self._require_writer()
+        held = self._held
+        if held is not None:
+            states = dict(states)
+            hold = {n: st for n, st in states.items() if n in self._held_names}
+            if len(hold) == len(states):  # only held states: hold them back
+                for n, st in hold.items():
+                    if st is None:
+                        held.pop(n, None)
+                    else:
+                        held[n] = dict(st)
+                return self.snapshot().generation
+            states = {**held, **states}
+        gen = self._states.save_states(states, parts=parts)
+        if held is not None:
+            held.clear()
+        return gen
+
+    @contextmanager
+    def hold_states(self, names: Iterable[str]) -> Iterator[None]:
+        """Hold back commits of states ``names``: until the block ends they are kept in
+        memory (this store's :meth:`load_state` and :meth:`has_state` see them, other
+        readers do not) and committed together with the next commit of any other state,
+        in ONE version. What is still held when the block ends is dropped (a run that
+        stopped before its commit leaves the previous version, whole).
+
+        ``simile cluster`` holds the grouping vocabulary it refits until it commits the
+        grouping made with it: a crash in between can no longer pair the old grouping
+        and classifier with the new vocabulary (reliability issue, point 4).
+        """
+        if self._held is not None:
+            raise RuntimeError("states are already held back")
+        self._held, self._held_names = {}, frozenset(check_name(n) for n in names)
+        try:
+            yield
+        finally:
+            self._held, self._held_names = None, frozenset()
+
+    def adopt_legacy_states(self) -> bool:
+        """Move per-state JSON files of an older index into the manifest (done when a
+        writer opens the store): :meth:`StateVersions.adopt_legacy
+        <engine.index.manifest.StateVersions.adopt_legacy>`."""
+        self._require_writer()
+        return self._states.adopt_legacy()
+
+    def save_state(self, name: str, state: dict[str, Any], *, parts: Sequence[str] = ()) -> None:
+        """Atomically save one model state (``to_state()`` dict): scalars in the manifest,
+        arrays in a new ``states/<name>.<token>.npz``; ``parts``: files of more of its
+        arrays, written before (:meth:`write_state_part`). States that must agree with
+        each other are saved with ONE call of :meth:`save_states`."""
+        self.save_states({name: state}, parts={name: parts})
+
+    def write_state_part(self, name: str, arrays: dict[str, np.ndarray]) -> str:
+        """Write (and sync) arrays of a state that :meth:`save_state` will name in
+        ``parts``; returns the file's name. Until then no state refers to it: a run that
+        stops before leaves a file that :meth:`gc` deletes."""
+        self._require_writer()
+        return _states.write_state_part(self.states_dir, name, arrays)
+
+    def load_state(self, name: str) -> dict[str, Any]:
+        """Load a state saved by :meth:`save_state`. ``KeyError`` if absent; see
+        :meth:`load_states` to read several from one version."""
+        return self.load_states([name])[name]
+
+    def has_state(self, name: str) -> bool:
+        """Whether state ``name`` exists (in the current version)."""
+        if self._held and name in self._held:
+            return True
+        return self.snapshot().has(check_name(name))
+
+    def delete_state(self, name: str) -> None:
+        """Delete state ``name`` (a commit without it; its files are then collected)."""
+        self._require_writer()
+        if self.has_state(name):
+            self.save_states({name: None})
+
+    # ------------------------------------------------------------------ repair support
+
+    def content_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of the usable images, ascending, and their :func:`row_keys`, read in one
+        query: ``(n,) int64`` and ``(n,) uint64``."""
+        rows = self._q("SELECT id, content_hash, fkey FROM images WHERE status = 'ok' ORDER BY id")
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return ids, row_keys((r[1], r[2]) for r in rows)
+
+    def usable_rows(self) -> UsableRows:
+        """The usable images as ONE state of the catalogue: its generation, ids (ascending),
+        :func:`row_keys` and paths, from one query (a writer committing meanwhile cannot
+        make the ids and paths disagree). The generation is never newer than the rows."""
+        gen = self.generation  # (read first: an older generation only refreshes again)
+        rows = self._q(
+            "SELECT id, content_hash, fkey, path, (SELECT value FROM kv WHERE key = "
+            "'generation') FROM images WHERE status = 'ok' ORDER BY id"
+        )
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return UsableRows(
+            int(rows[0][4]) if rows else gen,
+            ids,
+            row_keys((r[1], r[2]) for r in rows),
+            [py_path(r[3]) for r in rows],
+        )
+
+    def chunk_table(self) -> list[tuple[int, str, int, str | None, int]]:
+        """``(id, file, n_rows, checksum, rows used)`` of every chunk, ascending id
+        (:data:`engine.index.catalog.CHUNK_TABLE_SQL`)."""
+        return self._q(CHUNK_TABLE_SQL)
+
+    def set_chunk_checksums(self, checksums: Mapping[int, str]) -> None:
+        """Record the checksums of chunks (id -> :func:`engine.index.files.file_digest`)
+        written before chunks had them."""
+        self._require_writer()
+        with self._transaction() as conn:
+            rows = [(d, int(c)) for c, d in checksums.items()]
+            conn.executemany("UPDATE chunks SET checksum = ? WHERE id = ?", rows)
+
+    def drop_features(self, chunk_ids: Iterable[int], reason: str) -> int:
+        """Forget damaged feature chunks, their images to be extracted again
+        (:func:`engine.index.catalog.forget_chunks`); returns the number of images."""
+        self._require_writer()
+        with self._transaction() as conn:
+            n = forget_chunks(conn, [int(c) for c in chunk_ids], reason)
+        self._chunks.clear()
+        return n
+
+
+class StoreRows:
+    """The metadata and catalogue-row methods of :class:`engine.index.store.IndexStore`."""
+
+    # ------------------------------------------------------------------ metadata
+
+    def _metadata_table(self) -> bool:
+        """Whether the catalogue has its ``metadata`` table (schema 3; a reader of an
+        older catalogue has none: no metadata)."""
+        with self._mutex:
+            self._has_metadata = self._has_metadata or has_metadata_table(self._q)
+            return self._has_metadata
+
+    def metadata(self, ids: Iterable[int] | None = None) -> dict[int, PhotoMetadata]:
+        """What the usable photos ``ids`` (default: all) record about themselves, by id
+        (:func:`engine.index.metadata_rows.read_by_id`; photos whose metadata was never
+        read are absent)."""
+        return read_by_id(self._q, ids) if self._metadata_table() else {}
+
+    def path_metadata(self) -> dict[str, PhotoMetadata]:
+        """:meth:`metadata` of every usable photo, by path."""
+        return read_by_path(self._q) if self._metadata_table() else {}
+
+    def missing_metadata(self) -> list[tuple[int, str]]:
+        """``(id, path)`` of the usable photos whose metadata was never read (indexed
+        before the catalogue kept it), ascending id."""
+        return read_missing(self._q) if self._metadata_table() else []
+
+    def set_metadata(self, items: Mapping[int, PhotoMetadata]) -> int:
+        """Store the metadata of photos already indexed (id -> metadata) in one
+        transaction; returns the rows written (ids no longer usable are skipped)."""
+        self._require_writer()
+        if not items or not self._metadata_table():
+            return 0
+        with self._transaction() as conn:
+            return write_by_id(conn, items)
+
+    def metadata_counts(self) -> dict[str, int]:
+        """:func:`engine.index.metadata_rows.count_metadata` of :meth:`metadata`."""
+        return count_metadata(self.metadata().values())
