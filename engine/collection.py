@@ -60,7 +60,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +102,12 @@ from engine.index.searcher import FEATURE_KWARGS, Searcher
 from engine.index.store import INDEX_DIRNAME, IndexStore
 from engine.index.threads import ENCODE_THREADS
 from engine.index.verify import VERIFY_MIN_INLIERS, VERIFY_TOP, match_pair
-from engine.workflows.duplicates import DUPLICATE_NEIGHBOURS, DuplicateGroup, find_duplicates
+from engine.workflows.duplicates import (
+    DUPLICATE_NEIGHBOURS,
+    TIERS,
+    DuplicateGroup,
+    find_duplicates,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.kernels.pyramid import MatchResult, PyramidMatch
@@ -293,7 +298,11 @@ class Collection:
 
     # ------------------------------------------------------------------ indexing
     def update(
-        self, *, jobs: int | None = None, cancel: threading.Event | None = None
+        self,
+        *,
+        jobs: int | None = None,
+        cancel: threading.Event | None = None,
+        allow_empty: bool = False,
     ) -> Iterator[IndexProgress]:
         """Bring the index up to date with the folder: a generator of progress.
 
@@ -313,8 +322,14 @@ class Collection:
             As ``StopIteration.value`` (``summary = yield from col.update()``).
         Cancelling (``cancel.set()``) keeps every finished batch; the summary says
         ``cancelled=True``.
+
+        Raises
+        ------
+        engine.index.ingest.FolderOfflineError
+            The folder holds none of the indexed photos any more and no other photo (an
+            unplugged drive?): nothing is removed, unless ``allow_empty``.
         """
-        return (yield from self.searcher.update(jobs=jobs, cancel=cancel))
+        return (yield from self.searcher.update(jobs=jobs, cancel=cancel, allow_empty=allow_empty))
 
     # ------------------------------------------------------------------ catalogue
     def paths(self) -> list[Path]:
@@ -428,20 +443,36 @@ class Collection:
         models, _ = self.searcher.ensure()
         return models.vocab if method == "vocabulary" else models.uniform
 
-    def duplicates(self, threshold: float = 0.3) -> list[DuplicateGroup]:
-        """Groups of near-duplicate images (the same picture resized, recompressed,
-        retouched, cropped a little); see :mod:`engine.workflows.duplicates`.
+    def duplicates(
+        self,
+        threshold: float | None = None,
+        *,
+        tiers: Iterable[str] = TIERS,
+        cancel: threading.Event | None = None,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> list[DuplicateGroup]:
+        """Duplicate groups by tier: identical files, the same photo (resized,
+        recompressed, converted, cropped, rotated copies), similar shots; see
+        :mod:`engine.workflows.duplicates`.
 
         Parameters
         ----------
-        threshold : float
-            In (0, 1]. 0.3 accepts rescaled / recompressed copies; different photos of
-            the same object usually score below 0.2.
+        threshold : float or None
+            In (0, 1]: the least score of a ``similar_shots`` link; None for the default
+            (:data:`engine.workflows.duplicates.DEFAULT_THRESHOLDS`).
+        tiers : iterable of str
+            Tiers to report (subset of :data:`engine.workflows.duplicates.TIERS`).
+        cancel : threading.Event, optional
+            Set it to stop: :class:`InterruptedError`.
+        progress : callable, optional
+            ``progress(done, total)`` as pairs are checked.
 
         Returns
         -------
         list of DuplicateGroup
-            Largest groups first; in a group the representative (most links) comes first
-            with score 1.0, the others with their best link score.
+            Strictest tier first, then largest groups first; in a group the
+            representative comes first with score 1.0.
         """
-        return find_duplicates(self.searcher, threshold)
+        return find_duplicates(
+            self.searcher, threshold, tiers=tiers, cancel=cancel, progress=progress
+        )

@@ -40,6 +40,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help=(
+            "drop the photos from the index even when the folder holds none of them any "
+            "more (otherwise taken for an unplugged drive: the index keeps them)"
+        ),
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="JSON lines on stdout: progress, then the summary as the last line",
@@ -48,6 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.index.ingest import FolderOfflineError
     from engine.index.store_errors import StoreError
 
     if args.jobs is not None and args.jobs < 1:
@@ -74,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     try:
-        gen = col.update(jobs=args.jobs, cancel=cancel)
+        gen = col.update(jobs=args.jobs, cancel=cancel, allow_empty=args.allow_empty)
         while True:
             try:
                 p = next(gen)
@@ -87,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
                 progress.update(p.done, p.total, p.path or "")
     except StoreError as exc:
         raise CommandError(store_error_message(exc, args.folder, args.index), 1) from None
+    except FolderOfflineError as exc:
+        raise CommandError(str(exc), 1) from None
     except Exception as exc:
         if not disk_full(exc):
             raise
@@ -110,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
             f"{out['indexed']} indexed, {out['unchanged']} unchanged, {out['removed']} removed, "
             f"{n_failed} failed ({out['total']} files) in {out['seconds']:.1f} s"
         )
+        meta = out.get("metadata") or {}
+        if meta.get("read"):
+            print(
+                f"metadata: {meta['date_taken']} with a date taken, {meta['camera']} with a "
+                f"camera, {meta['gps']} with GPS (of {meta['read']} photos)"
+            )
         for f in out["failed"][:20]:
             print(f"  failed: {f['path']}: {f['reason']}")
         if n_failed > 20:

@@ -878,7 +878,7 @@ class Session:
         if not self.inside_folder(p):
             self._refuse(action, p, f"Refused to {what_to_do}: it is not inside the open "
                                     f"folder {self.folder}.")  # fmt: skip
-        if action == "trash" and self.readonly is not None:
+        if action in ("trash", "move") and self.readonly is not None:  # (the photo leaves)
             self._refuse(action, p, f"Refused to {what_to_do}: {READONLY_TRASH[self.readonly]}")
         if among == "duplicates":
             allowed, what = self.duplicates.paths(), "the duplicate groups shown"
@@ -911,7 +911,8 @@ class Session:
         self.duplicates.refresh_after_index = True
 
 
-#: why the trash is refused while the index is read-only (the index could not forget it)
+#: why the trash (or a move out of the folder) is refused while the index is read-only
+#: (the index could not forget the photo)
 READONLY_TRASH = {
     "locked": "another Simile process is indexing this folder, so this window cannot "
     "update the index; try again when it is done.",

@@ -10,7 +10,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
@@ -44,8 +44,9 @@ from PySide6.QtWidgets import (
 from app.commands._collection import disk_full
 from app.gui import workers
 from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
-from app.gui.duplicates import DuplicatesView, describe_copies
+from app.gui.duplicates import DuplicatesView, describe_copies, find_groups
 from app.gui.feedback import save_mark
+from app.gui.info_panel import InfoPanel
 from app.gui.matches import CorrespondenceView, compute_match
 from app.gui.models import (
     PATH_ROLE,
@@ -56,6 +57,7 @@ from app.gui.models import (
 )
 from app.gui.results import ResultsPanel
 from app.gui.session import MarkBook, QueryModel, Session
+from app.gui.sorting import SortBar
 from app.gui.state import (
     DEFAULT_METHOD,
     METHODS,
@@ -71,6 +73,7 @@ from app.gui.state import (
 )
 from app.gui.thumbnails import ThumbnailProvider, array_to_qimage, default_cache_dir
 from app.gui.views import PLUGIN_MODULES, register_view, registered_views
+from app.gui.watcher import FolderWatcher
 
 __all__ = ["MainWindow", "PhotoGridView"]
 
@@ -112,8 +115,20 @@ class PhotoGridView(QListView):
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.clicked.connect(self._emit_query)
 
+    def set_cell_size(self, size: QSize) -> None:
+        """Lay photos out in cells of ``size`` (not while folder headings are shown: a
+        heading is as wide as the grid)."""
+        self._cell = QSize(size)
+        self.set_headings(getattr(self, "_headings", False))
+
+    def set_headings(self, on: bool) -> None:
+        self._headings = bool(on)
+        self.setUniformItemSizes(not on)
+        self.setGridSize(QSize() if on else getattr(self, "_cell", QSize()))
+        self.doItemsLayout()
+
     def _emit_query(self, index) -> None:
-        if index.isValid():
+        if index.isValid() and item_data(index, PATH_ROLE):
             self.query_requested.emit(item_data(index, PATH_ROLE))
 
     def keyPressEvent(self, event) -> None:
@@ -226,6 +241,12 @@ class MainWindow(QMainWindow):
         self._reader_poll = None  # the running look (a worker)
         self._reader_seen = None  # the generations it saw last
         self._banner_topic: str | None = None  # what the banner shows: "readonly", "repair"
+        # the open folder stays current (app/gui/watcher.py): changes are indexed by themselves
+        self.watcher = FolderWatcher(self)
+        self.watcher.changed.connect(self._on_folder_changed_on_disk)
+        self.watcher.offline.connect(self._on_folder_offline)
+        self.watcher.online.connect(self._on_folder_back)
+        self._watch_pending = False  # a change came while indexing: index again after
         self._connect_session()
 
     # ======================================================================== the model
@@ -268,11 +289,51 @@ class MainWindow(QMainWindow):
         self._banner_topic = None
         self.setWindowTitle(f"{event.folder.name} — Simile")
         self.results_panel.delegate.root = event.folder
+        self.photos.root = event.folder
+        self.info_panel.clear()
         self._remember_folder(event.folder)
+        self._watch_pending = False
+        if self.watch_act.isChecked():
+            self.watcher.watch(event.folder, self.session.index_dir)
 
     def _on_folder_closed(self, _event) -> None:
         self._flush_timer.stop()
+        self.watcher.stop()
         self.setWindowTitle("Simile")
+
+    # ======================================================================== folder watching
+    def set_watching(self, on: bool) -> None:
+        """Watch the open folder for changes (and index them by themselves), or stop."""
+        self.watch_act.setChecked(bool(on))
+        self.settings.setValue("watchFolder", "true" if on else "false")
+        s = self.session
+        if on and s.folder is not None:
+            self.watcher.watch(s.folder, s.index_dir)
+        elif not on:
+            self.watcher.stop()
+
+    def _on_folder_changed_on_disk(self) -> None:
+        """Photos were added, changed, moved or removed: index what changed (after the
+        running indexing or learning, when one runs)."""
+        s = self.session
+        if s.folder is None or s.readonly is not None:
+            return  # (a reader follows its writer; read-only media do not change)
+        if self.is_indexing() or self.is_learning():
+            self._watch_pending = True
+            return
+        self._watch_pending = False
+        self.status_label.setText(f"{s.folder.name} changed; indexing what changed…")
+        self._start_indexing()
+
+    def _on_folder_offline(self, folder: str) -> None:
+        self.show_error(
+            f"{Path(folder).name} is offline (an unplugged drive or a share that is not "
+            "mounted?). Its index is kept, and what changed is indexed when it is back.",
+            kind="warning",
+        )
+
+    def _on_folder_back(self, folder: str) -> None:
+        self.status_label.setText(f"{Path(folder).name} is back.")
 
     def _on_collection_opened(self, event) -> None:
         self.collection_opened.emit(event.collection)
@@ -302,6 +363,21 @@ class MainWindow(QMainWindow):
             self._reader_timer.start()
         else:
             self._reader_timer.stop()
+
+    def _on_metadata_changed(self, event) -> None:
+        """The catalogue's metadata arrived: sort by it, show it on cards and in Info."""
+        self.photos.set_metadata(event.metadata)
+        self.sort_bar.refit()
+        self.results_panel.delegate.metadata = event.metadata
+        self.results_panel.list.viewport().update()
+        if self.info_panel.path is not None:
+            self._show_info(self.info_panel.path)
+
+    def _show_info(self, path) -> None:
+        """Show ``path``'s details in the info panel (from the session: no file read)."""
+        if path:
+            p = str(path)
+            self.info_panel.show_photo(p, self.session.metadata.get(p), self.session.folder)
 
     def _on_photos_reset(self, event) -> None:
         self.photos.set_paths(event.paths)
@@ -451,9 +527,16 @@ class MainWindow(QMainWindow):
         )
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_hint.setObjectName("hint")
+        self.sort_bar = SortBar(self.photos)
+        self.sort_bar.changed.connect(lambda: self.grid.set_headings(self.photos.grouped))
+        self.grid.selectionModel().currentChanged.connect(
+            lambda idx, _prev: self._show_info(item_data(idx, PATH_ROLE))
+        )
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(0)
+        ll.addWidget(self.sort_bar)
         ll.addWidget(self.empty_hint)
         ll.addWidget(self.grid, 1)
         self.photos.modelReset.connect(self._update_empty_hint)
@@ -465,9 +548,21 @@ class MainWindow(QMainWindow):
         self.results_panel.why_requested.connect(self.show_matches)
         self.results_panel.open_requested.connect(self.open_full_size)
         self.results_panel.export_requested.connect(self.export_results_dialog)
+        rlist = self.results_panel.list  # (the person's choice, not the automatic one)
+        rlist.selectionModel().currentChanged.connect(
+            lambda idx, _prev: rlist.hasFocus() and self._show_info(item_data(idx, PATH_ROLE))
+        )
+        rlist.clicked.connect(lambda idx: self._show_info(item_data(idx, PATH_ROLE)))
+        self.info_panel = InfoPanel()
+        self.side_splitter = QSplitter(Qt.Orientation.Vertical)
+        self.side_splitter.addWidget(self.results_panel)
+        self.side_splitter.addWidget(self.info_panel)
+        self.side_splitter.setStretchFactor(0, 3)
+        self.side_splitter.setStretchFactor(1, 1)
+        self.side_splitter.setSizes([560, 200])
         self.splitter = QSplitter()
         self.splitter.addWidget(left)
-        self.splitter.addWidget(self.results_panel)
+        self.splitter.addWidget(self.side_splitter)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([900, 380])
@@ -488,6 +583,9 @@ class MainWindow(QMainWindow):
         self.dup_view.open_requested.connect(self.open_full_size)
         self.dup_view.trashed.connect(self._on_trashed)
         self.dup_view.message.connect(lambda m: self.show_error(m, kind="warning"))
+        self.dup_view.cleaned.connect(self._on_cleaned)
+        self.dup_view.restored.connect(self._on_restored)
+        self.dup_view.cleanup_finished.connect(lambda m: self.status_label.setText(m))
         return self.dup_view
 
     def _build_status_bar(self) -> None:
@@ -561,6 +659,12 @@ class MainWindow(QMainWindow):
         self.reindex_act = self._act(
             m, "&Re-index Folder", self.reindex, "F5", "Look for new, changed and removed photos"
         )
+        self.watch_act = self._act(
+            m, "&Watch the Folder for Changes", self.set_watching, None,
+            "Index new, changed, moved and removed photos by themselves, within seconds",
+        )  # fmt: skip
+        self.watch_act.setCheckable(True)
+        self.watch_act.setChecked(True)
         self.export_act = self._act(
             m,
             "&Export Results…",
@@ -629,6 +733,11 @@ class MainWindow(QMainWindow):
             "Ctrl+L",
             "Learn a similarity from your thumbs up / down on results",
         )
+        self.learn_keywords_act = self._act(
+            m, "Learn From My &Keywords", self.learn_from_keywords, None,
+            "Learn a similarity from the keywords you gave your photos (XMP sidecars, "
+            "embedded XMP, IPTC: digiKam, darktable, Lightroom)",
+        )  # fmt: skip
         esc = QAction(self)
         esc.setShortcut(QKeySequence("Esc"))
         esc.triggered.connect(self.cancel_indexing)
@@ -664,6 +773,11 @@ class MainWindow(QMainWindow):
         self.set_thumbnail_size(self.size_slider.value())
         method = str(s.value("method", DEFAULT_METHOD))
         self.set_method(method if method in METHODS else DEFAULT_METHOD, rerun=False)
+        sort_key = str(s.value("sortKey", "folder"))
+        if sort_key in self.photos.SORT_KEYS:
+            self.sort_bar.set_sort(sort_key)
+        self.sort_bar.group.setChecked(str(s.value("folderHeadings", "false")) == "true")
+        self.watch_act.setChecked(str(s.value("watchFolder", "true")) == "true")
         top = _int(s.value("top"), 20)
         self.results_panel.top.blockSignals(True)
         self.results_panel.top.setValue(max(1, min(500, top)))
@@ -687,6 +801,8 @@ class MainWindow(QMainWindow):
         s.setValue("thumbSize", self.size_slider.value())
         s.setValue("method", self.results_panel.current_method())
         s.setValue("top", self.results_panel.top.value())
+        s.setValue("sortKey", self.photos.sort_key)
+        s.setValue("folderHeadings", "true" if self.photos.grouped else "false")
         if self.session.folder is not None:
             s.setValue("lastFolder", str(self.session.folder))
         s.sync()
@@ -953,6 +1069,7 @@ class MainWindow(QMainWindow):
                                   result.methods, result.marks, readonly=result.readonly,
                                   index_dir=result.index_dir):  # fmt: skip
             return  # another folder was opened meanwhile: its collection is closed
+        s.set_metadata(result.metadata)
         if result.readonly is not None and result.index_dir is not None:
             self.thumbs.set_cache_dir(_thumb_cache(Path(result.index_dir)))
         wanted, s.query.wanted_method = s.query.wanted_method, None
@@ -999,6 +1116,8 @@ class MainWindow(QMainWindow):
         s.flush_arrivals()
         s.jobs.finish(token)
         self.indexing_finished.emit(s.collection)
+        if self._watch_pending:  # the folder changed while it was indexed
+            QTimer.singleShot(0, self._on_folder_changed_on_disk)
         if s.duplicates.refresh_after_index and s.collection is not None:
             s.duplicates.refresh_after_index = False
             self.find_duplicates(None)
@@ -1034,6 +1153,7 @@ class MainWindow(QMainWindow):
                                       readonly=payload.readonly,
                                       index_dir=payload.index_dir):  # fmt: skip
                 return
+            s.set_metadata(payload.metadata)
             self.thumbs.set_cache_dir(_thumb_cache(Path(payload.index_dir)))
             n = len(s.photos)
             if what == "writable":
@@ -1239,11 +1359,26 @@ class MainWindow(QMainWindow):
                 "the query and ✗ on those that are not.", kind="warning"
             )  # fmt: skip
             return
+        self._learn(coll, "marks", "your marks")
+
+    def learn_from_keywords(self) -> None:
+        """Fit OASIS on the keywords the person gave their photos (XMP sidecars, embedded
+        XMP, IPTC; :func:`engine.workflows.keywords.labels_from_keywords`), in the
+        background; too few keywords is a plain message saying what is needed."""
+        if self.is_learning():
+            return
+        coll = self._writable_collection("Learning from your keywords is possible")
+        if coll is None:
+            return
+        self._learn(coll, "keywords", "your keywords")
+
+    def _learn(self, coll, source: str, what: str) -> None:
+        s = self.session
         from engine.workflows.feedback import learn
 
         token = s.begin("learn")
         self.progress.setRange(0, 0)
-        self.status_label.setText("Learning from your marks…")
+        self.status_label.setText(f"Learning from {what}…")
 
         def progress(p) -> None:
             total = int(getattr(p, "total", 0) or 0)
@@ -1252,7 +1387,7 @@ class MainWindow(QMainWindow):
                 self.progress.setValue(min(total, int(getattr(p, "step", 0))))
             score = getattr(p, "score", float("nan"))
             self.status_label.setText(
-                f"Learning from your marks: {getattr(p, 'message', '') or ''}"
+                f"Learning from {what}: {getattr(p, 'message', '') or ''}"
                 + (f" (score {score:.2f})" if score == score else "")
             )
 
@@ -1272,12 +1407,12 @@ class MainWindow(QMainWindow):
 
         def failed(exc) -> None:
             s.jobs.finish(token)
-            self.show_error(plain_error(exc, "Learning from your marks failed"))
+            self.show_error(plain_error(exc, f"Learning from {what} failed"))
             self.learning_finished.emit(None)
 
         self.run_worker(
-            learn, coll, method="oasis", source="marks", pass_cancel=True, token=token,
-            job="Learning from your marks",
+            learn, coll, method="oasis", source=source, pass_cancel=True, token=token,
+            job=f"Learning from {what}",
             connect={"yielded": progress, "returned": done, "aborted": aborted,
                      "errored": failed},
         )  # fmt: skip
@@ -1325,7 +1460,8 @@ class MainWindow(QMainWindow):
             self.show_error(plain_error(exc, "Finding duplicates failed"))
 
         self.run_worker(
-            s.collection.duplicates, threshold=thr, token=token,
+            find_groups, s.collection, thr, progress=view.search_progress.changed.emit,
+            pass_cancel=True, token=token, job="Finding duplicates",
             connect={"returned": lambda groups: s.duplicates.set_groups(groups, thr),
                      "errored": failed},
         )  # fmt: skip
@@ -1343,6 +1479,20 @@ class MainWindow(QMainWindow):
     def _on_trashed(self, path: str) -> None:
         self.session.file_trashed(path)  # groups are found again once the index forgot it
         self.status_label.setText(f"Moved {Path(path).name} to the trash")
+        if not self.is_indexing():
+            self._start_indexing()
+
+    def _on_cleaned(self, paths: list) -> None:
+        """A batch clean-up moved ``paths`` away: the index forgets them, then the groups
+        are found again."""
+        for p in paths:
+            self.session.file_trashed(p)
+        if not self.is_indexing():
+            self._start_indexing()
+
+    def _on_restored(self, _paths: list) -> None:
+        """An undo put files back: index them, then find the groups again."""
+        self.session.duplicates.refresh_after_index = True
         if not self.is_indexing():
             self._start_indexing()
 
@@ -1367,8 +1517,7 @@ class MainWindow(QMainWindow):
             self.size_slider.setValue(size)  # re-enters once
             return
         self.grid_delegate.size = size
-        self.grid.setGridSize(self.grid_delegate.sizeHint(None, None) + QSize(4, 4))
-        self.grid.doItemsLayout()
+        self.grid.set_cell_size(self.grid_delegate.sizeHint(None, None) + QSize(4, 4))
 
     def step_thumbnail_size(self, direction: int) -> None:
         self.set_thumbnail_size(self.size_slider.value() + direction * THUMB_STEP)
@@ -1467,6 +1616,7 @@ class MainWindow(QMainWindow):
     # ======================================================================== shutdown
     def closeEvent(self, event) -> None:
         self._reader_timer.stop()
+        self.watcher.stop()
         if self.persist:
             self.save_settings()
         for job in self.session.jobs:
@@ -1516,6 +1666,8 @@ class IndexResult:
     readonly: str | None = None
     index_dir: str | None = None
     notice: str | None = None
+    #: path -> PhotoMetadata of the photos whose metadata the catalogue holds
+    metadata: dict = field(default_factory=dict)
 
 
 def _result(coll, summary=None, readonly: str | None = None) -> IndexResult:
@@ -1529,7 +1681,18 @@ def _result(coll, summary=None, readonly: str | None = None) -> IndexResult:
         coll,
         readonly,
         str(coll.index_dir),
+        metadata=_stored_metadata(coll),
     )
+
+
+def _stored_metadata(coll) -> dict:
+    """What the photos record (date taken, camera, ...), from the catalogue (read here,
+    off the GUI thread)."""
+    try:
+        return coll.store.path_metadata()
+    except Exception as exc:  # (an unreadable table must not stop the folder opening)
+        log.warning("could not read the photos' metadata: %s", exc)
+        return {}
 
 
 def _open_and_index(folder: Path, index_dir: Path | None, cancel=None, repair: bool = False):

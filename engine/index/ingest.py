@@ -41,6 +41,7 @@ __all__ = [
     "CRASH_REASON",
     "INGEST_FILES_PER_TASK",
     "ExtractResult",
+    "FolderOfflineError",
     "IngestProgress",
     "IngestSummary",
     "default_jobs",
@@ -50,6 +51,15 @@ __all__ = [
     "keep_heap_warm",
     "worker_context",
 ]
+
+
+class FolderOfflineError(OSError):
+    """The folder holds none of its indexed photos any more (an unplugged drive, an
+    unmounted share): nothing was removed from the index. ``folder`` names it."""
+
+    def __init__(self, message: str, folder: str = "") -> None:
+        super().__init__(message)
+        self.folder = folder
 
 
 @dataclass(frozen=True)
@@ -76,7 +86,9 @@ class IngestSummary:
     re-extracted; ``failed``: EVERY file currently failing, ``(path, reason)``;
     ``total = indexed + unchanged + len(failed)``; ``indexed + unchanged`` images are usable.
     ``scan_errors``: folders (or entries) that could not be read, ``(path, reason)``; their
-    known images are kept, not dropped. ``skipped``: entries passed over on purpose,
+    known images are kept, not dropped. ``metadata``: how many usable photos have their
+    metadata read (``read``), a date taken, a camera, a place (``gps``), and how many of
+    them this run read (``read_now``). ``skipped``: entries passed over on purpose,
     ``(path, reason)`` (dangling or looping links, FIFOs, sockets, devices).
     """
 
@@ -89,10 +101,14 @@ class IngestSummary:
     cancelled: bool = False
     scan_errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: :meth:`engine.index.store.IndexStore.metadata_counts` after the run, and
+    #: ``"read_now"``: photos whose metadata this run read
+    metadata: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` summary line of ``simile index``."""
         return {
+            "metadata": dict(self.metadata),
             "indexed": self.indexed,
             "unchanged": self.unchanged,
             "removed": self.removed,
@@ -134,8 +150,13 @@ def ingest(
     extractor: Callable[..., Features] | None = None,
     spread: int = 0,
     on_plan: Callable[[list[str]], None] | None = None,
+    allow_empty: bool = False,
 ) -> Generator[IngestProgress, None, IngestSummary]:
     """Bring the index in ``store`` up to date with ``folder``.
+
+    A folder that holds none of the indexed photos any more, and no other photo, is
+    taken for an unplugged drive or an unmounted share: :class:`FolderOfflineError` is
+    raised and nothing is removed, unless ``allow_empty``.
 
     Parameters
     ----------
@@ -181,7 +202,7 @@ def ingest(
     kw = dict(feature_kwargs or {})
     fkey = feature_key(kw)
     folder = os.fspath(folder)
-    known, scan, n_removed = yield from _scan(store, folder, exclude)
+    known, scan, n_removed = yield from _scan(store, folder, exclude, allow_empty)
     work, stale, known_hashes, first = _plan(store, scan, known, fkey, spread)
     total = len(work)
     planned = on_plan is None
@@ -226,9 +247,11 @@ def ingest(
     if not planned and not cancelled:
         on_plan(first)
     yield IngestProgress(done, total, None, "finalizing", "finalizing index")
+    n_meta = writer.n_metadata
     if not cancelled:
         store.compact()
         store.set_setting(FEATURE_SETTINGS, kw)
+        n_meta += yield from _read_missing_metadata(store, cancel, done, total)
     n_ok = store.count("ok")
     failures = store.failures()
     return IngestSummary(
@@ -241,17 +264,63 @@ def ingest(
         cancelled=cancelled,
         scan_errors=list(scan.errors),
         skipped=list(scan.skipped),
+        metadata={**store.metadata_counts(), "read_now": n_meta},
     )
 
 
+#: Photos whose metadata :func:`_read_missing_metadata` stores per transaction.
+METADATA_BATCH = 256
+
+
+def _read_missing_metadata(
+    store: IndexStore, cancel: threading.Event | None, done: int, total: int
+) -> Generator[IngestProgress, None, int]:
+    """Read the metadata of usable photos that have none stored (indexed before the
+    catalogue kept it) in this process, without extracting their features again: only
+    headers are parsed (:func:`engine.io.metadata.read_metadata`). Stored
+    :data:`METADATA_BATCH` photos per transaction; returns how many were read."""
+    from engine.io.metadata import read_metadata
+
+    missing = store.missing_metadata()
+    n = 0
+    for start in range(0, len(missing), METADATA_BATCH):
+        if cancel is not None and cancel.is_set():
+            break
+        part = missing[start : start + METADATA_BATCH]
+        yield IngestProgress(
+            done, total, None, "finalizing",
+            f"reading the metadata of photos indexed before ({start} of {len(missing)})",
+        )  # fmt: skip
+        n += store.set_metadata({i: read_metadata(p) for i, p in part})
+    return n
+
+
 def _scan(
-    store: IndexStore, folder: str, exclude: Iterable[str | os.PathLike]
+    store: IndexStore,
+    folder: str,
+    exclude: Iterable[str | os.PathLike],
+    allow_empty: bool = False,
 ) -> Generator[IngestProgress, None, tuple[dict[str, tuple[int, int]], Any, int]]:
     """Scan ``folder`` against the catalogue and drop the files gone (progress events);
-    returns the catalogue's known stats, the scan and the number of rows removed."""
+    returns the catalogue's known stats, the scan and the number of rows removed.
+    :class:`FolderOfflineError` (nothing removed) when every indexed photo is gone and
+    no photo is found, unless ``allow_empty``."""
     yield IngestProgress(0, 0, None, "scanning", f"scanning {folder}")
     known = store.known_stats()
     scan = scan_folder(folder, known, exclude=[store.index_dir, *exclude])
+    if (
+        not allow_empty
+        and scan.removed
+        and len(scan.removed) == len(known)
+        and not (scan.new or scan.changed or scan.unchanged)
+    ):
+        raise FolderOfflineError(
+            f"{folder} holds none of the {len(known)} indexed photos any more (an unplugged "
+            "drive or a network share that is not mounted?); the index keeps them. If they "
+            "really are all gone, index again allowing an empty folder (simile index "
+            "--allow-empty)",
+            folder=str(folder),
+        )
 
     for path, reason in [*scan.errors, *scan.skipped]:
         yield IngestProgress(0, 0, path, "scanning", f"skipped {path}: {reason}")
@@ -312,7 +381,9 @@ class _OrderedWriter:
         self.ok: list[tuple] = []
         self.failed: list[tuple] = []
         self.touched: list[tuple] = []
+        self.metadata: dict[str, Any] = {}  # path -> PhotoMetadata of ``ok``
         self.n_indexed = 0
+        self.n_metadata = 0
 
     def add(self, res: ExtractResult, done: int) -> None:
         """A result as it arrives (``done``: results so far, this one included)."""
@@ -337,6 +408,8 @@ class _OrderedWriter:
         else:
             self.ok.append((res.path, res.size, res.mtime_ns, res.content_hash, res.features))
             self.n_indexed += 1
+            if res.metadata is not None:
+                self.metadata[res.path] = res.metadata
         # the last files go in quarter batches, so that a caller encoding what is
         # stored (Collection.update) has less left for after the last image
         batch = self.batch_size
@@ -347,7 +420,11 @@ class _OrderedWriter:
     def flush(self) -> None:
         """Write the results taken so far: one chunk file and one transaction."""
         if self.ok or self.failed or self.touched:
-            self.store.write_batch(self.ok, self.failed, self.touched, fkey=self.fkey)
+            self.store.write_batch(
+                self.ok, self.failed, self.touched, fkey=self.fkey, metadata=self.metadata
+            )
+            self.n_metadata += len(self.metadata)
+            self.metadata.clear()
             self.ok.clear()
             self.failed.clear()
             self.touched.clear()

@@ -147,7 +147,11 @@ class Searcher:
 
     # ------------------------------------------------------------------ indexing
     def update(
-        self, *, jobs: int | None = None, cancel: threading.Event | None = None
+        self,
+        *,
+        jobs: int | None = None,
+        cancel: threading.Event | None = None,
+        allow_empty: bool = False,
     ) -> Generator[IngestProgress, None, IngestSummary]:
         """Bring the index up to date with the folder: a generator of progress, returning
         the summary (see :meth:`engine.collection.Collection.update`)."""
@@ -169,6 +173,7 @@ class Searcher:
                 feature_kwargs=FEATURE_KWARGS,
                 spread=fit.PREFIT_SPREAD if prefit is not None and first is None else 0,
                 on_plan=prefit.plan if prefit is not None else None,
+                allow_empty=allow_empty,
             )
         except BaseException:
             if prefit is not None:

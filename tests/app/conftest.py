@@ -19,6 +19,9 @@ def window(qtbot, tmp_path):
 
     apply_theme(QApplication.instance())
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    # the folder watcher indexes changes by itself: off unless a test turns it on (tests
+    # that move files would otherwise race a re-index; tests/app/test_gui_watcher.py)
+    settings.setValue("watchFolder", "false")
     win = MainWindow(settings, persist=False)
     qtbot.addWidget(win)
     win.resize(1200, 800)

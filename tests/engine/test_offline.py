@@ -1,0 +1,50 @@
+"""A folder on an unplugged drive (or an unmounted share: its mount point is an empty
+folder) never empties its index (formats issue, point 4)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from app.cli import main
+from engine.collection import Collection
+from engine.index.ingest import FolderOfflineError
+
+
+def _drive(gen):
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def test_an_empty_mount_point_keeps_the_index(tmp_path, demo_folder, capsys):
+    folder, index, away = tmp_path / "drive", tmp_path / "index", tmp_path / "away"
+    folder.mkdir()
+    for n in ("brick", "coffee", "chelsea"):
+        shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
+    with Collection.open(folder, index) as col:
+        _drive(col.update(jobs=1))
+        assert len(col.paths()) == 3
+    shutil.move(folder, away)
+    folder.mkdir()  # the mount point, empty while the drive is away
+    with Collection.open(folder, index) as col:
+        with pytest.raises(FolderOfflineError, match="none of the 3 indexed photos"):
+            _drive(col.update(jobs=1))
+        assert len(col.paths()) == 3  # nothing removed
+    assert main(["index", str(folder), "--index", str(index)]) == 1
+    err = capsys.readouterr().err
+    assert "unplugged drive" in err and len(err.strip().splitlines()) == 1
+    assert main(["query", str(folder), str(away / "brick.jpg"), "--index", str(index)]) == 0
+    capsys.readouterr()
+    # one photo still there: an ordinary update (the others were deleted)
+    shutil.copy(away / "brick.jpg", folder / "brick.jpg")
+    assert main(["index", str(folder), "--index", str(index), "--json"]) == 0
+    capsys.readouterr()
+    (folder / "brick.jpg").unlink()
+    # the person really emptied the folder: they say so
+    assert main(["index", str(folder), "--index", str(index), "--allow-empty"]) == 0
+    with Collection.open(folder, index, readonly=True) as col:
+        assert col.paths() == []
