@@ -21,7 +21,6 @@ duplicate groups shown).
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -100,33 +99,11 @@ def tier_of(group) -> str:
 
 # ============================================================================ worker side
 def find_groups(collection, threshold, *, cancel=None, progress=None) -> list:
-    """Worker side: the duplicate groups of ``collection`` (``collection.duplicates``),
-    reporting ``progress(done, total)`` and stopping (``InterruptedError``) when ``cancel``
-    is set, when it offers them (:func:`engine.workflows.duplicates.find_duplicates`)."""
-    fn = collection.duplicates
-    searcher = getattr(collection, "searcher", None)
-    if searcher is not None and hasattr(searcher, "ensure"):
-        searcher.ensure()  # (the search data loaded first: row paths are known then)
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}
-    if "progress" in params and "cancel" in params:
-        return fn(threshold, cancel=cancel, progress=progress)
-    return fn(threshold)
-    searcher = getattr(collection, "searcher", None)
-    if searcher is not None and hasattr(searcher, "ensure"):
-        searcher.ensure()  # (the search data loaded first: row paths are known then)
-    try:
-        if "progress" in inspect.signature(fn).parameters:
-            return fn(threshold=threshold, cancel=cancel, progress=progress)
-    except (TypeError, ValueError):
-        pass
-    from engine.workflows import duplicates as dmod
-
-    if searcher is not None and "progress" in inspect.signature(dmod.find_duplicates).parameters:
-        return dmod.find_duplicates(searcher, threshold, cancel=cancel, progress=progress)
-    return fn(threshold)
+    """Worker side: the duplicate groups of ``collection``
+    (:meth:`engine.collection.Collection.duplicates`, tiers and defaults of
+    :func:`engine.workflows.duplicates.find_duplicates`), reporting ``progress(done,
+    total)`` and stopping (``InterruptedError``) when ``cancel`` is set."""
+    return collection.duplicates(threshold, cancel=cancel, progress=progress)
 
 
 def _suggest(paths, stats=None):

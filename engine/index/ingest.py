@@ -324,10 +324,50 @@ def _scan(
 
     for path, reason in [*scan.errors, *scan.skipped]:
         yield IngestProgress(0, 0, path, "scanning", f"skipped {path}: {reason}")
+    moved = _moved(store, scan, known)
+    if moved:  # a photo moved or renamed keeps its row, its features and metadata
+        store.rename({old: (f.path, f.size, f.mtime_ns) for old, f in moved.items()})
+        scan.removed = [p for p in scan.removed if p not in moved]
+        new_paths = {f.path for f in moved.values()}
+        scan.new = [f for f in scan.new if f.path not in new_paths]
+        scan.unchanged = [*scan.unchanged, *sorted(new_paths)]
+        known = store.known_stats()
+        yield IngestProgress(0, 0, None, "scanning", f"{len(moved)} photo(s) moved or renamed")
     n_removed = store.remove(scan.removed) if scan.removed else 0
     if scan.removed:
         yield IngestProgress(0, 0, None, "removed", f"dropped {n_removed} deleted files")
     return known, scan, n_removed
+
+
+def _moved(store: IndexStore, scan: Any, known: Mapping[str, tuple[int, int]]) -> dict:
+    """Photos moved or renamed since the last run: ``old path -> FileStat`` of a new file
+    with the same size and content (:func:`engine.io.scan.content_hash`) as a file gone.
+    Only new files whose size matches a file gone are read (extraction reads them anyway).
+    """
+    if not scan.removed or not scan.new:
+        return {}
+    from engine.io.scan import content_hash
+
+    hashes = store.known_hashes()
+    gone: dict[tuple[int, str], str] = {}
+    sizes = set()
+    for p in scan.removed:
+        h = hashes.get(p)
+        if h and p in known:
+            gone.setdefault((int(known[p][0]), h), p)
+            sizes.add(int(known[p][0]))
+    out: dict[str, FileStat] = {}
+    for f in scan.new:
+        if int(f.size) not in sizes:
+            continue
+        try:
+            h = content_hash(f.path)
+        except OSError:
+            continue
+        old = gone.pop((int(f.size), h), None)
+        if old is not None:
+            out[old] = f
+    return out
 
 
 def _plan(

@@ -204,6 +204,24 @@ class StoreStates:
 class StoreRows:
     """The metadata and catalogue-row methods of :class:`engine.index.store.IndexStore`."""
 
+    def rename(self, moves: Mapping[str, tuple[str, int, int]]) -> int:
+        """Give photos that were moved or renamed their new path (old path -> ``(new
+        path, size, mtime_ns)``) in one transaction: they keep their row id, features
+        and metadata. Returns the rows changed."""
+        self._require_writer()
+        rows = [
+            (self.norm_path(new), int(size), int(mtime), self.norm_path(old))
+            for old, (new, size, mtime) in moves.items()
+        ]
+        if not rows:
+            return 0
+        with self._transaction() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE path = ?", rows
+            )
+            return conn.total_changes - before
+
     # ------------------------------------------------------------------ metadata
 
     def _metadata_table(self) -> bool:

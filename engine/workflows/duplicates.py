@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -535,7 +536,26 @@ def identical_pairs(searcher: Searcher) -> set[tuple[int, int]]:
     out: set[tuple[int, int]] = set()
     for group in searcher.store.duplicate_files():
         rs = sorted(row_of_path[p] for p in group if p in row_of_path)
+        rs = _one_per_file(rs, searcher.row_paths)
         out.update((rs[0], r) for r in rs[1:])
+    return out
+
+
+def _one_per_file(rows: list[int], paths: Sequence[Path]) -> list[int]:
+    """``rows`` without the second and later names of one file on disk (hard links, as
+    a clean-up's "replace by a hard link" leaves them: they take no space twice)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for r in rows:
+        try:
+            st = os.stat(paths[r])
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            out.append(r)
+            continue
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
     return out
 
 

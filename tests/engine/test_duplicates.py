@@ -326,3 +326,18 @@ def test_the_raw_file_is_kept_over_its_jpeg():
     assert (k.index, k.reason) == (1, "the camera's RAW file")
     s = [_st("/p/IMG_1.JPG", 6000, 4000), _st("/p/other/IMG_1.JPG", 3000, 2000)]
     assert "RAW" not in suggest_keeper([c.path for c in s], s).reason
+
+
+def test_hard_links_to_one_file_are_not_duplicates_of_each_other(tmp_path):
+    """Two names of one file (a clean-up's "replace by a hard link") take no space twice:
+    they are not offered as identical files again."""
+    import os
+
+    from engine.workflows.duplicates import _one_per_file
+
+    a, b, c = tmp_path / "a.jpg", tmp_path / "b.jpg", tmp_path / "c.jpg"
+    a.write_bytes(b"same bytes")
+    os.link(a, b)
+    c.write_bytes(b"same bytes")
+    assert _one_per_file([0, 1, 2], [a, b, c]) == [0, 2]
+    assert _one_per_file([0, 2], [a, b, c]) == [0, 2]

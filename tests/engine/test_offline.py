@@ -48,3 +48,26 @@ def test_an_empty_mount_point_keeps_the_index(tmp_path, demo_folder, capsys):
     assert main(["index", str(folder), "--index", str(index), "--allow-empty"]) == 0
     with Collection.open(folder, index, readonly=True) as col:
         assert col.paths() == []
+
+
+def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
+    """Moved or renamed in the file manager: the same row (id, features, metadata), found
+    by size and content, never extracted again; a copy is still a new photo."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for n in ("brick", "coffee", "chelsea"):
+        shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
+    with Collection.open(folder) as col:
+        _drive(col.update(jobs=1))
+        before = col.store.record(folder / "brick.jpg")
+        (folder / "sub").mkdir()
+        shutil.move(folder / "brick.jpg", folder / "sub" / "my wall.jpg")
+        shutil.copy(folder / "coffee.jpg", folder / "coffee copy.jpg")
+        summary = _drive(col.update(jobs=1))
+        after = col.store.record(folder / "sub" / "my wall.jpg")
+        assert after is not None and after.id == before.id
+        assert after.n_features == before.n_features and after.status == "ok"
+        assert summary.indexed == 1 and summary.removed == 0  # (the copy)
+        assert col.store.record(folder / "brick.jpg") is None
+        hits = col.query(folder / "sub" / "my wall.jpg", method="vocabulary", top=1)
+        assert hits[0].path.name == "my wall.jpg"
