@@ -113,7 +113,7 @@ def test_second_folder_shows_and_trashes_nothing_of_the_first(
     groups_a = list(view.groups)
     release, delivered = threading.Event(), threading.Event()
 
-    def slow_duplicates(threshold):
+    def slow_duplicates(threshold, *, cancel=None, progress=None):  # (the engine's signature)
         release.wait(30)
         delivered.set()
         return groups_a
