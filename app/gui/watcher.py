@@ -37,16 +37,23 @@ RESCAN_MS = 5 * 60 * 1000
 _IGNORED_SUFFIXES = (".xmp", ".tmp", ".part", ".crdownload", ".swp", "~")
 
 
-def relevant(path: str, index_dir: Path | None) -> bool:
+def relevant(path: str, index_dir: Path | None, folder: Path | None = None) -> bool:
     """Whether a change of ``path`` can change the index: not inside the index folder,
-    not a sidecar, a hidden or a temporary file."""
+    not in a hidden folder of ``folder`` (``.simile``, the default index with its
+    thumbnails; ``.git``, …: the scan skips them too), not a sidecar, a hidden or a
+    temporary file."""
     p = Path(path)
-    if index_dir is not None:
+    for inside in (index_dir, folder):
+        if inside is None:
+            continue
         try:
-            p.relative_to(index_dir)
-            return False
+            rel = p.relative_to(inside)
         except ValueError:
-            pass
+            continue
+        if inside is index_dir:
+            return False
+        if any(part.startswith(".") for part in rel.parts):
+            return False
     name = p.name
     if name.startswith(".") or name.lower().endswith(_IGNORED_SUFFIXES):
         return False
@@ -146,7 +153,7 @@ class FolderWatcher(QObject):
 
     # ------------------------------------------------------------------ events
     def _on_event(self, path: str) -> None:
-        if self.folder is None or not relevant(path, self.index_dir):
+        if self.folder is None or not relevant(path, self.index_dir, self.folder):
             return
         if Path(path) == self.folder and not self.folder.is_dir():
             self.check()

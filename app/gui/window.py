@@ -336,6 +336,9 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"{Path(folder).name} is back.")
 
     def _on_collection_opened(self, event) -> None:
+        index_dir = getattr(event.collection, "index_dir", None)
+        if index_dir is not None:  # (known now: the watcher ignores the index's own writes)
+            self.watcher.index_dir = Path(index_dir)
         self.collection_opened.emit(event.collection)
 
     def _on_access_changed(self, event) -> None:

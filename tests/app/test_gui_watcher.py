@@ -23,6 +23,13 @@ def test_relevant_changes(tmp_path):
     for p in (idx / "catalog.sqlite-wal", tmp_path / "a.jpg.xmp", tmp_path / ".a.jpg.tmp",
               tmp_path / "a.jpg.part"):  # fmt: skip
         assert not relevant(str(p), idx)
+    # the default index (and its thumbnails) in a hidden folder of the photo folder, also
+    # before the window knows where the index is: ignored (the app re-indexed forever)
+    for p in (tmp_path / ".simile" / "states" / "MANIFEST.json",
+              tmp_path / ".simile" / "thumbnails" / "ab" / "cd.png",
+              tmp_path / "sub" / ".git" / "index"):  # fmt: skip
+        assert not relevant(str(p), None, tmp_path)
+    assert relevant(str(tmp_path / "sub" / "b.jpg"), None, tmp_path)
 
 
 def test_a_burst_is_one_change_and_own_writes_are_ignored(qtbot, tmp_path, demo_folder):
@@ -75,12 +82,12 @@ def test_the_window_indexes_what_changes_in_the_open_folder(qtbot, window, tmp_p
     folder.mkdir()
     for n in ("brick", "coffee"):
         shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
-    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
-        window.open_folder(folder, tmp_path / "index")
     assert not window.watch_act.isChecked()  # (off in tests unless asked)
     window.watch_act.trigger()  # File ▸ Watch the Folder for Changes
-    assert window.watcher.mode in ("native", "polling")
     assert window.settings.value("watchFolder") == "true"
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder)  # the index in folder/.simile, as for most people
+    assert window.watcher.mode in ("native", "polling")
 
     def shown() -> set[str]:
         return {p.rsplit("/", 1)[-1] for p in window.photos.paths()}
@@ -93,5 +100,12 @@ def test_the_window_indexes_what_changes_in_the_open_folder(qtbot, window, tmp_p
         (folder / "coffee.jpg").rename(folder / "sub" / "coffee.jpg")
         (folder / "brick.jpg").unlink()
     qtbot.waitUntil(lambda: shown() == {"chelsea.jpg", "coffee.jpg"}, timeout=10_000)
+    # the index's own writes (and its thumbnails) never count as a change: no endless
+    # re-indexing (the index is in folder/.simile)
+    with qtbot.assertNotEmitted(window.watcher.changed, wait=3000):
+        thumbs = folder / ".simile" / "thumbnails" / "ab"
+        thumbs.mkdir(parents=True, exist_ok=True)
+        (thumbs / "cd.png").write_bytes(b"png")  # (as a thumbnail cache in the index)
+    assert not window.is_indexing()
     window.watch_act.trigger()  # off again
     assert window.watcher.mode == "off"
