@@ -13,8 +13,9 @@ prototypes, on the pyramid-match kernel of the same dense channel the grouping u
   a group; the photos the person put there are members like any other) and assigns every
   new photo to its most likely group. A photo the classifier is unsure of (confidence, the
   softmax of the SVM's decision values, below :data:`UNSURE_CONFIDENCE`; not a calibrated
-  probability) goes to a group of its own, named :data:`REVIEW_NAME`, for the person to
-  sort.
+  probability), or that is less like its group than nearly all of the group's own members
+  are (:func:`_unlike`: a subject none of the groups shows), goes to a group of its own,
+  named :data:`REVIEW_NAME`, for the person to sort.
 
 New photos are ranked last in their groups (neither prototype nor outlier) until the person
 asks to group everything again.
@@ -50,6 +51,10 @@ PLACE_TRAIN_PER_GROUP = 30
 UNSURE_CONFIDENCE = 0.5
 #: Name of the group of the new photos the classifier is unsure of.
 REVIEW_NAME = "To review"
+#: A new photo is compared with its group through its this many closest members.
+NEIGHBOURS = 3
+#: ... and is "unlike" the group below this percentile of the members' own measure.
+TYPICAL_PERCENTILE = 5.0
 
 
 @dataclass
@@ -100,6 +105,28 @@ def _training_rows(g: EditableGrouping) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
 
 
+def _unlike(K_tt: np.ndarray, K_nt: np.ndarray, y: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Which new photos are less like their group than its members are: the mean of a
+    photo's :data:`NEIGHBOURS` largest affinities to the group's training members is
+    below the :data:`TYPICAL_PERCENTILE` th percentile of the same measure over the members
+    themselves (leave-one-out). With two groups the SVM's softmax confidence is never
+    below 0.5, so a photo of a new subject would otherwise always join a group."""
+    out = np.zeros(K_nt.shape[0], bool)
+    for grp in np.unique(labels):
+        cols = np.flatnonzero(y == grp)
+        if cols.size < 2:
+            continue
+        within = K_tt[np.ix_(cols, cols)].copy()
+        np.fill_diagonal(within, -np.inf)
+        m = min(NEIGHBOURS, cols.size - 1)
+        member = np.sort(within, axis=1)[:, -m:].mean(axis=1)
+        floor = np.percentile(member, TYPICAL_PERCENTILE)
+        rows = np.flatnonzero(labels == grp)
+        mine = np.sort(K_nt[np.ix_(rows, cols)], axis=1)[:, -m:].mean(axis=1)
+        out[rows] = mine < floor
+    return out
+
+
 def place_photos_iter(
     collection: Any, grouping: EditableGrouping, cancel: Any = None
 ) -> Generator[ClusterProgress, None, Placement]:
@@ -138,15 +165,19 @@ def place_photos_iter(
     yield ClusterProgress("place", 0, 1, f"placing {len(new)} new photo(s)")
     labels_new = np.zeros(len(new), np.int64)
     confidence = np.ones(len(new))
-    if new and g.k >= 2:
+    unlike = np.zeros(len(new), bool)
+    if new:
         train = _training_rows(g)
         sets = [model.bins[row[g.paths[i]]] for i in train] + [model.bins[row[p]] for p in new]
         K = binned_pyramid_kernel(sets, columns=np.arange(train.size))
-        clf = CategoryClassifier(C=10.0).fit(K[: train.size], g.labels[train])
-        pred = clf.predict(K[train.size :])
-        labels_new = pred.labels.astype(np.int64)
-        confidence = np.asarray(pred.confidence, np.float64)
-    unsure = confidence < UNSURE_CONFIDENCE
+        K_tt, K_nt = K[: train.size], K[train.size :]
+        y = g.labels[train]
+        if g.k >= 2:
+            pred = CategoryClassifier(C=10.0).fit(K_tt, y).predict(K_nt)
+            labels_new = pred.labels.astype(np.int64)
+            confidence = np.asarray(pred.confidence, np.float64)
+        unlike = _unlike(K_tt, K_nt, y, labels_new)
+    unsure = (confidence < UNSURE_CONFIDENCE) | unlike
     labels_new[unsure] = g.k  # a group of their own, to review
     old_pos = {p: i for i, p in enumerate(g.paths)}
     new_pos = {p: j for j, p in enumerate(new)}

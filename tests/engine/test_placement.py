@@ -114,3 +114,26 @@ def test_unsure_photos_go_to_a_group_to_review(folder, monkeypatch):
     assert len(res.unsure) == 2 and res.grouping.k == g.k + 1
     assert res.grouping.name(g.k) == REVIEW_NAME
     assert restrict(g, []) is None
+
+
+def test_a_photo_of_a_new_subject_goes_to_review(tmp_path, demo_folder):
+    """With two groups the SVM is always at least 50 % sure; a photo unlike both groups
+    (a person among two synthetic scenes) is still set aside to review, while a new view
+    of a scene joins its group."""
+    groups = make_grouped_folder(tmp_path / "photos", per_group=5, seed=6)
+    photos = tmp_path / "photos"
+    later = groups["g0"][-1]
+    aside = tmp_path / later.name
+    shutil.move(later, aside)
+    with Collection.open(photos) as col:
+        _drive(col.update(jobs=1))
+        g = _grouping(col)
+        shutil.copy(demo_folder / "astronaut.jpg", photos / "astronaut.jpg")
+        shutil.move(aside, later)
+        _drive(col.update(jobs=1))
+        res = _drive(place_photos_iter(col, g))
+    assert res.unsure == [str(photos / "astronaut.jpg")]
+    out = res.grouping
+    assert out.name(out.group_of(str(photos / "astronaut.jpg"))) == REVIEW_NAME
+    mate = next(p for p in g.paths if "/g0/" in p)
+    assert out.group_of(str(later)) == out.group_of(mate)
