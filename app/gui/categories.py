@@ -850,12 +850,16 @@ class CategoriesView(QWidget):
         if saved.new_paths:  # photos added since: placed into the groups, not regrouped
             self._place_new(saved.grouping, len(saved.new_paths))
             return
+
         # affinities for later edits, computed off the GUI thread (a grouping job started
         # meanwhile supersedes them)
+        def failed(exc) -> None:
+            if not _reopened(exc, coll, self.session.collection):
+                self.window.show_error(plain_error(exc, "Computing affinities failed"))
+
         self.window.run_worker(
             affinity_job, coll, pass_cancel=True, token=self.session.begin("grouping"),
-            connect={"returned": self.model.set_affinities},
-            context="Computing affinities failed",
+            connect={"returned": self.model.set_affinities, "errored": failed},
         )  # fmt: skip
 
     def _place_new(self, grouping, n_new: int) -> None:
@@ -936,6 +940,7 @@ class CategoriesView(QWidget):
         s, m = self.session, self.model
         token = s.begin("grouping")
         m.set_busy(True, text)
+        coll = s.collection
 
         def finish() -> None:
             s.jobs.finish(token)
@@ -947,6 +952,8 @@ class CategoriesView(QWidget):
 
         def failed(exc) -> None:
             finish()
+            if _reopened(exc, coll, s.collection):
+                return  # (the index was opened again meanwhile: that restarts the work)
             self.reason.setText(f"{fail_text}.")
             self.window.show_error(plain_error(exc, fail_text))
 
@@ -1227,6 +1234,15 @@ class CategoriesView(QWidget):
         what = {"links": "links", "copies": "copies", "csv": "rows"}[mode]
         self.window.status_label.setText(f"Exported {n} {what} of {g.k} groups to {dest}")
         return n
+
+
+def _reopened(exc: BaseException, started_on, current) -> bool:
+    """Whether a grouping job failed only because its index was closed under it: the
+    folder's index was opened again (after indexing) or another folder opened. Not an
+    error to show: the new collection restarts the work."""
+    from engine.index.store_errors import StoreError
+
+    return current is not started_on or (isinstance(exc, StoreError) and "closed" in str(exc))
 
 
 def keywords_job(grouping, photos, folder, dry_run: bool):

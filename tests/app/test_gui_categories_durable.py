@@ -120,3 +120,38 @@ def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path
         assert (folder / p).stat().st_size == size[p]
     assert "Simile|Category|Sea" in read_keywords(next(iter(before)))
     assert "into 10 XMP sidecars" in window.status_label.text()
+
+
+def test_opening_another_folder_on_the_categories_tab_shows_no_stale_error(
+    qtbot, window, tmp_path
+):
+    """Found in a real window: with the Categories tab shown, opening folder B said
+    "Grouping the photos failed: the index store is closed" (a grouping of B's first
+    opening, whose index was opened again after indexing). The race depends on timing
+    (it showed on a loaded machine), so this walks the workflow and the rule that drops
+    such failures is checked on its own below."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    make_grouped_folder(a, per_group=3, seed=7)
+    make_grouped_folder(b, per_group=3, seed=8)
+    errors = []
+    window.error_shown.connect(errors.append)
+    window.show_view("categories")
+    view = window.views["categories"]
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(a, tmp_path / "ia")
+    qtbot.waitUntil(lambda: view.grouping is not None and not view._busy, timeout=60_000)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(b, tmp_path / "ib")
+    qtbot.waitUntil(lambda: view.grouping is not None and not view._busy, timeout=60_000)
+    assert all(p.startswith(str(b)) for p in view.grouping.paths)
+    assert errors == []
+
+
+def test_a_job_whose_index_was_closed_under_it_is_not_an_error():
+    from app.gui.categories import _reopened
+    from engine.index.store_errors import StoreError
+
+    a, b = object(), object()
+    assert _reopened(StoreError("the index store is closed"), a, a)
+    assert _reopened(ValueError("anything"), a, b)  # another collection now
+    assert not _reopened(ValueError("too few features"), a, a)
