@@ -32,9 +32,9 @@ _ABOUT = """\
 
 Search and organise a folder of photos by what is in them.
 
-Click a photo to find similar ones; *Why do they match?* shows the corresponding local
-features (SIFT) found by the pyramid match kernel (Grauman & Darrell); WTA hashing
-(Yagnik et al.) gives fast approximate search.
+Double-click a photo (or select it and press Enter) to find similar ones; *Why do they
+match?* shows the corresponding local features (SIFT) found by the pyramid match kernel
+(Grauman & Darrell); WTA hashing (Yagnik et al.) gives fast approximate search.
 
 ## Licence
 

@@ -48,7 +48,7 @@ class ResultsPanel(QWidget):
         self.query_pic.setObjectName("queryPic")
         self.query_name = QLabel("<b>No query yet</b>")
         self.query_name.setWordWrap(True)
-        self.query_hint = QLabel("Click a photo, press Enter, or drop/paste an image.")
+        self.query_hint = QLabel("Double-click a photo, press Enter, or drop/paste an image.")
         self.query_hint.setWordWrap(True)
         self.query_hint.setObjectName("hint")
         qtext = QVBoxLayout()

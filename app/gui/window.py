@@ -94,7 +94,8 @@ def icon(name: str) -> QIcon:
 
 
 class PhotoGridView(QListView):
-    """Virtualised thumbnail grid; click or Enter makes the photo the query."""
+    """Virtualised thumbnail grid: a click selects a photo (the info panel shows it); a
+    double-click or Enter makes it the query, Space opens it."""
 
     query_requested = Signal(str)
     open_requested = Signal(str)
@@ -113,7 +114,7 @@ class PhotoGridView(QListView):
         self.setSpacing(2)
         self.setWordWrap(False)
         self.setFrameShape(QFrame.Shape.NoFrame)
-        self.clicked.connect(self._emit_query)
+        self.doubleClicked.connect(self._emit_query)  # (a click only selects)
 
     def set_cell_size(self, size: QSize) -> None:
         """Lay photos out in cells of ``size`` (not while folder headings are shown: a
@@ -429,7 +430,7 @@ class MainWindow(QMainWindow):
         pm = None if src is None else self.thumbs.pixmap(src)
         label = METHODS.get(event.method, event.method)
         hint = {
-            "none": "Click a photo, press Enter, or drop/paste an image.",
+            "none": "Double-click a photo, press Enter, or drop/paste an image.",
             "pending": "Searching when indexing finishes…",
             "searching": f"Searching ({label})…",
             "done": f"{event.n} results · {label}",

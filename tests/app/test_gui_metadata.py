@@ -94,9 +94,10 @@ def test_info_panel_sorting_headings_and_date_filter(qtbot, window, dated_folder
     # select a photo: the info panel shows its camera and date
     row = photos.row_of(str(folder / "city" / "a1.jpg"))
     rect = grid.visualRect(photos.index(row))
-    query_and_wait(
-        qtbot, window, lambda: qtbot.mouseClick(grid.viewport(), Qt.MouseButton.LeftButton,
-                                                pos=rect.center())
+    qtbot.mouseClick(grid.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    query_and_wait(  # (a double-click: press, release, then the double-click)
+        qtbot, window, lambda: qtbot.mouseDClick(grid.viewport(), Qt.MouseButton.LeftButton,
+                                                 pos=rect.center())
     )  # fmt: skip
     info = dict(window.info_panel.rows())
     assert info["Camera"] == "FUJIFILM X-T4"

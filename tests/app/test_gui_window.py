@@ -74,16 +74,21 @@ def test_open_folder_indexes_and_lists_skipped(qtbot, window, photo_folder):
     )
 
 
-def test_click_thumbnail_runs_query(qtbot, window, photo_folder):
+def test_click_selects_and_double_click_runs_query(qtbot, window, photo_folder):
     folder, index, pairs = photo_folder
     open_and_wait(qtbot, window, folder, index)
     row = window.photos.row_of(pairs[1][0])
     rect = window.grid.visualRect(window.photos.index(row))
     assert rect.isValid()
+    # a click selects (the details show), and searches nothing
+    with qtbot.assertNotEmitted(window.results_changed, wait=500):
+        qtbot.mouseClick(window.grid.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert window.grid.currentIndex().row() == row
+    assert window.info_panel.name.text() == f"<b>{Path(pairs[1][0]).name}</b>"
     query_and_wait(
         qtbot,
         window,
-        lambda: qtbot.mouseClick(
+        lambda: qtbot.mouseDClick(
             window.grid.viewport(), Qt.MouseButton.LeftButton, pos=rect.center()
         ),
     )
