@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.feedback import MarkBook, MarkingResultDelegate
 from app.gui.models import PATH_ROLE, ResultsModel, item_data
-from app.gui.state import DEFAULT_METHOD, MAX_RESULTS, METHODS
+from app.gui.state import DEFAULT_METHOD, MAX_RESULTS, METHOD_TIPS, METHODS
 
 __all__ = ["ResultsPanel"]
 
@@ -143,6 +143,9 @@ class ResultsPanel(QWidget):
         self.method.clear()
         for m in methods:
             self.method.addItem(METHODS[m], m)
+            self.method.setItemData(
+                self.method.count() - 1, METHOD_TIPS.get(m, ""), Qt.ItemDataRole.ToolTipRole
+            )
         i = self.method.findData(current)
         self.method.setCurrentIndex(max(0, i))
         self.method.blockSignals(False)

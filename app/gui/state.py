@@ -16,6 +16,7 @@ from pathlib import Path
 __all__ = [
     "DEFAULT_METHOD",
     "METHODS",
+    "METHOD_TIPS",
     "EtaEstimator",
     "SearchSettings",
     "demo_folder",
@@ -29,14 +30,28 @@ __all__ = [
     "repaired_message",
 ]
 
-#: Retrieval methods offered in the GUI: id -> label. ``learned`` is shown only
-#: when the collection reports a trained model.
+#: Retrieval methods offered in the GUI: id -> label, in plain words. ``learned`` is
+#: shown only when the collection reports a trained model; ``wta`` only where it ranks
+#: differently from ``vocabulary`` (folders above
+#: :data:`engine.index.candidates.EXHAUSTIVE_LIMIT` photos).
 METHODS: dict[str, str] = {
-    "hybrid": "Hybrid (recommended)",
-    "uniform": "Pyramid match · uniform bins",
-    "vocabulary": "Pyramid match · vocabulary-guided",
-    "wta": "WTA hashing (fast)",
-    "learned": "Learned similarity",
+    "hybrid": "Best match (recommended)",
+    "uniform": "Looks alike · uniform bins",
+    "vocabulary": "Looks alike",
+    "wta": "Looks alike · fast hashing",
+    "learned": "Taught by you",
+}
+#: One sentence on each method, for tooltips.
+METHOD_TIPS: dict[str, str] = {
+    "hybrid": "Photos of the same object or place: the closest ones by the pyramid match of "
+    "their local features, checked geometrically",
+    "uniform": "Photos that share many local features, matched in uniform bins (the pyramid "
+    "match kernel of Grauman & Darrell)",
+    "vocabulary": "Photos that share many local features, matched in a vocabulary learned "
+    "from this folder (fast; no geometric check)",
+    "wta": "As 'Looks alike', with candidates from winner-take-all hashes: faster in large "
+    "folders",
+    "learned": "Similar in the way you taught Simile with your marks, keywords or subfolders",
 }
 DEFAULT_METHOD = "hybrid"
 MAX_RESULTS = 500

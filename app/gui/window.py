@@ -60,6 +60,7 @@ from app.gui.session import MarkBook, QueryModel, Session
 from app.gui.sorting import SortBar
 from app.gui.state import (
     DEFAULT_METHOD,
+    METHOD_TIPS,
     METHODS,
     EtaEstimator,
     SearchSettings,
@@ -709,7 +710,8 @@ class MainWindow(QMainWindow):
         self.method_group = QActionGroup(self)
         self.method_actions: dict[str, QAction] = {}
         for i, (mid, label) in enumerate(METHODS.items()):
-            a = self._act(m, label, lambda _=False, k=mid: self.set_method(k), f"Ctrl+{i + 1}")
+            a = self._act(m, label, lambda _=False, k=mid: self.set_method(k), f"Ctrl+{i + 1}",
+                          METHOD_TIPS.get(mid, ""))  # fmt: skip
             a.setCheckable(True)
             self.method_group.addAction(a)
             self.method_actions[mid] = a
@@ -1846,10 +1848,20 @@ def _preload_engine() -> None:
 
 
 def _available_methods(coll) -> list[str]:
-    """Methods to offer: the built-in ones, plus "learned" once a module registered it."""
+    """Methods to offer: the built-in ones, plus "learned" once a module registered it.
+    "wta" only above :data:`engine.index.candidates.EXHAUSTIVE_LIMIT` photos: below it,
+    every photo is scored exactly and its ranking is the "vocabulary" one (a menu entry
+    that would do nothing different)."""
     methods = [m for m in METHODS if m != "learned"]
     if coll is None:
         return methods
+    try:
+        from engine.index.candidates import EXHAUSTIVE_LIMIT
+
+        if len(coll.paths()) <= EXHAUSTIVE_LIMIT:
+            methods.remove("wta")
+    except Exception as exc:  # (a closed or damaged store: offer what the CLI offers)
+        log.debug("collection size probe failed: %s", exc)
     try:
         import engine.collection as ec
         import engine.workflows.feedback as fb  # registers "learned"

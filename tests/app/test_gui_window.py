@@ -108,11 +108,15 @@ def test_enter_key_and_method_switch_rerun(qtbot, window, photo_folder):
     query_and_wait(qtbot, window, lambda: qtbot.keyClick(window.grid, Qt.Key.Key_Return))
     assert window.results.query == str(pairs[2][0])
     combo = window.results_panel.method
-    i = combo.findData("wta")
+    # a small folder: "fast hashing" would rank exactly as "Looks alike": not offered
+    assert combo.findData("wta") < 0 and not window.method_actions["wta"].isVisible()
+    assert combo.itemText(combo.findData("hybrid")) == "Best match (recommended)"
+    assert "geometrically" in combo.itemData(combo.findData("hybrid"), Qt.ItemDataRole.ToolTipRole)
+    i = combo.findData("vocabulary")
     assert i >= 0
     query_and_wait(qtbot, window, lambda: combo.setCurrentIndex(i))
-    assert window.results.method == "wta"
-    assert window.method_actions["wta"].isChecked()
+    assert window.results.method == "vocabulary"
+    assert window.method_actions["vocabulary"].isChecked()
     assert Path(window.results.best_other()) == pairs[2][1]
 
 
