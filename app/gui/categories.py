@@ -105,6 +105,9 @@ MASK_PARTNERS = 8
 MOVE_ANCHORS = 8
 MASK_SIDE = 640
 EMPTY_TEXT = "Open a folder, then group its photos."
+NO_PHOTOS_TEXT = "No photos to group yet: add photos to the folder and they are grouped here."
+#: Rows of photos a group shows before it scrolls.
+MAX_GRID_ROWS = 3
 MASK_HINT = ("Double-click a photo (or right-click ▸ Show feature mask) to see which of its "
              "features made it belong to its group.")  # fmt: skip
 
@@ -410,7 +413,8 @@ class GroupDelegate(ThumbnailDelegate):
 
 
 class GroupStrip(QListView):
-    """A horizontal strip of one group's photos; accepts photos dragged from others."""
+    """One group's photos as a wrapping grid (every photo shown; beyond
+    :data:`MAX_GRID_ROWS` rows it scrolls); accepts photos dragged from other groups."""
 
     dropped = Signal(list, int)  # paths, target group
     menu_requested = Signal(str, object)  # path, global pos
@@ -420,10 +424,11 @@ class GroupStrip(QListView):
         self.setModel(model)
         self.setItemDelegate(delegate)
         self.setFlow(QListView.Flow.LeftToRight)
-        self.setWrapping(False)
+        self.setWrapping(True)
+        self.setResizeMode(QListView.ResizeMode.Adjust)
         self.setUniformItemSizes(True)
-        self.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setMouseTracking(True)
@@ -434,14 +439,22 @@ class GroupStrip(QListView):
         self.setDropIndicatorShown(False)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.customContextMenuRequested.connect(self._menu)
-        self._base_height = delegate.sizeHint(None, None).height() + 6
-        self.setFixedHeight(self._base_height)
-        # room for the scroll bar only when the group is wider than the view
-        self.horizontalScrollBar().rangeChanged.connect(self._fit_height)
+        self._cell = delegate.sizeHint(None, None)
+        self.setFixedHeight(self._cell.height() + 6)
+        model.modelReset.connect(self._fit_height)
+        model.rowsInserted.connect(self._fit_height)
+        model.rowsRemoved.connect(self._fit_height)
 
-    def _fit_height(self, _lo: int, hi: int) -> None:
-        extra = self.horizontalScrollBar().sizeHint().height() if hi > 0 else 0
-        self.setFixedHeight(self._base_height + extra)
+    def _fit_height(self, *_args) -> None:
+        """As many rows as the photos need at this width, at most :data:`MAX_GRID_ROWS`."""
+        n = self.model().rowCount() if self.model() is not None else 0
+        per_row = max(1, self.viewport().width() // max(1, self._cell.width() + self.spacing()))
+        rows = max(1, min(MAX_GRID_ROWS, -(-n // per_row)))
+        self.setFixedHeight(rows * (self._cell.height() + self.spacing()) + 6)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit_height()
 
     def _menu(self, pos) -> None:
         idx = self.indexAt(pos)
@@ -489,7 +502,7 @@ class GroupRow(QFrame):
         self.name = QLineEdit()
         self.name.setObjectName("groupName")
         self.name.setPlaceholderText(f"Group {group + 1}")
-        self.name.setToolTip("Name this group (kept in the index)")
+        self.name.setToolTip("Click to name this group (kept in the index)")
         self.name.setMaximumWidth(260)
         self.name.editingFinished.connect(lambda: view.rename_group(self.group, self.name.text()))
         self.info = QLabel()
@@ -726,7 +739,8 @@ class CategoriesView(QWidget):
             " border-radius: 8px; }"
             "QFrame#maskPanel { background: #232428; border-left: 1px solid #34363b; }"
             "QLineEdit#groupName { font-weight: bold; background: transparent;"
-            " border: 1px solid transparent; border-radius: 4px; padding: 2px 4px; }"
+            " border: 1px solid transparent; border-bottom: 1px dashed #6a6d74;"
+            " border-radius: 4px; padding: 2px 4px; }"
             "QLineEdit#groupName:hover, QLineEdit#groupName:focus { border-color: #4a4d54;"
             " background: #1f2023; }"
         )
@@ -916,6 +930,9 @@ class CategoriesView(QWidget):
         m = self.model
         k = m.k_choice if k is None else k
         old = m.grouping
+        if not self.collection.paths():  # an empty folder: an empty state, not an error
+            self.reason.setText(NO_PHOTOS_TEXT)
+            return
 
         def done(result) -> None:
             from engine.cluster import carry_names

@@ -155,3 +155,34 @@ def test_a_job_whose_index_was_closed_under_it_is_not_an_error():
     assert _reopened(StoreError("the index store is closed"), a, a)
     assert _reopened(ValueError("anything"), a, b)  # another collection now
     assert not _reopened(ValueError("too few features"), a, a)
+
+
+def test_an_empty_folder_shows_an_empty_state_and_groups_wrap(qtbot, window, tmp_path):
+    """An empty folder is an empty state, not a red error; a group shows all its photos
+    in rows that wrap, not one strip that scrolls sideways."""
+    from app.gui.categories import NO_PHOTOS_TEXT
+
+    errors = []
+    window.error_shown.connect(errors.append)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    window.show_view("categories")
+    view = window.views["categories"]
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(empty, tmp_path / "ie")
+    view.regroup()
+    assert view.reason.text() == NO_PHOTOS_TEXT and errors == []
+
+    folder = tmp_path / "many"
+    make_grouped_folder(folder, n_groups=2, per_group=9, seed=9)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, tmp_path / "im")
+    qtbot.waitUntil(lambda: view.grouping is not None and not view._busy, timeout=60_000)
+    row = view.rows[0]
+    strip = row.strip
+    strip.resize(500, strip.height())  # (narrow: 9 photos need more than one row)
+    qtbot.waitUntil(lambda: strip.height() > 1.5 * strip._cell.height(), timeout=5_000)
+    last = strip.visualRect(row.model.index(row.model.rowCount() - 1))
+    first = strip.visualRect(row.model.index(0))
+    assert last.top() > first.top()  # wrapped onto another row
+    assert errors == []
