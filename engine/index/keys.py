@@ -70,6 +70,7 @@ __all__ = [
     "LEGACY_GROUPING_ARRAYS",
     "MARKS_KEY",
     "MODELS_STATE",
+    "PATH_KV_KEYS",
     "dense_array_prefix",
     "dense_manifest_key",
 ]
@@ -107,6 +108,11 @@ DENSE_NAMESPACE = "cluster"
 LEARN_DENSE_NAMESPACE = "learn"
 #: The person's edits of a grouping in the app (kv, JSON).
 CATEGORY_EDITS_KEY = "gui.categories"
+
+#: kv entries (JSON) that name photos by path: a photo moved or renamed in the folder
+#: (:meth:`engine.index.store.IndexStore.rename`) is renamed in them too, so it keeps its
+#: marks and its place in the person's grouping.
+PATH_KV_KEYS = (MARKS_KEY, CATEGORY_EDITS_KEY)
 #: The catalogue's random id (kv): saved states name it, and are never used with another.
 CATALOG_ID_KEY = "catalog.id"
 #: Feature-extraction settings of the stored keypoint features (setting).

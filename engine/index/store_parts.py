@@ -5,6 +5,7 @@ readers need, and the photos' metadata. Mixed into ``IndexStore``; not used on i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine.index import keys
 from engine.index import states as _states
 from engine.index.catalog import CHUNK_TABLE_SQL, forget_chunks, row_keys
 from engine.index.files import check_name, py_path
@@ -201,13 +203,26 @@ class StoreStates:
         return n
 
 
+def _renamed(data: Any, renamed: Mapping[str, str]) -> Any:
+    """``data`` (parsed JSON) with every string that is an old path replaced by the new."""
+    if isinstance(data, str):
+        return renamed.get(data, data)
+    if isinstance(data, list):
+        return [_renamed(v, renamed) for v in data]
+    if isinstance(data, dict):
+        return {k: _renamed(v, renamed) for k, v in data.items()}
+    return data
+
+
 class StoreRows:
     """The metadata and catalogue-row methods of :class:`engine.index.store.IndexStore`."""
 
     def rename(self, moves: Mapping[str, tuple[str, int, int]]) -> int:
         """Give photos that were moved or renamed their new path (old path -> ``(new
         path, size, mtime_ns)``) in one transaction: they keep their row id, features
-        and metadata. Returns the rows changed."""
+        and metadata, and the kv entries that name photos (:data:`engine.index.keys.
+        PATH_KV_KEYS`: marks, the person's grouping) name the new path. Returns the rows
+        changed."""
         self._require_writer()
         rows = [
             (self.norm_path(new), int(size), int(mtime), self.norm_path(old))
@@ -215,12 +230,28 @@ class StoreRows:
         ]
         if not rows:
             return 0
+        renamed = {}
+        for old, (new, _size, _mtime) in moves.items():
+            renamed[str(old)] = renamed[self.norm_path(old)] = self.norm_path(new)
         with self._transaction() as conn:
             before = conn.total_changes
             conn.executemany(
                 "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE path = ?", rows
             )
-            return conn.total_changes - before
+            n = conn.total_changes - before
+            for key in keys.PATH_KV_KEYS:  # the photo keeps its marks and its group
+                got = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+                if got is None or not got[0]:
+                    continue
+                text = got[0].decode("utf-8") if isinstance(got[0], bytes) else str(got[0])
+                try:
+                    data = json.loads(text)
+                except ValueError:
+                    continue  # (a damaged entry: its owner reports it)
+                new_text = json.dumps(_renamed(data, renamed))
+                if new_text != text:
+                    conn.execute("UPDATE kv SET value = ? WHERE key = ?", (new_text, key))
+            return n
 
     # ------------------------------------------------------------------ metadata
 

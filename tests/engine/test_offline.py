@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
 from app.cli import main
@@ -57,9 +58,17 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
     folder.mkdir()
     for n in ("brick", "coffee", "chelsea"):
         shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
+    from engine.cluster import EditableGrouping, load_edits, save_edits
+    from engine.workflows.marks import Mark, add_marks, load_marks
+
     with Collection.open(folder) as col:
         _drive(col.update(jobs=1))
         before = col.store.record(folder / "brick.jpg")
+        paths = [str(p) for p in col.paths()]
+        add_marks(col, [Mark(str(folder / "coffee.jpg"), str(folder / "brick.jpg"), False)])
+        g = EditableGrouping(paths, np.arange(3) % 2, np.zeros(3), np.zeros(3, bool),
+                             np.zeros(3, bool), names={0: "Mine"})  # fmt: skip
+        save_edits(col.store, g, [(paths[0], paths[2])], [], 2)
         (folder / "sub").mkdir()
         shutil.move(folder / "brick.jpg", folder / "sub" / "my wall.jpg")
         shutil.copy(folder / "coffee.jpg", folder / "coffee copy.jpg")
@@ -71,3 +80,11 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
         assert col.store.record(folder / "brick.jpg") is None
         hits = col.query(folder / "sub" / "my wall.jpg", method="vocabulary", top=1)
         assert hits[0].path.name == "my wall.jpg"
+        # it keeps its marks and its place in the person's grouping
+        moved = str(folder / "sub" / "my wall.jpg")
+        assert [m.result for m in load_marks(col)] == [moved]
+        now = [str(p) for p in col.paths()]
+        saved = load_edits(col.store, now)
+        old_group = g.group_of(str(folder / "brick.jpg"))
+        assert saved.grouping.group_of(moved) == old_group
+        assert saved.new_paths == [str(folder / "coffee copy.jpg")]
