@@ -96,8 +96,19 @@ def run(args: argparse.Namespace) -> int:
         for part in parts:
             for p, kws in part.items():
                 keywords.setdefault(p, []).extend(kws)
+        # what is exported is replaced; Simile's other keywords stay
+        if len(parts) == 2:
+            scope = root
+        else:
+            scope = f"{root}|Duplicates" if args.no_categories else f"{root}|Category"
         report = export_keywords(
-            keywords, photos, col.folder, root=root, style=args.sidecar, dry_run=args.dry_run
+            keywords,
+            photos,
+            col.folder,
+            root=root,
+            style=args.sidecar,
+            dry_run=args.dry_run,
+            scope=scope,
         )
     finally:
         col.close()

@@ -1268,7 +1268,9 @@ def keywords_job(grouping, photos, folder, dry_run: bool):
     written, the sidecars' other keywords kept)."""
     from engine.workflows.keywords import category_keywords, export_keywords
 
-    return export_keywords(category_keywords(grouping), photos, folder, dry_run=dry_run)
+    return export_keywords(
+        category_keywords(grouping), photos, folder, dry_run=dry_run, scope="Simile|Category"
+    )
 
 
 def make_categories_view(window) -> CategoriesView:

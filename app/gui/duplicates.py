@@ -130,6 +130,19 @@ def suggest_keepers(groups, chosen=None, *, cancel=None, progress=None) -> list:
     return out
 
 
+def duplicate_keywords_job(groups, chosen, photos, folder, dry_run, *, cancel=None,
+                           progress=None):  # fmt: skip
+    """Worker side: the duplicate groups as keywords ``Simile|Duplicates|…`` in the XMP
+    sidecars of ``photos`` (:func:`engine.workflows.keywords.export_keywords`, scope
+    ``Simile|Duplicates``), the copy to keep per group from :func:`suggest_keepers`."""
+    from engine.workflows.keywords import duplicate_keywords, export_keywords
+
+    keep_idx = suggest_keepers(groups, chosen, cancel=cancel, progress=progress)
+    keep = [None if k is None else str(g.paths[k]) for g, k in zip(groups, keep_idx, strict=True)]
+    kws = duplicate_keywords(groups, keep)
+    return export_keywords(kws, photos, folder, dry_run=dry_run, scope="Simile|Duplicates")
+
+
 @dataclass
 class CopyInfo:
     """A copy as a card shows it: :class:`engine.workflows.duplicates.CopyStats`, its
@@ -664,6 +677,14 @@ class DuplicatesView(QWidget):
         bar.addWidget(self.undo_btn)
         bar.addSpacing(12)
         bar.addWidget(self.compare_btn)
+        self.keywords_btn = QPushButton("Keywords…")
+        self.keywords_btn.setToolTip(
+            "Write the groups as keywords (Simile|Duplicates|Same photo, …|Copy to keep, "
+            "…|Extra copy) into XMP sidecars for digiKam, darktable and Lightroom; the "
+            "photos are not changed"
+        )
+        self.keywords_btn.clicked.connect(lambda: self.export_keywords())
+        bar.addWidget(self.keywords_btn)
         bar.addStretch(1)
         bar.addWidget(self.keys_hint)
 
@@ -992,6 +1013,7 @@ class DuplicatesView(QWidget):
         busy = self.is_busy()
         self.keep_all_btn.setEnabled(bool(self.groups) and not busy and not self._stale)
         self.compare_btn.setEnabled(len(self.infos) >= 2)
+        self.keywords_btn.setEnabled(bool(self.groups) and not busy and not self._stale)
         log = self._last_log()
         ready = self.session.collection is not None  # (not while the index is rebuilt)
         self.undo_btn.setEnabled(log is not None and not busy and ready)
@@ -1057,6 +1079,45 @@ class DuplicatesView(QWidget):
             self.message.emit(text)
         else:
             self.cleanup_finished.emit(text)
+
+    def export_keywords(self, confirm: bool = True) -> None:
+        """The groups shown as keywords in the photos' XMP sidecars (tier, copy to keep
+        or extra copy; the copy to keep is the person's choice, else the suggestion),
+        after saying how many sidecars change; Simile's category keywords stay."""
+        coll, folder = self.session.collection, self.session.folder
+        if not self.groups or coll is None or folder is None or self.is_busy():
+            return
+        groups = list(self.groups)
+        photos = [str(p) for p in coll.paths()]
+        chosen = self.choices.chosen(groups)
+
+        def written(report) -> None:
+            n = len(report.changes)
+            text = f"Wrote the duplicate groups as keywords into {n} XMP sidecar" + (
+                "s" if n != 1 else ""
+            )
+            if report.refused:
+                text += f"; {len(report.refused)} left alone ({report.refused[0][1]})"
+            self._report(text + ".")
+
+        def planned(report) -> None:
+            n = len(report.changes)
+            if n == 0:
+                self._report("The XMP sidecars already hold these duplicate groups.")
+                return
+            ask = (
+                f"Write the {len(groups)} duplicate groups as keywords (Simile|Duplicates|…) "
+                f"into {n} XMP sidecar{'s' if n != 1 else ''}?\n\nYour own keywords and "
+                "Simile's categories in the sidecars are kept; the photos are not changed."
+            )
+            yes = QMessageBox.StandardButton.Yes
+            if confirm and QMessageBox.question(self, "Export keywords", ask) != yes:
+                return
+            self._start(duplicate_keywords_job, groups, chosen, photos, folder, False,
+                        done=written, text="Writing keywords…")  # fmt: skip
+
+        self._start(duplicate_keywords_job, groups, chosen, photos, folder, True,
+                    done=planned, text="Reading the sidecars…")  # fmt: skip
 
     def keep_suggested(self) -> None:
         """ "Keep the suggested copy in every group…": the copies kept are computed (in a

@@ -314,7 +314,8 @@ def merge_keywords(
     keywords : sequence of str
         Hierarchical keywords, each ``root|...`` (e.g. ``"Simile|Category|Beach"``).
     root : str
-        The first part of every keyword Simile owns: those of ``root`` in the sidecar
+        The part of the hierarchy this call owns (``"Simile"``, or ``"Simile|Category"``
+        to leave Simile's other keywords alone): keywords under ``root`` in the sidecar
         and not in ``keywords`` are removed (a regrouping replaces the old categories).
     style : {"ext", "base"}
         Sidecar naming (:func:`sidecar_path`).
@@ -335,12 +336,14 @@ def merge_keywords(
         The sidecar cannot be written.
     """
     root = root.strip("|")
-    if not root or "|" in root or "/" in root:
-        raise ValueError(f"the root keyword must be one non-empty name, got {root!r}")
+    if not root or "/" in root or not all(p.strip() for p in root.split("|")):
+        raise ValueError(f"the root keyword must be a non-empty A|B path, got {root!r}")
+    depth = root.count("|") + 1
     want = list(dict.fromkeys(keywords))
     for kw in want:
         parts = kw.split("|")
-        if parts[0] != root or len(parts) < 2 or not all(p.strip() for p in parts):
+        ok = "|".join(parts[:depth]) == root and len(parts) > depth
+        if not ok or not all(p.strip() for p in parts):
             raise ValueError(f"keyword {kw!r} is not a path under {root!r}")
     photo = Path(photo)
     side = sidecar_path(photo, style)
@@ -357,8 +360,10 @@ def merge_keywords(
         f"{{{NAMESPACES['digiKam']}}}TagsList",
         f"{{{NAMESPACES['dc']}}}subject",
     )
-    ours = [v for v in values[lr_tag] if v.split("|")[0] == root]
-    ours += [v.replace("/", "|") for v in values[dk_tag] if v.split("/")[0] == root]
+    ours = [v for v in values[lr_tag] if v.startswith(root + "|")]
+    ours += [
+        v.replace("/", "|") for v in values[dk_tag] if v.replace("/", "|").startswith(root + "|")
+    ]
     ours = list(dict.fromkeys(ours))
     removed = [v for v in ours if v not in want]
     added = [v for v in want if v not in ours]
@@ -368,7 +373,7 @@ def merge_keywords(
     rdf = _rdf(doc)
     if rdf is None:
         raise XMPError(f"{side}: no rdf:RDF element")
-    kept_leaves = {v.split("|")[-1] for v in values[lr_tag] if v.split("|")[0] != root}
+    kept_leaves = {v.split("|")[-1] for v in values[lr_tag] if not v.startswith(root + "|")}
     drop_leaves = {v.split("|")[-1] for v in removed} - kept_leaves
     drop_leaves -= {v.split("|")[-1] for v in want}
     _set_items(_property(rdf, lr_tag), want, set(removed))

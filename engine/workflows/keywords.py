@@ -124,6 +124,7 @@ def export_keywords(
     root: str = DEFAULT_ROOT,
     style: str = "ext",
     dry_run: bool = False,
+    scope: str | None = None,
 ) -> ExportReport:
     """Write ``keywords`` (photo -> ``root|...`` keywords) into the sidecars of
     ``photos``: each sidecar ends up with exactly the given keywords under ``root`` (older
@@ -141,6 +142,9 @@ def export_keywords(
         beside the link).
     root, style, dry_run
         As :func:`engine.io.xmp.merge_keywords`.
+    scope : str, optional
+        The part of ``root``'s hierarchy replaced (``"Simile|Category"``: the duplicate
+        keywords written earlier stay); default ``root``.
 
     Returns
     -------
@@ -159,7 +163,7 @@ def export_keywords(
         if not want and not sidecar_path(photo, style).exists():
             continue
         try:
-            change = merge_keywords(photo, want, root, style=style, dry_run=dry_run)
+            change = merge_keywords(photo, want, scope or root, style=style, dry_run=dry_run)
         except (XMPError, OSError, ValueError) as exc:
             report.refused.append((str(photo), str(exc)))
             continue

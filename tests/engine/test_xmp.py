@@ -150,3 +150,17 @@ def test_export_and_keywords_as_labels(tmp_path, demo_folder):
     labels, classes = labels_from_keywords(paths)
     assert classes == ["Mine|Wand", "Mine|Kaffee"]
     assert labels.tolist() == [0, 0, 1, 1, -1]  # a keyword of one photo is no class
+
+
+def test_a_scope_replaces_only_its_part_of_the_hierarchy(photo):
+    merge_keywords(photo, ["Simile|Category|Walls"], "Simile|Category")
+    merge_keywords(photo, ["Simile|Duplicates|Same photo"], "Simile|Duplicates")
+    kws = read_keywords(photo)
+    assert "Simile|Category|Walls" in kws and "Simile|Duplicates|Same photo" in kws
+    ch = merge_keywords(photo, [], "Simile|Duplicates")
+    assert ch.removed == ["Simile|Duplicates|Same photo"]
+    kws = read_keywords(photo)
+    assert "Simile|Category|Walls" in kws and "Walls" in kws
+    assert "Simile|Duplicates|Same photo" not in kws and "Same photo" not in kws
+    with pytest.raises(ValueError):
+        merge_keywords(photo, ["Simile|Category|X"], "Simile|Duplicates")
