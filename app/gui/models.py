@@ -109,6 +109,11 @@ class PhotoListModel(ThumbModel):
         self.grouped = False
         self.date_range: tuple[str | None, str | None] | None = None  # ISO days
         self.root: Path | None = None  # the open folder: headings relative to it
+        #: a camera RAW file beside its camera JPEG (same folder and name) is shown as one
+        #: photo: the JPEG, labelled "+ NEF" (formats issue, point 1)
+        self.pairs_as_one = True
+        self._raw_partner: dict[str, str] = {}  # raw path -> the photo shown for it
+        self._raw_label: dict[str, str] = {}  # shown photo -> " + NEF"
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < len(self._paths):
@@ -121,11 +126,13 @@ class PhotoListModel(ThumbModel):
             return None
         p = self._paths[row]
         if role == Qt.ItemDataRole.DisplayRole:
-            return shown_name(p)
+            return shown_name(p) + self._raw_label.get(p, "")
         if role == Qt.ItemDataRole.ToolTipRole:
             m = self.metadata.get(p)
             taken = f"\ntaken {m.date_taken.replace('T', ' ')[:16]}" if m and m.date_taken else ""
-            return f"{shown_name(p)}\n{display_path(Path(p).parent)}{taken}"
+            pair = self._raw_label.get(p, "")
+            pair = f"\nwith its RAW file ({pair.strip(' +')})" if pair else ""
+            return f"{shown_name(p)}\n{display_path(Path(p).parent)}{taken}{pair}"
         if role == Qt.ItemDataRole.DecorationRole:
             return self.thumbs.pixmap(p)
         if role == PATH_ROLE:
@@ -154,8 +161,39 @@ class PhotoListModel(ThumbModel):
 
     # -- what is shown -------------------------------------------------------------------
     def _plain(self) -> bool:
-        """The default order (by path, no headings, no filter): rows follow ``_all``."""
-        return self.sort_key == "folder" and not self.grouped and self.date_range is None
+        """The default order (by path, no headings, no filter, no RAW + JPEG pair shown
+        as one): rows follow ``_all``."""
+        return (
+            self.sort_key == "folder"
+            and not self.grouped
+            and self.date_range is None
+            and not (self.pairs_as_one and self._raw_partner)
+        )
+
+    def set_pairs_as_one(self, on: bool) -> None:
+        """Show a camera RAW file and its camera JPEG as one photo (or both)."""
+        self.pairs_as_one = bool(on)
+        self._rebuild()
+
+    def _find_pairs(self) -> None:
+        """RAW files with a non-RAW photo of the same name in the same folder."""
+        from engine.io.formats import RAW_SUFFIXES
+
+        by_stem: dict[tuple[str, str], list[str]] = {}
+        for p in self._all:
+            q = Path(p)
+            by_stem.setdefault((str(q.parent), q.stem.casefold()), []).append(p)
+        self._raw_partner, self._raw_label = {}, {}
+        for group in by_stem.values():
+            if len(group) < 2:
+                continue
+            raws = [p for p in group if Path(p).suffix.lower() in RAW_SUFFIXES]
+            others = [p for p in group if p not in raws]
+            if raws and others:
+                for r in raws:
+                    self._raw_partner[r] = others[0]
+                suffixes = " + ".join(sorted({Path(r).suffix.lstrip(".").upper() for r in raws}))
+                self._raw_label[others[0]] = f" + {suffixes}"
 
     def set_paths(self, paths) -> None:
         self._all = sorted({str(p) for p in paths})
@@ -199,6 +237,8 @@ class PhotoListModel(ThumbModel):
         return (p,)
 
     def _shown(self, p: str) -> bool:
+        if self.pairs_as_one and p in self._raw_partner:
+            return False
         if self.date_range is None:
             return True
         m = self.metadata.get(p)
@@ -220,6 +260,9 @@ class PhotoListModel(ThumbModel):
 
     def _rebuild(self) -> None:
         self.beginResetModel()
+        self._find_pairs()
+        if not self.pairs_as_one:
+            self._raw_label = {}
         shown = [p for p in self._all if self._shown(p)]
         if self.sort_key != "folder":
             shown.sort(key=self._sort_key)
@@ -251,7 +294,8 @@ class PhotoListModel(ThumbModel):
             return
         for p in new:
             bisect.insort(self._all, p)
-        if not self._plain():
+        stems = self._stems()
+        if not self._plain() or any(Path(p).stem.casefold() in stems for p in new):
             self._rebuild()
             return
         for p in new:
@@ -262,11 +306,20 @@ class PhotoListModel(ThumbModel):
             self.endInsertRows()
         self._reindex()
 
+    def _stems(self) -> set[str]:
+        """Names (without suffix) that more than one photo has (a RAW + JPEG pair may
+        form when one arrives)."""
+        seen: dict[str, int] = {}
+        for q in self._all:
+            k = Path(q).stem.casefold()
+            seen[k] = seen.get(k, 0) + 1
+        return {k for k, n in seen.items() if n > 1}
+
     def remove_path(self, path: str | Path) -> None:
         p = str(path)
         if p in self._all:
             self._all.remove(p)
-        if not self._plain():
+        if not self._plain() or p in self._raw_label or p in self._raw_partner:
             if p in self._rows:
                 self._rebuild()
             return

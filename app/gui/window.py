@@ -303,6 +303,12 @@ class MainWindow(QMainWindow):
         self.watcher.stop()
         self.setWindowTitle("Simile")
 
+    def set_pairs_as_one(self, on: bool) -> None:
+        """Show a RAW file and its camera JPEG as one photo in the grid (or both)."""
+        self.pairs_act.setChecked(bool(on))
+        self.settings.setValue("pairsAsOne", "true" if on else "false")
+        self.photos.set_pairs_as_one(bool(on))
+
     # ======================================================================== folder watching
     def set_watching(self, on: bool) -> None:
         """Watch the open folder for changes (and index them by themselves), or stop."""
@@ -705,6 +711,12 @@ class MainWindow(QMainWindow):
         self._act(
             m, "S&kipped Files…", self.show_problems, None, "Files that could not be indexed"
         )
+        self.pairs_act = self._act(
+            m, "RAW + JPEG Pairs as &One", self.set_pairs_as_one, None,
+            "Show a camera RAW file and the camera's JPEG beside it as one photo",
+        )  # fmt: skip
+        self.pairs_act.setCheckable(True)
+        self.pairs_act.setChecked(True)
 
         m = mb.addMenu("&Search")
         self.method_group = QActionGroup(self)
@@ -784,6 +796,9 @@ class MainWindow(QMainWindow):
             self.sort_bar.set_sort(sort_key)
         self.sort_bar.group.setChecked(str(s.value("folderHeadings", "false")) == "true")
         self.watch_act.setChecked(str(s.value("watchFolder", "true")) == "true")
+        pairs = str(s.value("pairsAsOne", "true")) == "true"
+        self.pairs_act.setChecked(pairs)
+        self.photos.set_pairs_as_one(pairs)
         top = _int(s.value("top"), 20)
         self.results_panel.top.blockSignals(True)
         self.results_panel.top.setValue(max(1, min(500, top)))
