@@ -21,6 +21,7 @@ duplicate groups shown).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -47,6 +49,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSplitter,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -106,15 +109,16 @@ def find_groups(collection, threshold, *, cancel=None, progress=None) -> list:
     return collection.duplicates(threshold, cancel=cancel, progress=progress)
 
 
-def _suggest(paths, stats=None):
+def _suggest(paths, stats=None, reference=()):
     from engine.workflows.duplicates import suggest_keeper
 
-    return suggest_keeper(paths, stats) if stats is not None else suggest_keeper(paths)
+    return suggest_keeper(paths, stats, reference=tuple(reference))
 
 
-def suggest_keepers(groups, chosen=None, *, cancel=None, progress=None) -> list:
+def suggest_keepers(groups, chosen=None, *, reference=(), cancel=None, progress=None) -> list:
     """Worker side: the copy to keep in each group — the person's choice (``chosen``:
-    group index -> copy index) or the engine's suggestion (None: no copy readable)."""
+    group index -> copy index) or the engine's suggestion (None: no copy readable;
+    photos in the ``reference`` folders are always kept)."""
     chosen = dict(chosen or {})
     out = []
     for i, g in enumerate(groups):
@@ -123,21 +127,23 @@ def suggest_keepers(groups, chosen=None, *, cancel=None, progress=None) -> list:
         if i in chosen:
             out.append(chosen[i])
         else:
-            k = _suggest([str(p) for p in g.paths])
+            k = _suggest([str(p) for p in g.paths], reference=reference)
             out.append(None if k is None else k.index)
         if progress is not None:
             progress(i + 1, len(groups))
     return out
 
 
-def duplicate_keywords_job(groups, chosen, photos, folder, dry_run, *, cancel=None,
-                           progress=None):  # fmt: skip
+def duplicate_keywords_job(groups, chosen, photos, folder, dry_run, *, reference=(),
+                           cancel=None, progress=None):  # fmt: skip
     """Worker side: the duplicate groups as keywords ``Simile|Duplicates|…`` in the XMP
     sidecars of ``photos`` (:func:`engine.workflows.keywords.export_keywords`, scope
     ``Simile|Duplicates``), the copy to keep per group from :func:`suggest_keepers`."""
     from engine.workflows.keywords import duplicate_keywords, export_keywords
 
-    keep_idx = suggest_keepers(groups, chosen, cancel=cancel, progress=progress)
+    keep_idx = suggest_keepers(
+        groups, chosen, reference=reference, cancel=cancel, progress=progress
+    )
     keep = [None if k is None else str(g.paths[k]) for g, k in zip(groups, keep_idx, strict=True)]
     kws = duplicate_keywords(groups, keep)
     return export_keywords(kws, photos, folder, dry_run=dry_run, scope="Simile|Duplicates")
@@ -175,7 +181,7 @@ def _date_taken(path) -> str | None:
         return None
 
 
-def describe_copies(paths, scores=None) -> tuple[list[CopyInfo], int]:
+def describe_copies(paths, scores=None, reference=()) -> tuple[list[CopyInfo], int]:
     """Worker side: size, resolution and sharpness of each copy, loaded at
     :data:`engine.workflows.duplicates.KEEPER_SIDE` pixels
     (:func:`engine.workflows.duplicates.copy_stats`), and the one to keep
@@ -199,7 +205,7 @@ def describe_copies(paths, scores=None) -> tuple[list[CopyInfo], int]:
         stats.append(st)
         infos.append(CopyInfo(st.path, st.width, st.height, st.file_size, st.sharpness, score,
                               image, st.error, mtime, taken=_date_taken(p)))  # fmt: skip
-    keeper = _suggest([str(p) for p in paths], stats)
+    keeper = _suggest([str(p) for p in paths], stats, reference=reference)
     best = -1 if keeper is None else int(keeper.index)
     if keeper is not None:
         infos[best].reason = str(getattr(keeper, "reason", "") or "")
@@ -598,6 +604,7 @@ class DuplicatesView(QWidget):
     restored = Signal(list)
     #: a batch finished (or failed, or was undone): what happened, for the status bar
     cleanup_finished = Signal(str)
+    reference_changed = Signal()  # the reference folders changed: keepers chosen again
 
     EMPTY_TEXT = "Open a folder, then find duplicates."
 
@@ -685,6 +692,16 @@ class DuplicatesView(QWidget):
         )
         self.keywords_btn.clicked.connect(lambda: self.export_keywords())
         bar.addWidget(self.keywords_btn)
+        self.reference_btn = QToolButton()
+        self.reference_btn.setText("Reference folders")
+        self.reference_btn.setToolTip(
+            "Folders whose photos are always the copy to keep (your originals)"
+        )
+        self.reference_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.reference_menu = QMenu(self.reference_btn)
+        self.reference_menu.aboutToShow.connect(self._fill_reference_menu)
+        self.reference_btn.setMenu(self.reference_menu)
+        bar.addWidget(self.reference_btn)
         bar.addStretch(1)
         bar.addWidget(self.keys_hint)
 
@@ -1114,10 +1131,84 @@ class DuplicatesView(QWidget):
             if confirm and QMessageBox.question(self, "Export keywords", ask) != yes:
                 return
             self._start(duplicate_keywords_job, groups, chosen, photos, folder, False,
-                        done=written, text="Writing keywords…")  # fmt: skip
+                        done=written, text="Writing keywords…",
+                        reference=self.reference_folders())  # fmt: skip
 
         self._start(duplicate_keywords_job, groups, chosen, photos, folder, True,
-                    done=planned, text="Reading the sidecars…")  # fmt: skip
+                    done=planned, text="Reading the sidecars…",
+                    reference=self.reference_folders())  # fmt: skip
+
+    # -- reference folders -------------------------------------------------------------------
+    def reference_folders(self) -> list[str]:
+        """The open folder's reference folders (stored in its index:
+        :data:`engine.index.keys.DUPLICATE_REFERENCE_KEY`)."""
+        from engine.index.keys import DUPLICATE_REFERENCE_KEY
+
+        coll = self.session.collection
+        if coll is None:
+            return []
+        try:
+            raw = coll.store.get_kv(DUPLICATE_REFERENCE_KEY)
+            data = json.loads(raw.decode() if isinstance(raw, bytes) else raw) if raw else []
+        except Exception:  # (a damaged entry: no reference folders)
+            return []
+        return [str(p) for p in data if isinstance(p, str)]
+
+    def set_reference_folders(self, folders) -> bool:
+        """Store the reference folders (each inside the open folder); the copies to keep
+        are chosen again. False (and a message) when the index cannot be written."""
+        from engine.index.keys import DUPLICATE_REFERENCE_KEY
+
+        coll, root = self.session.collection, self.session.folder
+        if coll is None or root is None:
+            return False
+        keep = []
+        for f in folders:
+            f = os.path.abspath(os.fspath(f))
+            try:
+                Path(f).relative_to(os.path.abspath(root))
+            except ValueError:
+                self.message.emit(f"{f} is not inside {root}: it cannot be a reference folder.")
+                continue
+            if f not in keep:
+                keep.append(f)
+        try:
+            coll.store.set_kv(DUPLICATE_REFERENCE_KEY, json.dumps(keep))
+        except Exception as exc:
+            self.message.emit(f"The reference folders cannot be saved: {exc}")
+            return False
+        self.keepers = None  # chosen again with the new folders
+        self.reference_changed.emit()
+        return True
+
+    def _fill_reference_menu(self) -> None:
+        m = self.reference_menu
+        m.clear()
+        root = self.session.folder
+        current = self.reference_folders()
+        add = m.addAction("Add a reference folder…")
+        add.setEnabled(root is not None)
+        add.triggered.connect(self._add_reference_dialog)
+        if current:
+            m.addSeparator()
+        for f in current:
+            shown = os.path.relpath(f, root) if root is not None else f
+            a = m.addAction(f"Remove {shown}")
+            a.triggered.connect(
+                lambda _=False, f=f: self.set_reference_folders(
+                    [x for x in self.reference_folders() if x != f]
+                )
+            )
+
+    def _add_reference_dialog(self) -> None:
+        root = self.session.folder
+        if root is None:
+            return
+        f = QFileDialog.getExistingDirectory(
+            self, "A folder of originals (always kept)", str(root)
+        )
+        if f:
+            self.set_reference_folders([*self.reference_folders(), f])
 
     def keep_suggested(self) -> None:
         """ "Keep the suggested copy in every group…": the copies kept are computed (in a
@@ -1144,6 +1235,7 @@ class DuplicatesView(QWidget):
                 self._report(f"Could not choose the copies to keep: {exc}", error=True)
 
         self._start(suggest_keepers, groups, chosen, done=done, failed=failed,
+                    reference=self.reference_folders(),
                     text=f"Choosing the copy to keep in {len(groups)} groups…")  # fmt: skip
 
     def _keepers_now(self) -> list:

@@ -594,6 +594,13 @@ class MainWindow(QMainWindow):
         self.dup_view.open_requested.connect(self.open_full_size)
         self.dup_view.trashed.connect(self._on_trashed)
         self.dup_view.message.connect(lambda m: self.show_error(m, kind="warning"))
+        self.dup_view.reference_changed.connect(  # the shown group's keeper chosen again
+            lambda: (
+                self._show_group(self.session.duplicates.selected)
+                if self.session.duplicates.groups and self.session.duplicates.selected >= 0
+                else None
+            )
+        )
         self.dup_view.cleaned.connect(self._on_cleaned)
         self.dup_view.restored.connect(self._on_restored)
         self.dup_view.cleanup_finished.connect(lambda m: self.status_label.setText(m))
@@ -1493,7 +1500,7 @@ class MainWindow(QMainWindow):
         token = s.begin("copies")
         self.run_worker(
             describe_copies, list(g.paths), list(getattr(g, "scores", []) or []),
-            token=token, context="Comparing copies failed",
+            self.dup_view.reference_folders(), token=token, context="Comparing copies failed",
             connect={"returned": lambda res: s.duplicates.set_copies(*res)},
         )  # fmt: skip
 

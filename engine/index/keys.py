@@ -41,6 +41,8 @@ key                           kind     written / read by
                                        ``load_edits``: the grouping as the person edited
                                        it in the app: names, moves, splits, merges, the
                                        chosen number of groups; JSON)
+``duplicates.reference``      kv       :mod:`app.gui.duplicates` (the folders whose
+                                       photos are always kept; JSON list of paths)
 ``feature_kwargs``            setting  :mod:`engine.index.ingest` (feature settings of
                                        the stored keypoints)
 ``catalog.id``                kv       :mod:`engine.index.catalog` (the catalogue's random
@@ -61,6 +63,7 @@ __all__ = [
     "DATA_STATE",
     "DENSE_NAMESPACE",
     "DENSE_VOCAB_STATE",
+    "DUPLICATE_REFERENCE_KEY",
     "FEATURE_SETTINGS",
     "GROUPING_PREFIX",
     "GROUPING_STATE",
@@ -106,6 +109,9 @@ DENSE_VOCAB_STATE = "cluster.dense.vocab"
 #: Namespaces of the dense SIFT channel's cached arrays: grouping, learned similarity.
 DENSE_NAMESPACE = "cluster"
 LEARN_DENSE_NAMESPACE = "learn"
+#: Reference folders whose photos are always the copy to keep in duplicate groups (kv,
+#: JSON list of absolute folder paths; the app's Duplicates view).
+DUPLICATE_REFERENCE_KEY = "duplicates.reference"
 #: The person's edits of a grouping in the app (kv, JSON).
 CATEGORY_EDITS_KEY = "gui.categories"
 

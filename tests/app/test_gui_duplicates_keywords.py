@@ -49,3 +49,28 @@ def test_duplicate_groups_as_keywords(qtbot, window, tmp_path, demo_folder, monk
     after = {p: b for p, b in snapshot(folder).items() if not p.endswith(".xmp")}
     assert after == photos_before  # the photos are not changed
     assert "into" in view.notice.text() and "XMP sidecar" in view.notice.text()
+
+
+def test_reference_folders_are_always_kept(qtbot, window, tmp_path, demo_folder):
+    """Duplicates ▸ Reference folders: the copy in the person's folder of originals is
+    the one to keep, even when the other is better by every other rule; kept in the
+    index; a folder outside the open one is refused."""
+    folder, files = photo_folder(tmp_path, demo_folder)
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    find(qtbot, window)
+    view = window.dup_view
+    names = [[str(p) for p in g.paths] for g in view.groups]
+    row = next(i for i, ps in enumerate(names) if str(files["coffee_small"]) in ps)
+
+    def keeper_now() -> str:
+        with qtbot.waitSignal(window.session.duplicates.events.copies, timeout=30_000):
+            window._show_group(row)
+        return view.infos[window.session.duplicates.best].path
+
+    assert keeper_now() == str(files["coffee"])  # larger: the original
+    with qtbot.waitSignal(view.reference_changed, timeout=5_000):
+        assert view.set_reference_folders([folder / "exports"])
+    assert view.reference_folders() == [str(folder / "exports")]
+    assert keeper_now() == str(files["coffee_small"])
+    assert "reference" in view.infos[window.session.duplicates.best].reason
+    assert not view.set_reference_folders([tmp_path]) or view.reference_folders() == []
