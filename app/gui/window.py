@@ -1455,6 +1455,9 @@ class MainWindow(QMainWindow):
             return
         if result_path is None:
             result_path = self.results_panel.selected_path() or self.results.best_other()
+        if result_path is not None and _same_file(result_path, query):
+            # (the query matched with itself explains nothing: its best other result)
+            result_path = self.results.best_other()
         if result_path is None:
             return
         self.show_view("matches")
@@ -1867,6 +1870,14 @@ def _preload_engine() -> None:
     # The modules' objects live forever: keep them out of the cyclic collector, whose
     # full passes would otherwise walk them all while holding the GIL (a visible hitch).
     gc.freeze()
+
+
+def _same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (symlinks resolved)."""
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError, TypeError):
+        return False
 
 
 def _available_methods(coll) -> list[str]:

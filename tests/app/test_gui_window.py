@@ -141,6 +141,10 @@ def test_correspondence_view(qtbot, window, photo_folder):
     assert f"<b>{data.n}</b> correspondences" in view.info.text()
     view.show_lines.setChecked(False)
     assert view.visible_count() == 0
+    # asking for result #1 (the query itself) shows its best other result instead
+    with qtbot.waitSignal(window.match_shown, timeout=60_000):
+        window.show_matches(str(pairs[0][0]))
+    assert Path(view.data.path_b) == pairs[0][1]
     before = view.view.transform().m11()
     view.view.zoom(2.0)
     assert view.view.transform().m11() == pytest.approx(2 * before)
