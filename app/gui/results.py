@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -93,6 +94,8 @@ class ResultsPanel(QWidget):
         )
         self.list.activated.connect(lambda idx: self.why_requested.emit(item_data(idx, PATH_ROLE)))
         self.list.setIconSize(QSize(72, 72))
+        # ✓ / ✗ on the selected result from the keyboard (Y or +, N or -), then the next one
+        self.list.installEventFilter(self)
 
         self.why_btn = QPushButton("Why do they match?")
         self.why_btn.setToolTip(
@@ -150,6 +153,35 @@ class ResultsPanel(QWidget):
         self.method.setCurrentIndex(max(0, i))
         self.method.blockSignals(False)
 
+    #: keys that mark the selected result: ✓ (True) or ✗ (False)
+    MARK_KEYS: ClassVar[dict[int, bool]] = {
+        int(Qt.Key.Key_Y): True,
+        int(Qt.Key.Key_Plus): True,
+        int(Qt.Key.Key_N): False,
+        int(Qt.Key.Key_Minus): False,
+    }
+
+    def eventFilter(self, obj, event) -> bool:
+        if obj is self.list and event.type() == QEvent.Type.KeyPress:
+            relevant = self.MARK_KEYS.get(int(event.key()))
+            no_mods = not (event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier
+                           & ~Qt.KeyboardModifier.ShiftModifier)  # fmt: skip
+            if relevant is not None and no_mods:
+                self.mark_selected(relevant)
+                return True
+        return super().eventFilter(obj, event)
+
+    def mark_selected(self, relevant: bool) -> None:
+        """Mark the selected result ✓ (``relevant``) or ✗, then select the next one."""
+        idx = self.list.currentIndex()
+        path = item_data(idx, PATH_ROLE) if idx.isValid() else None
+        if not path:
+            return
+        self.mark_requested.emit(str(path), bool(relevant))
+        nxt = self.model.index(idx.row() + 1)
+        if nxt.isValid():
+            self.list.setCurrentIndex(nxt)
+
     def current_method(self) -> str:
         return self.method.currentData() or DEFAULT_METHOD
 
@@ -176,9 +208,8 @@ class ResultsPanel(QWidget):
     def update_marks(self) -> None:
         """Repaint the rows' thumbs and the count of marks."""
         up, down = self.marks.counts()
-        self.marks_label.setText(
-            f"Your marks: {up} ✓  {down} ✗" if up or down else "Mark results ✓ / ✗ to teach Simile"
-        )
+        idle = "Mark results ✓ / ✗ (Y / N) to teach Simile"
+        self.marks_label.setText(f"Your marks: {up} ✓  {down} ✗" if up or down else idle)
         self.list.viewport().update()
 
     def selected_path(self) -> str | None:

@@ -134,3 +134,29 @@ def test_learned_message_says_how_many_more_marks_instead_of_nan():
     enough = SimpleNamespace(n_constraints=40, seconds=2.0, score_name="triplet accuracy",
                              score_before=0.5, score_after=0.8)  # fmt: skip
     assert "triplet accuracy 0.50 → 0.80" in learned_message(enough, "Learned similarity")
+
+
+def test_marks_from_the_keyboard(qtbot, window, grouped):
+    """Y (or +) marks the selected result ✓, N (or -) ✗, and the next result is selected."""
+    folder, index, groups = grouped
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    query = str(groups["g0"][0])
+    with qtbot.waitSignal(window.results_changed, timeout=60_000):
+        window.query_photo(query)
+    lst = window.results_panel.list
+    paths = window.results.paths()
+    # two results in a row not marked yet (the module's folder keeps the earlier marks)
+    row = next(
+        r for r in range(1, len(paths) - 1)
+        if window.marks.get(query, paths[r]) is None
+        and window.marks.get(query, paths[r + 1]) is None
+    )  # fmt: skip
+    lst.setFocus()
+    lst.setCurrentIndex(window.results.index(row))
+    qtbot.keyClick(lst, Qt.Key.Key_Y)
+    assert window.marks.get(query, paths[row]) is True
+    assert lst.currentIndex().row() == row + 1
+    qtbot.keyClick(lst, Qt.Key.Key_Minus)
+    assert window.marks.get(query, paths[row + 1]) is False
+    qtbot.waitUntil(lambda: not window.session.jobs.running("marks"), timeout=20_000)
