@@ -9,9 +9,13 @@ and the share of new photos placed in the group where most photos of their class
 and how many went to "To review". Nothing is written outside ``--work`` (default a new
 temporary folder); the data is linked, never copied into the repository::
 
-    python tests/benchmarks/bench_placement.py --n 900 --new 100 --classes 10
+    python tests/benchmarks/bench_placement.py --n 900 --new 100 --classes 25
 
-Measured (2 cores; the command above, 20:50 UTC 2026-11-26): see the closing note.
+Measured on 2 cores with the command above (2026-11-26): 900 photos indexed in 12.1 s and
+grouped (k = 25, dense channel computed) in 10.2 s; the 100 new photos indexed in 2.0 s
+and placed in 1.2 s. 41 of 100 landed in the group where most of their class is, 16 went
+to "To review"; the grouping itself puts 0.441 of the first photos in their class's group,
+so placement is as good as the grouping it extends.
 """
 
 from __future__ import annotations
@@ -50,10 +54,15 @@ def main() -> int:
     from engine.collection import Collection
 
     rng = np.random.default_rng(args.seed)
-    pool = sorted(d for d in DATA.iterdir() if d.is_dir() and d.name not in
-                  ("BACKGROUND_Google", "Faces"))  # fmt: skip
-    classes = sorted(rng.choice(pool, args.classes, replace=False), key=str)
     per = -(-(args.n + args.new) // args.classes)
+    pool = sorted(
+        d for d in DATA.iterdir()
+        if d.is_dir() and d.name not in ("BACKGROUND_Google", "Faces")
+        and sum(1 for _ in d.iterdir()) >= per
+    )  # fmt: skip
+    if len(pool) < args.classes:
+        raise SystemExit(f"only {len(pool)} classes have {per} photos; use more --classes")
+    classes = sorted(rng.choice(pool, args.classes, replace=False), key=str)
     items = []
     for c in classes:
         files = sorted(f for f in c.iterdir() if f.suffix.lower() in (".jpg", ".jpeg", ".png"))
