@@ -108,6 +108,10 @@ EMPTY_TEXT = "Open a folder, then group its photos."
 NO_PHOTOS_TEXT = "No photos to group yet: add photos to the folder and they are grouped here."
 #: Rows of photos a group shows before it scrolls.
 MAX_GRID_ROWS = 3
+#: A group of more than REPRESENTATIVES_FROM photos shows its REPRESENTATIVES first ones
+#: (prototypes first, then by flow) large above its grid.
+REPRESENTATIVES = 3
+REPRESENTATIVES_FROM = 8
 MASK_HINT = ("Double-click a photo (or right-click ▸ Show feature mask) to see which of its "
              "features made it belong to its group.")  # fmt: skip
 
@@ -499,6 +503,11 @@ class GroupRow(QFrame):
         self.group = group
         self.model = GroupModel(view.window.thumbs, group, self)
         self.strip = GroupStrip(self.model, view.delegate)
+        # a few representative photos large at the top (prototypes first), for groups
+        # too big to take in at a glance
+        self.rep_model = GroupModel(view.window.thumbs, group, self)
+        self.reps = GroupStrip(self.rep_model, view.rep_delegate)
+        self.reps.hide()
         self.name = QLineEdit()
         self.name.setObjectName("groupName")
         self.name.setPlaceholderText(f"Group {group + 1}")
@@ -527,16 +536,22 @@ class GroupRow(QFrame):
         lay.setContentsMargins(10, 6, 10, 4)
         lay.setSpacing(4)
         lay.addLayout(head)
+        lay.addWidget(self.reps)
         lay.addWidget(self.strip)
-        self.strip.dropped.connect(view._on_dropped)
-        self.strip.menu_requested.connect(view._photo_menu)
-        self.strip.doubleClicked.connect(
-            lambda idx: view.show_mask(item_data(idx, PATH_ROLE)) if idx.isValid() else None
-        )
+        for strip in (self.strip, self.reps):
+            strip.dropped.connect(view._on_dropped)
+            strip.menu_requested.connect(view._photo_menu)
+            strip.doubleClicked.connect(
+                lambda idx: view.show_mask(item_data(idx, PATH_ROLE)) if idx.isValid() else None
+            )
 
     def fill(self, g: Grouping) -> None:
         rows = g.members(self.group)
         self.model.set_members([g.paths[i] for i in rows], g.prototypes[rows], g.outliers[rows])
+        top = rows[:REPRESENTATIVES] if len(rows) > REPRESENTATIVES_FROM else rows[:0]
+        self.rep_model.set_members([g.paths[i] for i in top], g.prototypes[top],
+                                   g.outliers[top])  # fmt: skip
+        self.reps.setVisible(len(top) > 0)
         self.name.setText(g.names.get(self.group, ""))
         n_p, n_o = int(g.prototypes[rows].sum()), int(g.outliers[rows].sum())
         parts = [f"{len(rows)} photo{'s' if len(rows) != 1 else ''}", f"{n_p} ★ prototype"
@@ -640,6 +655,7 @@ class CategoriesView(QWidget):
         self.model = self.session.grouping
         self.rows: list[GroupRow] = []
         self.delegate = GroupDelegate(window.thumbs, 104, self)
+        self.rep_delegate = GroupDelegate(window.thumbs, 176, self)  # the large ones on top
 
         self.k_combo = QComboBox()
         self.k_combo.addItem("Number of groups: automatic", "auto")

@@ -159,7 +159,8 @@ def test_a_job_whose_index_was_closed_under_it_is_not_an_error():
 
 def test_an_empty_folder_shows_an_empty_state_and_groups_wrap(qtbot, window, tmp_path):
     """An empty folder is an empty state, not a red error; a group shows all its photos
-    in rows that wrap, not one strip that scrolls sideways."""
+    in rows that wrap, not one strip that scrolls sideways, and a big group its
+    representative photos large above them."""
     from app.gui.categories import NO_PHOTOS_TEXT
 
     errors = []
@@ -185,4 +186,9 @@ def test_an_empty_folder_shows_an_empty_state_and_groups_wrap(qtbot, window, tmp
     last = strip.visualRect(row.model.index(row.model.rowCount() - 1))
     first = strip.visualRect(row.model.index(0))
     assert last.top() > first.top()  # wrapped onto another row
+    # a big group shows its first (prototype) photos large above its grid
+    assert not row.reps.isHidden() and row.rep_model.paths() == row.model.paths()[:3]
+    assert row.reps._cell.width() > 1.5 * strip._cell.width()
+    small = [r for r in view.rows if r.model.rowCount() <= 8]
+    assert all(r.reps.isHidden() for r in small)
     assert errors == []
