@@ -61,6 +61,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from engine.features.keypoints import Features
+from engine.index.calibration import hit_label, hit_probability
 from engine.index.candidates import (
     CANDIDATE_FRACTION,
     CANDIDATE_FRACTION_UNIFORM,
@@ -369,7 +371,8 @@ class Collection:
         Returns
         -------
         list of Hit
-            Higher score = more similar.
+            Higher score = more similar; each with its calibrated probability and label
+            (:mod:`engine.index.calibration`).
 
         Raises
         ------
@@ -394,7 +397,13 @@ class Collection:
                 "provides it (engine.workflows.feedback for 'learned') registers it when "
                 "imported"
             )
-        return fn(self, image, int(top))  # the query as given
+        hits = fn(self, image, int(top))  # the query as given
+        return [
+            replace(
+                h, probability=hit_probability(method, h.score), label=hit_label(method, h.score)
+            )
+            for h in hits
+        ]
 
     # ------------------------------------------------------------------ pairs
     def match(self, a: Any, b: Any) -> MatchResult:

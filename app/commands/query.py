@@ -73,7 +73,13 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "query": str(path),
                     "hits": [
-                        {"path": str(h.path), "score": h.score, "metadata": meta}
+                        {
+                            "path": str(h.path),
+                            "score": h.score,
+                            "probability": h.probability,
+                            "label": h.label,
+                            "metadata": meta,
+                        }
                         for h, meta in zip(hits, _hit_metadata(col, hits), strict=True)
                     ],
                 }
@@ -86,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             print(r["query"])
             for k, h in enumerate(r["hits"], 1):
-                print(f"  {k:3d}. {h['score']:8.4f}  {h['path']}")
+                p = h["probability"]
+                chance = f"{100 * p:3.0f} %" if p is not None else "   - "
+                print(f"  {k:3d}. {h['score']:8.4f}  {chance}  {h['label']:<20}  {h['path']}")
     return 0
 
 

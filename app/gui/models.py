@@ -26,7 +26,9 @@ from engine.index.files import display_path
 
 __all__ = [
     "HEADING_ROLE",
+    "LABEL_ROLE",
     "PATH_ROLE",
+    "PROBABILITY_ROLE",
     "SCORE_ROLE",
     "Hit",
     "PhotoListModel",
@@ -37,6 +39,10 @@ __all__ = [
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
 SCORE_ROLE = Qt.ItemDataRole.UserRole + 2
+#: a hit's calibrated probability of showing the same object or place (None: no curve)
+PROBABILITY_ROLE = Qt.ItemDataRole.UserRole + 20
+#: a hit's label: "same object or place" or "looks alike"
+LABEL_ROLE = Qt.ItemDataRole.UserRole + 21
 RANK_ROLE = Qt.ItemDataRole.UserRole + 3
 #: text of a folder heading row of :class:`PhotoListModel` (None for a photo)
 HEADING_ROLE = Qt.ItemDataRole.UserRole + 4
@@ -338,6 +344,8 @@ class ResultsModel(ThumbModel):
     def __init__(self, thumbs: ThumbnailProvider, parent=None) -> None:
         super().__init__(thumbs, parent)
         self._scores: list[float] = []
+        self._probs: list[float | None] = []
+        self._labels: list[str] = []
         self.query: str | None = None
         self.method: str = ""
 
@@ -350,13 +358,20 @@ class ResultsModel(ThumbModel):
             return f"{r + 1}. {shown_name(p)}  {self._scores[r]:.3f}"
         if role == Qt.ItemDataRole.ToolTipRole:
             parent = display_path(Path(p).parent)
-            return f"#{r + 1}  {shown_name(p)}\nscore {self._scores[r]:.4f}\n{parent}"
+            prob = self._probs[r]
+            chance = (f"\n{100 * prob:.0f} % likely the same object or place ({self._labels[r]})"
+                      if prob is not None else "")  # fmt: skip
+            return f"#{r + 1}  {shown_name(p)}\nscore {self._scores[r]:.4f}{chance}\n{parent}"
         if role == Qt.ItemDataRole.DecorationRole:
             return self.thumbs.pixmap(p)
         if role == PATH_ROLE:
             return p
         if role == SCORE_ROLE:
             return self._scores[r]
+        if role == PROBABILITY_ROLE:
+            return self._probs[r]
+        if role == LABEL_ROLE:
+            return self._labels[r]
         if role == RANK_ROLE:
             return r + 1
         return None
@@ -367,11 +382,18 @@ class ResultsModel(ThumbModel):
         self.method = method
         self._paths = [str(h.path) for h in hits]
         self._scores = [float(h.score) for h in hits]
+        self._probs = [getattr(h, "probability", None) for h in hits]
+        self._labels = [str(getattr(h, "label", "") or "") for h in hits]
         self._reindex()
         self.endResetModel()
 
     def hits(self) -> list[Hit]:
-        return [Hit(p, s) for p, s in zip(self._paths, self._scores, strict=True)]
+        return [
+            Hit(p, s, q, lab)
+            for p, s, q, lab in zip(
+                self._paths, self._scores, self._probs, self._labels, strict=True
+            )
+        ]
 
     def score(self, row: int) -> float:
         return self._scores[row]
@@ -601,13 +623,20 @@ class ResultDelegate(QStyledItemDelegate):
         taken = card_date(self.metadata.get(path))
         if taken:
             folder = f"{taken}  ·  {folder}" if folder else taken
+        label = item_data(index, LABEL_ROLE)
+        if label == "same object or place":  # (verified: said in words)
+            folder = f"✓ same object or place  ·  {folder}" if folder else label
         painter.drawText(
             QRect(x, r.top() + 28, w, 18),
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
             painter.fontMetrics().elidedText(folder, Qt.TextElideMode.ElideLeft, w),
         )
         score = float(item_data(index, SCORE_ROLE) or 0.0)
-        frac = 0.0 if self.max_score <= 0 else max(0.0, min(1.0, score / self.max_score))
+        prob = item_data(index, PROBABILITY_ROLE)
+        if prob is not None:  # the bar is the calibrated probability, the same everywhere
+            frac = max(0.0, min(1.0, float(prob)))
+        else:  # (a method without a calibration curve: relative to the best other hit)
+            frac = 0.0 if self.max_score <= 0 else max(0.0, min(1.0, score / self.max_score))
         bar = QRect(x, r.bottom() - 20, max(10, w - 58), 8)
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(pal.color(QPalette.ColorRole.AlternateBase))
@@ -619,7 +648,7 @@ class ResultDelegate(QStyledItemDelegate):
         painter.drawText(
             QRect(bar.right() + 6, bar.top() - 6, 54, 20),
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-            f"{score:.3f}",
+            f"{100 * float(prob):.0f} %" if prob is not None else f"{score:.3f}",
         )
         painter.restore()
 

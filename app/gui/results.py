@@ -208,7 +208,7 @@ class ResultsPanel(QWidget):
     def update_marks(self) -> None:
         """Repaint the rows' thumbs and the count of marks."""
         up, down = self.marks.counts()
-        idle = "Mark results ✓ / ✗ (Y / N) to teach Simile"
+        idle = "Mark ✓ / ✗ (Y / N) to teach Simile"
         self.marks_label.setText(f"Your marks: {up} ✓  {down} ✗" if up or down else idle)
         self.list.viewport().update()
 

@@ -176,10 +176,13 @@ class EmitterGroup:
 # ============================================================================ values
 @dataclass(frozen=True)
 class Hit:
-    """One ranked result (mirrors ``engine.collection.Hit``)."""
+    """One ranked result (mirrors ``engine.collection.Hit``: the calibrated probability
+    of showing the same object or place, and its label in words)."""
 
     path: str
     score: float
+    probability: float | None = None
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -286,7 +289,11 @@ class QueryModel:
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
         self.status, self.method, self.seconds = "done", method, seconds
-        self._set_hits(str(source), method, [Hit(str(h.path), float(h.score)) for h in hits])
+        self._set_hits(
+            str(source), method,
+            [Hit(str(h.path), float(h.score), getattr(h, "probability", None),
+                 str(getattr(h, "label", "") or "")) for h in hits],
+        )  # fmt: skip
         self._changed()
 
     def failed(self) -> None:

@@ -88,10 +88,19 @@ class Hit:
     ----------
     path : Path
     score : float
+    probability : float or None
+        Calibrated probability that it shows the same object or place as the query
+        (:func:`engine.index.calibration.hit_probability`; set by ``Collection.query``,
+        None for a method without a curve).
+    label : str
+        ``"same object or place"`` (passed the geometric check) or ``"looks alike"``
+        (:func:`engine.index.calibration.hit_label`; empty when not set).
     """
 
     path: Path
     score: float
+    probability: float | None = None
+    label: str = ""
 
 
 class SearchMethod(Protocol):

@@ -98,6 +98,17 @@ def test_click_selects_and_double_click_runs_query(qtbot, window, photo_folder):
     scores = [res.score(r) for r in range(res.rowCount())]
     assert scores == sorted(scores, reverse=True)
     assert Path(res.best_other()) == pairs[1][1]  # its transformed copy
+    # every hit carries the calibrated probability the bars show, and a label in words
+    from app.gui.models import LABEL_ROLE, PROBABILITY_ROLE
+
+    row = res.row_of(str(pairs[1][1]))
+    prob = res.data(res.index(row), PROBABILITY_ROLE)
+    assert 0.5 < prob <= 1.0 and res.data(res.index(row), LABEL_ROLE) == "same object or place"
+    probs = [res.data(res.index(r), PROBABILITY_ROLE) for r in range(res.rowCount())]
+    assert probs == sorted(probs, reverse=True)
+    assert "likely the same object or place" in res.data(
+        res.index(row), Qt.ItemDataRole.ToolTipRole
+    )
 
 
 def test_enter_key_and_method_switch_rerun(qtbot, window, photo_folder):

@@ -145,7 +145,9 @@ def test_collection_is_handed_its_methods(indexed):
         return [Hit(Path(image), 0.5)]
 
     handed = Collection(col.folder, col.store, methods={**methods.BUILTIN_METHODS, "fake": fake})
-    assert handed.query(p, method="fake", top=3) == [Hit(p, 0.5)]
+    got = handed.query(p, method="fake", top=3)
+    assert [(h.path, h.score) for h in got] == [(p, 0.5)]
+    assert got[0].probability is None and got[0].label == "looks alike"  # (no curve)
     assert calls == [(handed, p, 3)]
     assert handed.query(p, method="vocabulary", top=2) == col.query(p, method="vocabulary", top=2)
     with pytest.raises(ValueError, match="method"):
@@ -154,7 +156,7 @@ def test_collection_is_handed_its_methods(indexed):
     register_method("fake", fake)  # registered after the collection was opened
     try:
         assert available_methods() == (*METHODS, "fake")
-        assert late.query(p, method="fake", top=1) == [Hit(p, 0.5)]
+        assert [(h.path, h.score) for h in late.query(p, method="fake", top=1)] == [(p, 0.5)]
     finally:
         methods.REGISTRY.unregister("fake")
     assert "fake" not in available_methods()
@@ -680,3 +682,21 @@ def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, dem
             got = [h for h in ro.query(p, method="uniform", top=5) if h.path.name != "coffee.jpg"]
             assert [h.path for h in got] == [h.path for h in hits]
             np.testing.assert_allclose([h.score for h in got], [h.score for h in hits])
+
+
+def test_hits_carry_a_calibrated_probability_and_a_label(indexed):
+    """The probability is a monotone function of the score (the ranking is the method's),
+    in [0, 1]; a verified hybrid hit is "same object or place", other hits "looks alike"."""
+    from engine.index.calibration import LOOKS_ALIKE, SAME, hit_probability
+
+    col, _, _ = indexed
+    p = col.paths()[0]
+    hits = col.query(p, method="hybrid", top=5)
+    probs = [h.probability for h in hits]
+    assert all(0.0 <= q <= 1.0 for q in probs) and probs == sorted(probs, reverse=True)
+    assert hits[0].label == SAME and hits[0].probability > 0.5  # itself, verified
+    assert all(h.label == (SAME if h.score >= 1 else LOOKS_ALIKE) for h in hits)
+    voc = col.query(p, method="vocabulary", top=5)
+    assert all(h.label == LOOKS_ALIKE for h in voc)
+    assert voc[0].probability == hit_probability("vocabulary", voc[0].score)
+    assert hit_probability("learned", 0.9) is None
