@@ -42,13 +42,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "affinities; every image lands in exactly one group. Groups list prototypes "
             "(members with the highest feature-mask-weighted flow) first; poorly fitting "
             "members are outliers. "
-            "The folder is indexed first (as 'simile index') unless --no-update."
+            "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
+            "edited in the app (names, moves, splits, merges) are kept: photos added since "
+            "are placed into them and removed ones leave; --regroup (or --k, --must, "
+            "--cannot) groups from scratch."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
     p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
+    p.add_argument("--k", default=None, metavar="K|auto", help="number of groups (default: auto)")
     p.add_argument(
-        "--k", default="auto", metavar="K|auto", help="number of groups (default: auto)"
+        "--regroup",
+        action="store_true",
+        help="group from scratch even when the folder holds groups you edited in the app "
+        "(by default those are kept: new photos are placed into them)",
     )
     p.add_argument("--must", nargs=2, action="append", default=[], metavar=("A", "B"),
                    help="images A and B belong together (repeatable)")  # fmt: skip
@@ -131,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.cluster.grouping import group_collection_iter, save_grouping
     from engine.index import keys
 
-    k = parse_k(args.k)
+    k = parse_k(args.k or "auto")
     if args.power is not None and not 0 < args.power <= 1:
         raise CommandError(f"--power must be in (0, 1], got {args.power}")
     if args.spatial and (args.spatial < 2 or args.spatial & (args.spatial - 1)):
@@ -155,6 +162,11 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"{args.folder}: no indexed images to group")
         if isinstance(k, int) and k > n:
             raise CommandError(f"--k {k} is larger than the number of images ({n})")
+        explicit = args.regroup or args.k is not None or args.must or args.cannot
+        kept = None if explicit else _kept_edits(col)
+        if kept is not None:  # the person's groups: kept, new photos placed into them
+            _print_groups(kept, n, args.json)
+            return 0
         row_of = {p: i for i, p in enumerate(paths)}
         must = resolve_pairs(args.must, row_of, col.folder, "--must")
         cannot = resolve_pairs(args.cannot, row_of, col.folder, "--cannot")
@@ -187,6 +199,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kept_edits(col):
+    """The grouping the person edited in the app (:func:`engine.cluster.load_edits`),
+    fitted to the folder: photos removed since leave their groups, photos added since are
+    placed into them (:func:`engine.cluster.place_photos_iter`) and the result is saved;
+    None when the folder has no edited grouping."""
+    from engine.cluster import load_edits, place_photos_iter, save_edits
+
+    try:
+        saved = load_edits(col.store, [str(p) for p in col.paths()])
+    except (ValueError, TypeError):
+        return None  # (unreadable edits: grouped from scratch)
+    if saved is None or saved.source != "edits" or saved.grouping is None:
+        return None
+    g = saved.grouping
+    if saved.new_paths:
+        g = drive_stages(place_photos_iter(col, g)).grouping
+    if saved.new_paths or len(g.paths) != len(col.paths()):
+        try:
+            save_edits(col.store, g, saved.must, saved.cannot, saved.k)
+        except OSError as exc:
+            print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
+    return g
+
+
 def _print_groups(grouping, n: int, as_json: bool) -> None:
     """The groups (members by decreasing flow, prototypes and outliers) as one JSON line or
     as text."""
@@ -199,19 +235,21 @@ def _print_groups(grouping, n: int, as_json: bool) -> None:
         idx = grouping.members(g)
         clusters.append({
             "id": g,
+            "name": grouping.name(g) if hasattr(grouping, "name") else f"Group {g + 1}",
             "members": [str(paths[i]) for i in idx],
             "prototypes": [str(paths[i]) for i in idx if protos[i]],
             "outliers": [str(paths[i]) for i in idx if outliers[i]],
         })  # fmt: skip
-    refined = {"refined": grouping.masks is not None}
-    if grouping.masks is not None:
+    masks = getattr(grouping, "masks", None)  # (None: not refined, or the person's groups)
+    refined = {"refined": masks is not None}
+    if masks is not None:
         refined["n_matches"] = int(grouping.n_matches)
     if as_json:
         emit_json({"k": kk, "k_reason": reason, **refined, "clusters": clusters})
     else:
         how = (
             f"refined with feature masks from {grouping.n_matches} matchings"
-            if grouping.masks is not None
+            if masks is not None
             else "not refined"
         )
         print(f"{n} images in {kk} groups ({reason}; {how})")

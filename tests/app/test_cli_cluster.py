@@ -289,3 +289,45 @@ def test_classify_refuses_a_grouping_whose_vocabulary_was_replaced(folder, demo_
     code = main(["classify", str(photos), crop, "--index", index])
     err = capsys.readouterr().err
     assert code != 0 and f"run 'simile cluster {photos}' again" in err
+
+
+def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
+    """Plain 'simile cluster' keeps the groups the person edited in the app (names,
+    moves): photos added since are placed into them and saved; --regroup starts over."""
+    from engine.cluster import EditableGrouping, load_edits, move_edit, save_edits
+    from engine.collection import Collection
+    from tests.app._gui import make_grouped_folder
+
+    photos = tmp_path / "photos"
+    groups = make_grouped_folder(photos, per_group=4, seed=11)
+    later = groups["g1"][-1]
+    aside = tmp_path / later.name
+    shutil.move(later, aside)
+    code, out = _run(["cluster", str(photos), "--k", "2", "--json"], capsys)
+    assert code == 0
+    with Collection.open(photos) as col:
+        from engine.cluster import load_grouping
+
+        g = EditableGrouping.from_grouping(load_grouping(col.store, classifier=False))
+        first = str(groups["g0"][0])
+        g.names = {g.group_of(first): "Red"}
+        moved = str(groups["g0"][1])
+        other = 1 - g.group_of(first)
+        g = move_edit(g, moved, other)  # the person put one photo with the others
+        save_edits(col.store, g, [], [], 2)
+    shutil.move(aside, later)  # a new photo arrives
+    code, out = _run(["cluster", str(photos), "--json"], capsys)
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    group_of = {m: c["id"] for c in res["clusters"] for m in c["members"]}
+    names = {c["id"]: c["name"] for c in res["clusters"]}
+    assert names[group_of[first]] == "Red"
+    assert group_of[moved] != group_of[first]  # the person's move is kept
+    assert str(later) in group_of  # placed
+    assert group_of[str(later)] == group_of[str(groups["g1"][0])]
+    with Collection.open(photos, readonly=True) as col:
+        saved = load_edits(col.store, [str(p) for p in col.paths()])
+    assert saved.new_paths == [] and str(later) in saved.grouping.paths
+    code, out = _run(["cluster", str(photos), "--json", "--regroup"], capsys)
+    res = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and "Red" not in {c["name"] for c in res["clusters"]}
