@@ -245,6 +245,7 @@ class CorrespondenceView(QWidget):
         top.addWidget(fit)
 
         self.info = QLabel("Pick a result and choose “Why do they match?”.")
+        self.info.setWordWrap(True)  # (a long line wraps rather than widen the window)
         self.info.setObjectName("matchInfo")
         self.info.setContentsMargins(10, 4, 10, 6)
         self.legend = QLabel()
@@ -388,7 +389,9 @@ class CorrespondenceView(QWidget):
         if d.inliers is not None:
             parts.append(f"<b>{d.n_inliers}</b> geometric inliers (solid; others dashed)")
         parts.append(f"showing {shown}")
-        parts.append(f"score <b>{d.score:.3f}</b>")
+        hit = getattr(self, "hit_text", "")
+        # the number of the result list (the same pair, the same number), else the match's
+        parts.append(hit or f"score <b>{d.score:.3f}</b>")
         self.info.setText(" · ".join(parts))
 
     @staticmethod

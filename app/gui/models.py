@@ -346,6 +346,8 @@ class ResultsModel(ThumbModel):
         self._scores: list[float] = []
         self._probs: list[float | None] = []
         self._labels: list[str] = []
+        self._all_hits: list = []
+        self.verified_only = False
         self.query: str | None = None
         self.method: str = ""
 
@@ -380,12 +382,36 @@ class ResultsModel(ThumbModel):
         self.beginResetModel()
         self.query = None if query is None else str(query)
         self.method = method
+        self._all_hits = list(hits)
+        self._fill()
+        self._reindex()
+        self.endResetModel()
+
+    def _fill(self) -> None:
+        """The rows shown: every hit, or (``verified_only``) those that passed the
+        geometric check, with the query itself."""
+        q = None if self.query is None else Path(self.query)
+        hits = [
+            h for h in self._all_hits
+            if not self.verified_only or getattr(h, "label", "") == "same object or place"
+            or (q is not None and Path(h.path) == q)
+        ]  # fmt: skip
         self._paths = [str(h.path) for h in hits]
         self._scores = [float(h.score) for h in hits]
         self._probs = [getattr(h, "probability", None) for h in hits]
         self._labels = [str(getattr(h, "label", "") or "") for h in hits]
+
+    def set_verified_only(self, on: bool) -> None:
+        """Show only the hits that passed the geometric check (the same object or place)."""
+        self.beginResetModel()
+        self.verified_only = bool(on)
+        self._fill()
         self._reindex()
         self.endResetModel()
+
+    def hidden_count(self) -> int:
+        """Hits left out by :meth:`set_verified_only`."""
+        return len(self._all_hits) - len(self._paths)
 
     def hits(self) -> list[Hit]:
         return [

@@ -9,12 +9,14 @@ from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
     QListView,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -79,6 +81,14 @@ class ResultsPanel(QWidget):
         srow.addWidget(self.method, 1)
         srow.addWidget(self.top)
 
+        self.verified_box = QCheckBox("Only the same object or place")
+        self.verified_box.setToolTip(
+            "Hide the results that only look alike: keep those that passed the geometric "
+            "check (Best match)"
+        )
+        self.verified_box.toggled.connect(self._on_verified_only)
+        # (cut short on a narrow panel rather than widen the window)
+        self.verified_box.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.list = QListView()
         self.list.setModel(model)
         self.delegate = MarkingResultDelegate(model.thumbs, self.marks, self.list)
@@ -132,12 +142,16 @@ class ResultsPanel(QWidget):
         lay.addLayout(qrow)
         lay.addLayout(srow)
         lay.addWidget(self.status)
+        lay.addWidget(self.verified_box)
         lay.addWidget(self.list, 1)
         lay.addLayout(brow)
         lay.addLayout(lrow)
         model.modelReset.connect(self._on_reset)
         self._on_reset()
         self.update_marks()
+
+    def _on_verified_only(self, on: bool) -> None:
+        self.model.set_verified_only(on)  # (resets the model: _on_reset says what is hidden)
 
     # -- API -------------------------------------------------------------------------------
     def set_methods(self, methods: list[str]) -> None:
@@ -220,6 +234,10 @@ class ResultsPanel(QWidget):
 
     # -- internals -------------------------------------------------------------------------
     def _on_reset(self) -> None:
+        hidden = self.model.hidden_count()
+        self.verified_box.setText(
+            "Only the same object or place" + (f" ({hidden} hidden)" if hidden else "")
+        )
         self.delegate.max_score = self.model.max_score() or 1.0
         self.delegate.query_path = self.model.query
         has = self.model.rowCount() > 0

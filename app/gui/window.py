@@ -465,8 +465,20 @@ class MainWindow(QMainWindow):
         if event.data is None:
             view.clear()
         else:
+            view.hit_text = self._hit_text(getattr(event.data, "path_b", None))
             view.set_match(event.data)
             self.match_shown.emit()
+
+    def _hit_text(self, path) -> str:
+        """What the result list says of the hit ``path`` (its calibrated probability and
+        label), for the "why" view: the same pair shows the same number in both."""
+        for h in self.session.query.hits:
+            if path is not None and _same_file(h.path, path):
+                prob = getattr(h, "probability", None)
+                if prob is None:
+                    return ""
+                return f"<b>{100 * prob:.0f} %</b> likely the same object or place"
+        return ""
 
     def _on_duplicates_groups(self, event) -> None:
         if not event.groups:

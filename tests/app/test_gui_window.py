@@ -106,9 +106,18 @@ def test_click_selects_and_double_click_runs_query(qtbot, window, photo_folder):
     assert 0.5 < prob <= 1.0 and res.data(res.index(row), LABEL_ROLE) == "same object or place"
     probs = [res.data(res.index(r), PROBABILITY_ROLE) for r in range(res.rowCount())]
     assert probs == sorted(probs, reverse=True)
-    assert "likely the same object or place" in res.data(
-        res.index(row), Qt.ItemDataRole.ToolTipRole
-    )
+    tip = res.data(res.index(row), Qt.ItemDataRole.ToolTipRole)
+    assert "likely the same object or place" in tip
+    # "Only the same object or place": the hits that only look alike are hidden
+    n_all = res.rowCount()
+    box = window.results_panel.verified_box
+    qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
+    assert box.isChecked() and 0 < res.rowCount() < n_all
+    labels = {res.data(res.index(r), LABEL_ROLE) for r in range(res.rowCount())}
+    assert labels == {"same object or place"}
+    assert f"({n_all - res.rowCount()} hidden)" in box.text()
+    qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
+    assert res.rowCount() == n_all
 
 
 def test_enter_key_and_method_switch_rerun(qtbot, window, photo_folder):
@@ -150,6 +159,9 @@ def test_correspondence_view(qtbot, window, photo_folder):
     view.strength.setValue(10)
     assert view.visible_count() == int(np.ceil(data.n * 0.1))
     assert f"<b>{data.n}</b> correspondences" in view.info.text()
+    # the hit's number in the list is the number here
+    hit = next(h for h in window.session.query.hits if Path(h.path) == Path(data.path_b))
+    assert f"<b>{100 * hit.probability:.0f} %</b> likely" in view.info.text()
     view.show_lines.setChecked(False)
     assert view.visible_count() == 0
     # asking for result #1 (the query itself) shows its best other result instead
