@@ -315,10 +315,10 @@ def _decide(
     # 1. resolution
     most = max(stats[i].pixels for i in cand)
     big = [i for i in cand if stats[i].pixels >= KEEPER_PIXEL_TOLERANCE * most]
+    larger_than = None  # the largest copy left out for resolution (named at the end)
     if len(big) < len(cand):
-        c = stats[big[0]]
-        o = max((stats[i] for i in cand if i not in big), key=lambda s: s.pixels)
-        reasons.append(f"larger ({c.width}x{c.height} vs {o.width}x{o.height})")
+        larger_than = max((stats[i] for i in cand if i not in big), key=lambda s: s.pixels)
+        reasons.append("larger")
         cand = big
     # 2. compression, between copies of one format
     formats = {stats[i].format for i in cand}
@@ -351,16 +351,18 @@ def _decide(
             if len(early) < len(cand):
                 others = [taken.get(i) for i in cand if i not in early]
                 if all(o is None for o in others):
-                    why = "the other has no capture time (made from it)"
+                    why = _others(len(others), "has no capture time", "have no capture time")
+                    why += " (made from it)"
                 else:
-                    why = "the other was taken later"
+                    why = _others(len(others), "was taken later", "were taken later")
                 reasons.append(f"original: taken {first[:16]}, {why}")
                 cand = early
     if len(cand) > 1:
         t0 = min(stats[i].mtime for i in cand)
         early = [i for i in cand if stats[i].mtime <= t0 + KEEPER_MTIME_SLACK]
         if len(early) < len(cand):
-            reasons.append(f"original: file from {_when(t0)}, the other was made later")
+            later = _others(len(cand) - len(early), "was made later", "were made later")
+            reasons.append(f"original: file from {_when(t0)}, {later}")
             cand = early
     # 4. not in an export / copy folder, not named like a copy
     if len(cand) > 1:
@@ -369,7 +371,8 @@ def _decide(
         clean = [i for i in cand if why[i] is None]
         if clean and len(clean) < len(cand):
             other = next(why[i] for i in cand if why[i] is not None)
-            reasons.append(f"the other {other}")
+            n_out = len(cand) - len(clean)
+            reasons.append(f"the other {other}" if n_out == 1 else f"{n_out} others: {other}")
             cand = clean
     # 5. the shorter path
     if len(cand) > 1:
@@ -379,10 +382,18 @@ def _decide(
             reasons.append("shorter path")
             cand = kept
     best = cand[0]
+    if larger_than is not None:  # (the copy kept, which later rules may have chosen)
+        c, o = stats[best], larger_than
+        reasons[reasons.index("larger")] = f"larger ({c.width}x{c.height} vs {o.width}x{o.height})"
     if not reasons:
         c = stats[best]
         reasons.append(f"the copies are alike ({c.width}x{c.height}); the first is kept")
     return best, "; ".join(reasons)
+
+
+def _others(n: int, one: str, many: str) -> str:
+    """ "the other <one>" for one copy left out, "the <n> others <many>" for more."""
+    return f"the other {one}" if n == 1 else f"the {n} others {many}"
 
 
 #: JPEG copies within this many quality points of the best count as equally compressed.

@@ -341,3 +341,25 @@ def test_hard_links_to_one_file_are_not_duplicates_of_each_other(tmp_path):
     c.write_bytes(b"same bytes")
     assert _one_per_file([0, 1, 2], [a, b, c]) == [0, 2]
     assert _one_per_file([0, 2], [a, b, c]) == [0, 2]
+
+
+def test_the_keepers_reason_names_the_copy_kept_and_counts_the_others():
+    """Three copies: the reason gives the kept copy's own size (not another's of about
+    the same size) and says "the 2 others" where more than one copy lost."""
+    from engine.workflows.keeper import CopyStats, suggest_keeper
+
+    def st(path, w, h, mtime):
+        return CopyStats(path, w, h, 1000, 1.0, None, "PNG", None, None, mtime)
+
+    stats = [
+        st("/f/a_long_name.png", 512, 512, 100.0),
+        st("/f/b.png", 900, 300, 100.0),  # about as many pixels, the shorter path
+        st("/f/c.png", 328, 335, 100.0),
+    ]
+    k = suggest_keeper([s.path for s in stats], stats)
+    assert k.path == "/f/b.png"
+    assert k.reason.startswith("larger (900x300 vs 328x335)")
+    old = [st("/f/x.png", 100, 100, 0.0), st("/f/y.png", 100, 100, 500.0),
+           st("/f/z.png", 100, 100, 900.0)]  # fmt: skip
+    k = suggest_keeper([s.path for s in old], old)
+    assert k.path == "/f/x.png" and "the 2 others were made later" in k.reason
