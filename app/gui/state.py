@@ -19,6 +19,7 @@ __all__ = [
     "METHOD_TIPS",
     "EtaEstimator",
     "SearchSettings",
+    "copy_results",
     "demo_folder",
     "demo_index_dir",
     "disk_full_message",
@@ -157,6 +158,42 @@ def export_results(
     else:
         raise ValueError(f"path must end in .csv or .json, got {path.name!r}")
     return path
+
+
+def copy_results(dest: str | Path, paths: Sequence[str | Path], mode: str = "links") -> int:
+    """Put the ranked results ``paths`` into folder ``dest`` as symbolic links or copies
+    named ``"01 name.jpg"``, ``"02 …"`` in rank order (more digits for 100 or more); never overwrites (``" (2)"`` is
+    added). The photos themselves are only read. Returns the number written.
+
+    Raises
+    ------
+    ValueError
+        ``mode`` is not "links" or "copies".
+    OSError
+        ``dest`` cannot be created or written.
+    """
+    import os
+    import shutil
+
+    if mode not in ("links", "copies"):
+        raise ValueError(f"mode must be 'links' or 'copies', got {mode!r}")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    n = 0
+    width = max(2, len(str(len(paths))))  # (names sort in rank order: "001" … "120")
+    for rank, p in enumerate(paths, 1):
+        src = Path(p)
+        target = dest / f"{rank:0{width}d} {src.name}"
+        k = 2
+        while os.path.lexists(target):
+            target = dest / f"{rank:0{width}d} {src.stem} ({k}){src.suffix}"
+            k += 1
+        if mode == "links":
+            os.symlink(os.path.abspath(src), target)
+        else:
+            shutil.copy2(src, target)
+        n += 1
+    return n
 
 
 def demo_folder() -> Path | None:

@@ -56,7 +56,7 @@ from app.gui.models import (
     item_data,
 )
 from app.gui.results import ResultsPanel
-from app.gui.session import MarkBook, QueryModel, Session
+from app.gui.session import ActionRefused, MarkBook, QueryModel, Session
 from app.gui.sorting import SortBar
 from app.gui.state import (
     DEFAULT_METHOD,
@@ -64,6 +64,7 @@ from app.gui.state import (
     METHODS,
     EtaEstimator,
     SearchSettings,
+    copy_results,
     disk_full_message,
     export_results,
     format_duration,
@@ -703,6 +704,14 @@ class MainWindow(QMainWindow):
             "Save the ranked results as CSV or JSON",
             "export",
         )
+        self._act(
+            m, "&Link Results into a Folder…", lambda: self.copy_results_dialog("links"),
+            None, "Symbolic links to the results, named by rank, in a folder you choose",
+        )  # fmt: skip
+        self._act(
+            m, "&Copy Results to a Folder…", lambda: self.copy_results_dialog("copies"),
+            None, "Copies of the results, named by rank, in a folder you choose",
+        )  # fmt: skip
         m.addSeparator()
         self._act(m, "&Quit", self.close, QKeySequence.StandardKey.Quit)
 
@@ -1313,6 +1322,33 @@ class MainWindow(QMainWindow):
             return None
         self.status_label.setText(f"Saved {len(q.hits)} results to {out}")
         return out
+
+    def copy_results_dialog(self, mode: str) -> None:
+        if not self.results.rowCount():
+            self.show_error("There are no results to copy yet.", kind="warning")
+            return
+        start = str((self.session.folder or Path.home()).parent)
+        dest = QFileDialog.getExistingDirectory(self, "Folder for the results", start)
+        if dest:
+            self.copy_results(dest, mode)
+
+    def copy_results(self, dest, mode: str = "links") -> int | None:
+        """The results shown (rank order; the query itself left out) as links or copies
+        in ``dest``; only photos of the open folder (the session authorises each)."""
+        q = self.session.query.hits_source
+        paths = [p for p in self.results.paths() if q is None or not _same_file(p, q)]
+        verb = "link" if mode == "links" else "copy"
+        try:
+            self.session.authorize_all(verb, paths, among="photos")
+            n = copy_results(dest, paths, mode)
+        except ActionRefused:
+            return None  # (the session said why)
+        except (OSError, ValueError) as exc:
+            self.show_error(plain_error(exc, "Copying the results failed"))
+            return None
+        what = "links" if mode == "links" else "copies"
+        self.status_label.setText(f"Put {n} results as {what} into {dest}")
+        return n
 
     # ======================================================================== feedback
     def _offer_method(self, method: str) -> bool:

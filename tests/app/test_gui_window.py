@@ -120,6 +120,24 @@ def test_click_selects_and_double_click_runs_query(qtbot, window, photo_folder):
     assert res.rowCount() == n_all
 
 
+def test_results_as_links_or_copies_in_a_folder(qtbot, window, photo_folder, tmp_path):
+    """Search ▸ Link / Copy Results into a Folder: the results shown, by rank, the query
+    left out; the photos only read; nothing overwritten."""
+    folder, index, pairs = photo_folder
+    open_and_wait(qtbot, window, folder, index)
+    query_and_wait(qtbot, window, lambda: window.query_photo(str(pairs[0][0])))
+    before = {p: Path(p).read_bytes() for p in window.results.paths()}
+    shown = [p for p in window.results.paths() if Path(p) != pairs[0][0]]
+    assert window.copy_results(tmp_path / "links", "links") == len(shown)
+    made = sorted((tmp_path / "links").iterdir())
+    assert [m.name[:2] for m in made] == [f"{r:02d}" for r in range(1, len(shown) + 1)]
+    assert all(m.is_symlink() for m in made)
+    assert [os.path.realpath(m) for m in made] == [os.path.realpath(p) for p in shown]
+    assert window.copy_results(tmp_path / "links", "copies") == len(shown)  # again: beside
+    assert len(list((tmp_path / "links").iterdir())) == 2 * len(shown)
+    assert {p: Path(p).read_bytes() for p in before} == before
+
+
 def test_enter_key_and_method_switch_rerun(qtbot, window, photo_folder):
     folder, index, pairs = photo_folder
     open_and_wait(qtbot, window, folder, index)
