@@ -162,8 +162,9 @@ def export_results(
 
 def copy_results(dest: str | Path, paths: Sequence[str | Path], mode: str = "links") -> int:
     """Put the ranked results ``paths`` into folder ``dest`` as symbolic links or copies
-    named ``"01 name.jpg"``, ``"02 …"`` in rank order (more digits for 100 or more); never overwrites (``" (2)"`` is
-    added). The photos themselves are only read. Returns the number written.
+    named ``"01 name.jpg"``, ``"02 …"`` in rank order (more digits for 100 or more);
+    never overwrites (``" (2)"`` is added). The photos themselves are only read. Returns
+    the number written.
 
     Raises
     ------
