@@ -541,17 +541,6 @@ def save_edits(
     store.set_kv(keys.CATEGORY_EDITS_KEY, edits_json(grouping, must, cannot, k))
 
 
-def _in_order(g: EditableGrouping, rows: Sequence[str], paths: list[str]) -> EditableGrouping:
-    """``g`` (rows ``rows``) with its rows in the order of ``paths`` (the same photos)."""
-    pos = {p: i for i, p in enumerate(rows)}
-    take = np.array([pos[p] for p in paths], np.int64)
-    return EditableGrouping(
-        paths, np.asarray(g.labels, np.int64)[take], np.asarray(g.flow, np.float64)[take],
-        np.asarray(g.prototypes, bool)[take], np.asarray(g.outliers, bool)[take],
-        str(g.k_reason), dict(g.names),
-    )  # fmt: skip
-
-
 def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     """The grouping to show for the collection's photos ``paths``, with the person's edits.
 
@@ -625,10 +614,7 @@ def _fitted(
     from engine.cluster.placement import restrict
 
     held = set(saved.paths)
-    new = [p for p in paths if p not in held]
-    if not new and len(held) == len(paths):
-        return _in_order(saved, saved.paths, paths), []
-    return restrict(saved, paths), new
+    return restrict(saved, paths), [p for p in paths if p not in held]
 
 
 def grouping_kernel_rows(collection: Any, grouping: Grouping, images: Sequence[Any]) -> np.ndarray:

@@ -28,15 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.progress import run_to_end
+
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "caltech101"
-
-
-def _drive(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def main() -> int:
@@ -85,17 +79,17 @@ def main() -> int:
     link(first)
     with Collection.open(folder, work / "index") as col:
         t = time.perf_counter()
-        _drive(col.update())
+        run_to_end(col.update())
         t_index = time.perf_counter() - t
         t = time.perf_counter()
-        g = EditableGrouping.from_grouping(_drive(group_collection_iter(col, k=args.classes)))
+        g = EditableGrouping.from_grouping(run_to_end(group_collection_iter(col, k=args.classes)))
         t_group = time.perf_counter() - t
         link(later)
         t = time.perf_counter()
-        _drive(col.update())
+        run_to_end(col.update())
         t_index_new = time.perf_counter() - t
         t = time.perf_counter()
-        res = _drive(place_photos_iter(col, g))
+        res = run_to_end(place_photos_iter(col, g))
         t_place = time.perf_counter() - t
     out = res.grouping
     labels = {p: label.get(p, label.get(os.path.realpath(p))) for p in out.paths}

@@ -39,17 +39,11 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.progress import run_to_end
+
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SETS = (("ukbench", 4), ("holidays", 100))
 METHODS = ("hybrid", "vocabulary", "uniform")
-
-
-def _drive(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def _number(p: Path) -> int:
@@ -64,7 +58,7 @@ def collect(work: Path) -> dict[str, list[tuple[str, int, float, int]]]:
     for name, div in SETS:
         rows = []
         with Collection.open(DATA / name, work / "idx" / name) as col:
-            _drive(col.update())
+            run_to_end(col.update())
             for q in col.paths():
                 for method in METHODS:
                     for h in col.query(q, method=method, top=10):

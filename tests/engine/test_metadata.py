@@ -13,6 +13,7 @@ from PIL.TiffImagePlugin import IFDRational
 from engine.index.ingest import ingest
 from engine.index.store import IndexStore
 from engine.io.metadata import PhotoMetadata, read_metadata
+from tests.engine.test_ingest import _run
 
 FEAT_KW = {"max_features": 40}
 
@@ -67,15 +68,6 @@ def _corrupt_exif_jpeg(path, seed=0):
     app1 = b"\xff\xe1" + (len(body) + 2).to_bytes(2, "big") + body
     path.write_bytes(data[:2] + app1 + data[2:])
     return path
-
-
-def _run(gen):
-    events = []
-    while True:
-        try:
-            events.append(next(gen))
-        except StopIteration as stop:
-            return stop.value, events
 
 
 # ---------------------------------------------------------------------------- reading

@@ -10,15 +10,8 @@ import pytest
 
 from app.cli import main
 from engine.collection import Collection
+from engine.core.progress import run_to_end
 from engine.index.ingest import FolderOfflineError
-
-
-def _drive(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def test_an_empty_mount_point_keeps_the_index(tmp_path, demo_folder, capsys):
@@ -27,13 +20,13 @@ def test_an_empty_mount_point_keeps_the_index(tmp_path, demo_folder, capsys):
     for n in ("brick", "coffee", "chelsea"):
         shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
     with Collection.open(folder, index) as col:
-        _drive(col.update(jobs=1))
+        run_to_end(col.update(jobs=1))
         assert len(col.paths()) == 3
     shutil.move(folder, away)
     folder.mkdir()  # the mount point, empty while the drive is away
     with Collection.open(folder, index) as col:
         with pytest.raises(FolderOfflineError, match="none of the 3 indexed photos"):
-            _drive(col.update(jobs=1))
+            run_to_end(col.update(jobs=1))
         assert len(col.paths()) == 3  # nothing removed
     assert main(["index", str(folder), "--index", str(index)]) == 1
     err = capsys.readouterr().err
@@ -62,7 +55,7 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
     from engine.workflows.marks import Mark, add_marks, load_marks
 
     with Collection.open(folder) as col:
-        _drive(col.update(jobs=1))
+        run_to_end(col.update(jobs=1))
         before = col.store.record(folder / "brick.jpg")
         paths = [str(p) for p in col.paths()]
         add_marks(col, [Mark(str(folder / "coffee.jpg"), str(folder / "brick.jpg"), False)])
@@ -72,7 +65,7 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
         (folder / "sub").mkdir()
         shutil.move(folder / "brick.jpg", folder / "sub" / "my wall.jpg")
         shutil.copy(folder / "coffee.jpg", folder / "coffee copy.jpg")
-        summary = _drive(col.update(jobs=1))
+        summary = run_to_end(col.update(jobs=1))
         after = col.store.record(folder / "sub" / "my wall.jpg")
         assert after is not None and after.id == before.id
         assert after.n_features == before.n_features and after.status == "ok"

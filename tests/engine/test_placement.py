@@ -22,15 +22,8 @@ from engine.cluster import (  # noqa: E402
     save_edits,
 )
 from engine.collection import Collection  # noqa: E402
+from engine.core.progress import run_to_end  # noqa: E402
 from tests.app._gui import make_grouped_folder  # noqa: E402
-
-
-def _drive(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +41,14 @@ def folder(tmp_path_factory):
 
 
 def _grouping(col) -> EditableGrouping:
-    g = _drive(group_collection_iter(col, k=2))
+    g = run_to_end(group_collection_iter(col, k=2))
     return EditableGrouping.from_grouping(g)
 
 
 def test_moves_removals_and_new_photos_keep_the_persons_grouping(folder):
     photos, later = folder
     with Collection.open(photos) as col:
-        _drive(col.update(jobs=1))
+        run_to_end(col.update(jobs=1))
         g = _grouping(col)
         scene = {p: p.rsplit("/", 2)[-2] for p in g.paths}
         assert len({tuple(sorted(scene[p] for p in np.array(g.paths)[g.labels == k]))
@@ -78,14 +71,14 @@ def test_moves_removals_and_new_photos_keep_the_persons_grouping(folder):
         (photos / "g0" / gone.rsplit("/", 1)[-1]).unlink()
         for src, dst, _ in later:
             shutil.copy(src, dst)
-        _drive(col.update(jobs=1))
+        run_to_end(col.update(jobs=1))
         paths = [str(p) for p in col.paths()]
         saved = load_edits(col.store, paths)
         assert saved.grouping is not None and saved.grouping.name(red) == "Red"  # in place
         assert sorted(saved.new_paths) == sorted(str(d) for _, d, _ in later)
         assert gone not in saved.grouping.paths and len(saved.grouping.paths) == 7
 
-        placed = _drive(place_photos_iter(col, saved.grouping))
+        placed = run_to_end(place_photos_iter(col, saved.grouping))
         out = placed.grouping
         assert out.paths == paths  # the collection's order, every photo once
         for _, dst, name in later:
@@ -106,11 +99,11 @@ def test_unsure_photos_go_to_a_group_to_review(folder, monkeypatch):
 
     photos, _ = folder
     with Collection.open(photos) as col:
-        _drive(col.update(jobs=1))
+        run_to_end(col.update(jobs=1))
         g = _grouping(col)
         some = restrict(g, g.paths[:-2])
         monkeypatch.setattr(placement, "UNSURE_CONFIDENCE", 1.01)  # nobody is sure
-        res = _drive(place_photos_iter(col, some))
+        res = run_to_end(place_photos_iter(col, some))
     assert len(res.unsure) == 2 and res.grouping.k == g.k + 1
     assert res.grouping.name(g.k) == REVIEW_NAME
     assert restrict(g, []) is None
@@ -126,12 +119,12 @@ def test_a_photo_of_a_new_subject_goes_to_review(tmp_path, demo_folder):
     aside = tmp_path / later.name
     shutil.move(later, aside)
     with Collection.open(photos) as col:
-        _drive(col.update(jobs=1))
+        run_to_end(col.update(jobs=1))
         g = _grouping(col)
         shutil.copy(demo_folder / "astronaut.jpg", photos / "astronaut.jpg")
         shutil.move(aside, later)
-        _drive(col.update(jobs=1))
-        res = _drive(place_photos_iter(col, g))
+        run_to_end(col.update(jobs=1))
+        res = run_to_end(place_photos_iter(col, g))
     assert res.unsure == [str(photos / "astronaut.jpg")]
     out = res.grouping
     assert out.name(out.group_of(str(photos / "astronaut.jpg"))) == REVIEW_NAME
