@@ -1318,12 +1318,24 @@ class DuplicatesView(QWidget):
     def offer_folder_instead(self, plan, exc) -> None:
         """The trash cannot be used here: nothing moved; offer a folder instead."""
         self.summary.setText("Nothing was changed: there is no usable trash here.")
+
+        def move() -> None:
+            self._open_cleanup_dialog("move")
+
+        self._no_trash_box(
+            "The trash cannot be used for these photos. Nothing was moved.",
+            f"{exc}\n\nMove the copies to a folder you choose instead? You can undo it.",
+            move,
+        )
+
+    def _no_trash_box(self, text: str, informative: str, on_move) -> None:
+        """Ask (without blocking) whether to move to a folder instead of the trash;
+        ``on_move()`` when the person says yes. The open box is :attr:`fallback_box`."""
         box = QMessageBox(self)
         box.setIcon(QMessageBox.Icon.Warning)
         box.setWindowTitle("No trash here")
-        box.setText("The trash cannot be used for these photos. Nothing was moved.")
-        box.setInformativeText(f"{exc}\n\nMove the copies to a folder you choose instead? "
-                               "You can undo it.")  # fmt: skip
+        box.setText(text)
+        box.setInformativeText(informative)
         move = box.addButton("Move to a folder…", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(move)
@@ -1332,7 +1344,7 @@ class DuplicatesView(QWidget):
         def answered(button) -> None:
             self.fallback_box = None
             if button is move:
-                self._open_cleanup_dialog("move")
+                on_move()
 
         box.buttonClicked.connect(answered)
         box.open()
@@ -1410,20 +1422,8 @@ class DuplicatesView(QWidget):
         others = [q for q in others if q != path]
         if not others:
             return
-        box = QMessageBox(self)
-        box.setIcon(QMessageBox.Icon.Warning)
-        box.setWindowTitle("No trash here")
-        box.setText(f"“{Path(path).name}” could not be moved to the trash. Nothing was moved.")
-        box.setInformativeText("Move it to a folder you choose instead? You can undo it.")
-        move = box.addButton("Move to a folder…", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(move)
-        self.fallback_box = box
 
-        def answered(button) -> None:
-            self.fallback_box = None
-            if button is not move:
-                return
+        def move() -> None:
             dest = QFileDialog.getExistingDirectory(
                 self, "Folder that receives the copy", str(folder.parent)
             )
@@ -1440,5 +1440,8 @@ class DuplicatesView(QWidget):
                 return
             self.run_plan(plan)
 
-        box.buttonClicked.connect(answered)
-        box.open()
+        self._no_trash_box(
+            f"“{Path(path).name}” could not be moved to the trash. Nothing was moved.",
+            "Move it to a folder you choose instead? You can undo it.",
+            move,
+        )

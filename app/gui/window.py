@@ -211,6 +211,7 @@ class MainWindow(QMainWindow):
     error_shown = Signal(str)
     marks_saved = Signal()
     learning_finished = Signal(object)  # LearnSummary, or None (cancelled / failed)
+    results_copied = Signal(int)  # results written as links or copies into a folder
 
     def __init__(self, settings: QSettings | None = None, *, persist: bool = True) -> None:
         super().__init__()
@@ -1332,23 +1333,28 @@ class MainWindow(QMainWindow):
         if dest:
             self.copy_results(dest, mode)
 
-    def copy_results(self, dest, mode: str = "links") -> int | None:
+    def copy_results(self, dest, mode: str = "links") -> None:
         """The results shown (rank order; the query itself left out) as links or copies
-        in ``dest``; only photos of the open folder (the session authorises each)."""
+        in ``dest``, written in a worker (copies of large photos take a while); only
+        photos of the open folder (the session authorises each). Emits
+        :attr:`results_copied` with the number written."""
         q = self.session.query.hits_source
         paths = [p for p in self.results.paths() if q is None or not _same_file(p, q)]
         verb = "link" if mode == "links" else "copy"
         try:
             self.session.authorize_all(verb, paths, among="photos")
-            n = copy_results(dest, paths, mode)
         except ActionRefused:
-            return None  # (the session said why)
-        except (OSError, ValueError) as exc:
-            self.show_error(plain_error(exc, "Copying the results failed"))
-            return None
+            return  # (the session said why)
         what = "links" if mode == "links" else "copies"
-        self.status_label.setText(f"Put {n} results as {what} into {dest}")
-        return n
+
+        def done(n: int) -> None:
+            self.status_label.setText(f"Put {n} results as {what} into {dest}")
+            self.results_copied.emit(n)
+
+        self.run_worker(
+            copy_results, dest, paths, mode, token=self.session.begin("copy_results"),
+            connect={"returned": done}, context="Copying the results failed",
+        )  # fmt: skip
 
     # ======================================================================== feedback
     def _offer_method(self, method: str) -> bool:

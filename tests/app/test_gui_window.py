@@ -128,12 +128,16 @@ def test_results_as_links_or_copies_in_a_folder(qtbot, window, photo_folder, tmp
     query_and_wait(qtbot, window, lambda: window.query_photo(str(pairs[0][0])))
     before = {p: Path(p).read_bytes() for p in window.results.paths()}
     shown = [p for p in window.results.paths() if Path(p) != pairs[0][0]]
-    assert window.copy_results(tmp_path / "links", "links") == len(shown)
+    with qtbot.waitSignal(window.results_copied, timeout=30_000) as done:
+        window.copy_results(tmp_path / "links", "links")  # (in a worker)
+    assert done.args == [len(shown)]
     made = sorted((tmp_path / "links").iterdir())
     assert [m.name[:2] for m in made] == [f"{r:02d}" for r in range(1, len(shown) + 1)]
     assert all(m.is_symlink() for m in made)
     assert [os.path.realpath(m) for m in made] == [os.path.realpath(p) for p in shown]
-    assert window.copy_results(tmp_path / "links", "copies") == len(shown)  # again: beside
+    with qtbot.waitSignal(window.results_copied, timeout=30_000) as done:
+        window.copy_results(tmp_path / "links", "copies")  # again: beside the links
+    assert done.args == [len(shown)]
     assert len(list((tmp_path / "links").iterdir())) == 2 * len(shown)
     assert {p: Path(p).read_bytes() for p in before} == before
 
