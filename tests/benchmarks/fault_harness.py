@@ -993,11 +993,11 @@ def _kill_scenario(workdir: Path, n_photos: int, name: str) -> KillScenario:
     return _KILL_SCENARIOS[key]
 
 
-def _run_and_kill(folder: Path, rng: random.Random, sc: KillScenario) -> tuple[str, int, Any]:
-    """Start ``simile index --json --jobs 2`` and SIGKILL it (the main process only) after
-    a seeded number of progress lines or a seeded time; returns (how, pgid, exit)."""
-    cmd = [sys.executable, "-m", "app", "index", os.fspath(folder), "--json", "--jobs", "2"]
-    proc = subprocess.Popen(
+def start_index(folder: Path, jobs: int) -> subprocess.Popen:
+    """``simile index FOLDER --json --jobs N`` in a session of its own (its workers can be
+    killed with it), JSON lines on a pipe."""
+    cmd = [sys.executable, "-m", "app", "index", os.fspath(folder), "--json", "--jobs", str(jobs)]
+    return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -1005,6 +1005,12 @@ def _run_and_kill(folder: Path, rng: random.Random, sc: KillScenario) -> tuple[s
         env=env(),
         start_new_session=True,
     )
+
+
+def _run_and_kill(folder: Path, rng: random.Random, sc: KillScenario) -> tuple[str, int, Any]:
+    """Start ``simile index --json --jobs 2`` and SIGKILL it (the main process only) after
+    a seeded number of progress lines or a seeded time; returns (how, pgid, exit)."""
+    proc = start_index(folder, 2)
     lines: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -1869,15 +1875,7 @@ def _second_writer(workdir: Path, folder: Path) -> list[str]:
     """While ``simile index`` runs, a second ``simile index`` must refuse in one line."""
     extra = fresh(workdir / "concurrency_second")
     put(workdir, extra, all_names(workdir)[:24])
-    cmd = [sys.executable, "-m", "app", "index", os.fspath(extra), "--json", "--jobs", "1"]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=ROOT,
-        env=env(),
-        start_new_session=True,
-    )
+    proc = start_index(extra, 1)
     try:
         proc.stdout.readline()  # the writer holds the lock (its first progress line)
         second = cli("index", extra, "--jobs", "1")
