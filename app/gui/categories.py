@@ -1214,11 +1214,7 @@ class CategoriesView(QWidget):
         win = self.window
 
         def written(report) -> None:
-            n = len(report.changes)
-            text = f"Wrote the group names as keywords into {n} XMP sidecar{'s' if n != 1 else ''}"
-            if report.refused:
-                text += f"; {len(report.refused)} left alone ({report.refused[0][1]})"
-            win.status_label.setText(text + ".")
+            win.status_label.setText(report.written_text("the group names"))
             self.keywords_written.emit(report)
 
         def planned(report) -> None:

@@ -1109,13 +1109,7 @@ class DuplicatesView(QWidget):
         chosen = self.choices.chosen(groups)
 
         def written(report) -> None:
-            n = len(report.changes)
-            text = f"Wrote the duplicate groups as keywords into {n} XMP sidecar" + (
-                "s" if n != 1 else ""
-            )
-            if report.refused:
-                text += f"; {len(report.refused)} left alone ({report.refused[0][1]})"
-            self._report(text + ".")
+            self._report(report.written_text("the duplicate groups"))
 
         def planned(report) -> None:
             n = len(report.changes)

@@ -107,6 +107,15 @@ class ExportReport:
     unchanged: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
 
+    def written_text(self, what: str) -> str:
+        """One sentence for people: "Wrote <what> as keywords into N XMP sidecars", with
+        the photos left alone and the first reason."""
+        n = len(self.changes)
+        text = f"Wrote {what} as keywords into {n} XMP sidecar{'s' if n != 1 else ''}"
+        if self.refused:
+            text += f"; {len(self.refused)} left alone ({self.refused[0][1]})"
+        return text + "."
+
 
 def _inside(path: Path, folder: Path) -> bool:
     try:
