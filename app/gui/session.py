@@ -622,8 +622,8 @@ class Session:
 
     #: a new request of the key also supersedes the pending ones of these topics
     DEPENDENT_TOPICS: ClassVar[dict[str, tuple[str, ...]]] = {"duplicates": ("copies",)}
-    #: Jobs that read the open collection: stopped and dropped when it is replaced by the
-    #: one a finished index opens (:meth:`collection_ready`).
+    #: Jobs that read the open collection: stopped and dropped when it is closed
+    #: (:meth:`close_collection`).
     COLLECTION_TOPICS: ClassVar[tuple[str, ...]] = ("duplicates", "grouping")
 
     def __init__(self) -> None:
@@ -730,8 +730,15 @@ class Session:
 
     # -- collection --------------------------------------------------------------------------
     def close_collection(self) -> None:
+        """Close the open collection (an index starts, or a finished one replaces it).
+        Jobs still reading it (:data:`COLLECTION_TOPICS`: a duplicate search, a grouping)
+        are stopped and their results dropped, so none reports "the index store is
+        closed"; a duplicate search is done again after the next index."""
         coll, self.collection = self.collection, None
         if coll is not None:
+            for topic in self.COLLECTION_TOPICS:
+                if self.jobs.cancel(topic, drop=True) and topic == "duplicates":
+                    self.duplicates.refresh_after_index = True
             _close(coll)
             self.events.collection_closed()
 
@@ -768,15 +775,7 @@ class Session:
             return False
         self.jobs.finish(token)
         if collection is not self.collection:
-            replaced = self.collection is not None
             self.close_collection()
-            # work still running on the closed collection (a duplicate search started
-            # before this index finished): stopped and its results dropped, so it never
-            # reports "the index store is closed"; the duplicates are found again
-            if replaced:
-                for topic in self.COLLECTION_TOPICS:
-                    if self.jobs.cancel(topic, drop=True) and topic == "duplicates":
-                        self.duplicates.refresh_after_index = True
         self.collection = collection
         if index_dir is not None:
             self.index_dir = Path(index_dir)

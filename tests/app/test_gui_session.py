@@ -400,14 +400,23 @@ def test_file_actions_only_inside_the_folder_and_the_groups(tmp_path):
 def test_a_duplicate_search_on_a_replaced_collection_is_dropped_and_redone(tmp_path):
     """Found in a real window: after "Undo last clean-up" the folder was indexed twice
     (the undo, then the watcher) and a duplicate search started between the two failed
-    with "the index store is closed". When a finished index replaces the collection,
-    the search running on the old one is stopped, its result dropped, and it is redone."""
+    with "the index store is closed": an index closes the collection while the search
+    reads it. Whenever the collection is closed, the search running on it is stopped,
+    its result dropped, and it is redone after the index."""
     s = Session()
     coll, files = opened(s, tmp_path / "a")
     dup = s.begin("duplicates")
     s.jobs.start(dup, "Finding duplicates")
+    s.close_collection()  # (an index starts: the indexing process takes the writer lock)
+    assert not s.is_current(dup) and not s.jobs.running("duplicates")
+    assert s.duplicates.refresh_after_index and coll.closed
+    s.duplicates.refresh_after_index = False
     token = s.begin("index")
     s.jobs.start(token, "Indexing")
     assert s.collection_ready(token, FakeCollection("a again"), files)
-    assert not s.is_current(dup) and not s.jobs.running("duplicates")
-    assert s.duplicates.refresh_after_index and coll.closed
+    dup = s.begin("duplicates")
+    s.jobs.start(dup, "Finding duplicates")
+    token = s.begin("index")
+    s.jobs.start(token, "Indexing")
+    assert s.collection_ready(token, FakeCollection("a, third"), files)  # replaced
+    assert not s.is_current(dup) and s.duplicates.refresh_after_index
