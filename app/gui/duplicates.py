@@ -676,8 +676,9 @@ class DuplicatesView(QWidget):
                                 "group · C compare")  # fmt: skip
         self.keys_hint.setObjectName("detail")
         self.keys_hint.setToolTip(self.keys_hint.text())
-        # (it may be cut short on a narrow window rather than widen it)
-        self.keys_hint.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # (shown whole where there is room, cut short on a narrow window rather than
+        # widen it: an Ignored policy hid it even on a wide one)
+        self.keys_hint.setMinimumWidth(1)
         bar = QHBoxLayout()
         bar.setContentsMargins(8, 0, 8, 4)
         bar.addWidget(self.keep_all_btn)
