@@ -37,13 +37,14 @@ keeps its version even when a writer commits the next one and deletes the old fi
 versions). Files that the manifest does not name are collected (:func:`collect`): right
 after the commit that stopped naming them, or by the next writer's clean-up.
 
-A segmented index (immutable segments plus a manifest naming the live ones, as
-Lucene's commit points do) fits the same record: a segmented state lists its segments as
-its ``files``, in order, with what a reader needs to combine them (row ranges, deletions)
-in its scalars or in a small file of its own; adding a segment is a commit naming one
-more file, merging segments a commit naming the merged file instead of the old ones, and
-the old segments are collected when no manifest names them. There is one design, not
-two: today's states are the one-segment case.
+A segmented state (immutable segments plus a manifest naming the live ones, as Lucene's
+commit points do; the search data, :mod:`engine.index.segments`) fits the same record: it
+lists its segments' files as its ``files``, in order, and how many files each segment has
+in its scalar :data:`~engine.index.states.SEGMENTS_KEY`; adding a segment is a commit
+naming one more file (:meth:`StateVersions.save_states` with ``written``), merging
+segments a commit naming the merged file instead of the old ones, and the old segments
+are collected when no manifest names them. There is one design, not two: a state
+without that scalar is the one-segment case.
 
 Indexes written before the manifest kept one ``states/<name>.json`` per state; while
 there is no manifest they are read as the states (:func:`read_snapshot`, ``legacy``),
@@ -82,7 +83,9 @@ __all__ = [
 #: The manifest's file name in the ``states`` folder.
 MANIFEST_NAME = "MANIFEST.json"
 FORMAT = "simile-states"
-FORMAT_VERSION = 1
+# 2: a state may be segmented (engine.index.states.SEGMENTS_KEY: the search data); a
+# simile that reads 1 only would merge the segments' arrays, so it is told to upgrade
+FORMAT_VERSION = 2
 # a state's JSON written before the manifest (the clean-up deletes it only once a
 # manifest exists, and only when it reads as such a state)
 LEGACY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.json$")
@@ -511,6 +514,7 @@ class StateVersions:
         states: Mapping[str, Mapping[str, Any] | None],
         *,
         parts: Mapping[str, Sequence[str]] | None = None,
+        written: Mapping[str, tuple[Mapping[str, Any], Sequence[str]]] | None = None,
     ) -> int:
         """Commit several states together, atomically: readers see all of them or none.
 
@@ -523,6 +527,10 @@ class StateVersions:
         parts : mapping of str to sequence of str, optional
             name -> files of more arrays of that state, written before by
             :func:`engine.index.states.write_state_part`.
+        written : mapping of str to (scalars, files), optional
+            States made of files already written (:func:`write_state_part`, or named by
+            the current version: a segmented state keeps its old segments and adds a
+            new one, :mod:`engine.index.segments`): name -> its JSON scalars and files.
 
         Returns
         -------
@@ -538,6 +546,7 @@ class StateVersions:
             The manifest is damaged (repair the index first).
         """
         parts = parts or {}
+        given = written
         with self.mutex:
             base = read_snapshot(self.states_dir)
             mine = base.legacy or base.catalog == self.catalog_id
@@ -553,6 +562,18 @@ class StateVersions:
                     )
                     written.append(files[0])
                     changes[name] = StateEntry(scalars, tuple(files))
+                for name, (scalars, files) in (given or {}).items():
+                    check_name(name)
+                    files = tuple(str(f) for f in files)
+                    for file in files:
+                        if not (STATE_NPZ_RE.match(file) and file.startswith(f"{name}.")):
+                            raise ValueError(f"{file!r} is not a file of state {name!r}")
+                        if not (self.states_dir / file).is_file():
+                            raise FileNotFoundError(f"state file {file} was not written")
+                    if not files:
+                        raise ValueError(f"state {name!r} names no file")
+                    written.extend(f for f in files if f not in base.files())
+                    changes[name] = StateEntry(dict(scalars), files)
                 snap = commit(self.states_dir, base, changes, self.catalog_id, keep=mine)
             except BaseException:
                 self._forget(written)

@@ -21,16 +21,19 @@ folder (:func:`engine.index.ingest.ingest`), then refreshes the search data
   asks for is re-hashed from its stored pyramids (no feature is re-read; 30 s at 10,000
   images).
 
-Everything is stored with the store's state API (arrays + JSON, no pickle): the models
-and the data in ONE commit at the end of an update (:meth:`IndexStore.save_states
-<engine.index.store.IndexStore.save_states>`), and read from one version, so no reader
-ever sees new models with old data; the data names the catalogue rows it was made from
-(:data:`~engine.index.encode.ROW_KEYS`): a row whose photo changed, or search data of
-another catalogue, is never used. An interrupted run keeps the catalogue of what was
-finished; opening such an index encodes the images the search data does not yet hold in
-memory, so queries always cover everything that is held. A first index that was
-interrupted, then completed, fits its models on the files an uninterrupted one would
-(:func:`~engine.index.fit.first_files`).
+Everything is stored with the store's state API (arrays + JSON, no pickle), and read
+from one version, so no reader ever sees new models with old data. The data is kept as
+immutable segments (:mod:`engine.index.segments`): an update that only adds or removes
+photos encodes the new ones into ONE new segment and commits it without the models
+(:meth:`Searcher._update_segments`: its cost is what changed, plus amortised merges); a
+fit or a re-hash commits the models with all the data in one segment, in ONE commit
+(:meth:`IndexStore.save_states <engine.index.store.IndexStore.save_states>`); the data
+names the catalogue rows it was made from (:data:`~engine.index.encode.ROW_KEYS`): a row
+whose photo changed, or search data of another catalogue, is never used. An interrupted
+run keeps the catalogue of what was finished; opening such an index encodes the images
+the search data does not yet hold in memory, so queries always cover everything that is
+held. A first index that was interrupted, then completed, fits its models on the files
+an uninterrupted one would (:func:`~engine.index.fit.first_files`).
 
 A reader (e.g. the query process) loads the search data without the ``(nnz,) int64`` bin
 keys of the pyramids (:class:`~engine.index.search.IntersectionIndex` scores candidate
@@ -70,6 +73,15 @@ from engine.index.encode import (
 from engine.index.ingest import IngestProgress, IngestSummary, ingest
 from engine.index.keys import DATA_STATE, MODELS_STATE
 from engine.index.search import IntersectionIndex
+from engine.index.segments import (
+    assemble,
+    commit_segments,
+    live_masks,
+    load_segments,
+    plan_merges,
+    read_layout,
+    segment_arrays,
+)
 from engine.index.store_errors import IndexCorruptError
 from engine.index.threads import thread_map
 
@@ -240,12 +252,14 @@ class Searcher:
         ids, keys = rows.ids, rows.keys
         token = snap.token(SEARCH_STATES)
         models, data, data_keys = self.models, self.data, self.data_keys
-        if models is None or token != self.states_token:
-            # nothing in memory, or a writer committed another version meanwhile
-            models, data, data_keys, token = self._load_saved(snap, save)
         if ids.size == 0:
             self._install(None, None, rows, None, None, token)
             return
+        if save and not store.readonly and self._update_segments(snap, rows, cancel):
+            return  # photos added or removed: a new segment, or none, was committed
+        if models is None or token != self.states_token:
+            # nothing in memory, or a writer committed another version meanwhile
+            models, data, data_keys, token = self._load_saved(snap, save, rows)
         uniform_part = None  # (uniform pyramids, their state file) written early
         changed = False
         if self._needs_refit(models, ids):
@@ -279,7 +293,7 @@ class Searcher:
         self._install(models, data, rows, data.ids, data_keys, token)
 
     def _load_saved(
-        self, snap: Snapshot, save: bool
+        self, snap: Snapshot, save: bool, rows: Any
     ) -> tuple[fit.SearchModels | None, EncodedImages | None, np.ndarray | None, tuple]:
         """The saved models and data of version ``snap`` (or of a newer one, when a writer
         committed meanwhile), the data's row keys and the version's token; ``None`` for
@@ -310,14 +324,10 @@ class Searcher:
         try:
             models = fit.SearchModels.from_state(states[MODELS_STATE])
             st = states.get(DATA_STATE)
-            data = None if st is None else EncodedImages.from_state(st, consume=True)
+            data, data_keys = (None, None) if st is None else assemble(st, rows.ids, rows.keys)
         except (KeyError, ValueError):
             return None, None, None, token
-        data_keys = None
         if data is not None:
-            data_keys = st.pop(ROW_KEYS, None)
-            if data_keys is not None and data_keys.shape != data.ids.shape:
-                data_keys = None
             if not compatible(models, data):
                 if not save:
                     raise IndexCorruptError(
@@ -327,6 +337,115 @@ class Searcher:
                     )
                 data, data_keys = None, None  # encoded again with the models
         return models, data, data_keys, token
+
+    def _update_segments(self, snap: Snapshot, rows: Any, cancel: threading.Event | None) -> bool:
+        """A writer's update that costs what changed (:mod:`engine.index.segments`): the
+        photos not yet in the search data are encoded with the saved models into ONE new
+        segment, segments due a merge are merged, and the result is committed without
+        the models; nothing is committed when nothing changed. Returns False, doing
+        nothing, when the data must be made whole instead: no saved models or data, data
+        of another format, or models due a refit or more hash bits.
+        """
+        store, ids, keys = self.store, rows.ids, rows.keys
+        if not (snap.has(MODELS_STATE) and DATA_STATE in snap.entries):
+            return False
+        models = self.models
+        if (
+            models is None
+            or self.states_token is None
+            or (self.states_token[0] != snap.token([MODELS_STATE])[0])
+        ):
+            try:
+                snap, states = store.load_version([MODELS_STATE])
+                models = fit.SearchModels.from_state(states[MODELS_STATE])
+            except (KeyError, ValueError):
+                return False
+        if self._needs_refit(models, ids) or models.rh.n_bits < candidates.rh_bits(ids.size):
+            return False
+        try:
+            layout = read_layout(snap)
+        except FileNotFoundError:
+            return False  # a commit meanwhile (another writer cannot hold the lock)
+        if layout is None or not layout.fits(models):
+            return False
+        masks = live_masks(layout.ids, layout.keys, ids, keys)
+        held = np.concatenate([i[m] for i, m in zip(layout.ids, masks, strict=True)])
+        new_ids = ids[~np.isin(ids, held)]
+        batches = [new_ids[s : s + ENCODE_BATCH] for s in range(0, new_ids.size, ENCODE_BATCH)]
+
+        def encode_new(batch: np.ndarray) -> EncodedImages | None:
+            if cancel is not None and cancel.is_set():
+                return None  # cancelled: what is encoded so far is kept
+            return encode(models, batch, stacked(store, batch))
+
+        encoded = [e for e in thread_map(encode_new, batches) if e is not None]
+        new = EncodedImages.concat(encoded) if encoded else None
+        live = [int(m.sum()) for m in masks]
+        total = [int(m.size) for m in masks]
+        if new is not None:
+            live.append(len(new.ids))
+            total.append(len(new.ids))
+        merge = plan_merges(live, total)
+        n_old = len(layout.files)
+        keep = [i for i in range(n_old) if live[i] > 0 and i not in merge]
+        dropped = any(lv == 0 for lv in live[:n_old])
+        current = self.data is not None and self.states_token == snap.token(SEARCH_STATES)
+        if new is None and not merge and not dropped:
+            self._install_after_segments(current, models, rows, None)
+            return True
+        parts = [
+            (d.subset(np.flatnonzero(masks[i])), k[masks[i]])
+            for i, (d, k) in zip(
+                [i for i in merge if i < n_old],
+                load_segments(snap, layout, [i for i in merge if i < n_old]),
+                strict=True,
+            )
+        ]
+        new_files = []
+        if new is not None:
+            new_keys = keys[np.searchsorted(ids, new.ids)]
+            if n_old in merge:
+                parts.append((new, new_keys))
+            else:
+                new_files.append(store.write_state_part(DATA_STATE, segment_arrays(new, new_keys)))
+        if parts:
+            merged = EncodedImages.concat([d for d, _ in parts])
+            merged_keys = np.concatenate([k for _, k in parts])
+            order = np.argsort(merged.ids, kind="stable")
+            merged, merged_keys = merged.subset(order), merged_keys[order]
+            arrays = segment_arrays(merged, merged_keys)
+            new_files.insert(0, store.write_state_part(DATA_STATE, arrays))
+        commit_segments(store, layout, keep, new_files)
+        self._install_after_segments(current, models, rows, new)
+        return True
+
+    def _install_after_segments(
+        self, current: bool, models: fit.SearchModels, rows: Any, new: EncodedImages | None
+    ) -> None:
+        """After :meth:`_update_segments`: the data in memory, when it was the version
+        the update started from (``current``), gets the same change; otherwise it is
+        loaded when next needed (:meth:`ensure`)."""
+        data, data_keys = self.data, self.data_keys
+        ids, keys = rows.ids, rows.keys
+        if current and data is not None and data_keys is not None:
+            held = np.isin(data.ids, ids)
+            at = np.searchsorted(ids, data.ids[held])
+            held[held] = keys[at] == data_keys[held]
+            parts = [data if held.all() else data.subset(np.flatnonzero(held))]
+            if new is not None:
+                parts.append(new)
+            data = EncodedImages.concat(parts) if len(parts) > 1 else parts[0]
+            order = np.argsort(data.ids, kind="stable")
+            if not np.array_equal(order, np.arange(order.size)):
+                data = data.subset(order)
+            if data.ids.size == ids.size:  # (else a cancelled update: read it all later)
+                token = self.store.snapshot().token(SEARCH_STATES)
+                data_keys = keys[np.searchsorted(ids, data.ids)]
+                self._install(models, data, rows, data.ids, data_keys, token)
+                return
+        self.models = self.data = self.data_keys = self.states_token = None
+        self.generation = None
+        self.cache, self.uniform_self = {}, None
 
     def _needs_refit(self, models: fit.SearchModels | None, ids: np.ndarray) -> bool:
         """No models, a collection grown past ``REFIT_GROWTH``, or other features."""

@@ -33,14 +33,20 @@ from engine.index.files import NAME_RE, STATE_NPZ_RE, check_name
 from engine.index.store_errors import IndexCorruptError
 
 __all__ = [
+    "SEGMENTS_KEY",
     "load_array",
     "load_state_files",
     "read_legacy_state",
     "save_array",
+    "segment_files",
     "state_arrays",
     "write_state_files",
     "write_state_part",
 ]
+
+#: Scalar of a *segmented* state (:func:`segment_files`): how many files each of its
+#: segments has, in order (``"2 1 1"``). A ``__`` key: no model's state can hold it.
+SEGMENTS_KEY = "__segments__"
 
 # what reading a damaged npz raises: a bad zip (or CRC), a truncated member, a bad header
 NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError)
@@ -186,13 +192,28 @@ def load_state_files(
         stored twice.
     """
     out = dict(scalars)
+    if SEGMENTS_KEY in scalars:
+        segments = segment_files(states, name, scalars, list(handles))
+        out[SEGMENTS_KEY] = [
+            _read_arrays(states, name, {f: handles[f] for f in seg}, {}) for seg in segments
+        ]
+        return out
+    out.update(_read_arrays(states, name, handles, out))
+    return out
+
+
+def _read_arrays(
+    states: Path, name: str, handles: Mapping[str, IO[bytes]], taken: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """The arrays of the files ``handles`` (one dict; a key in ``taken`` or stored twice:
+    damaged)."""
     arrays: dict[str, np.ndarray] = {}
     for file, fh in handles.items():
         try:
             fh.seek(0)
             with np.load(fh, allow_pickle=False) as data:
                 for k in data.files:
-                    if k in arrays or k in out:
+                    if k in arrays or k in taken:
                         raise ValueError(f"array {k!r} is stored twice")
                     arrays[k] = data[k]
         except NPZ_ERRORS as exc:
@@ -201,8 +222,39 @@ def load_state_files(
                 f"(states/{file}: {exc})",
                 path=states / file,
             ) from exc
-    out.update(arrays)
-    return out
+    return arrays
+
+
+def segment_files(
+    states: Path, name: str, scalars: Mapping[str, Any], files: Sequence[str]
+) -> list[tuple[str, ...]]:
+    """The files of each segment of state ``name`` (its manifest ``scalars`` and
+    ``files``): a state without :data:`SEGMENTS_KEY` is one segment of all its files.
+
+    A segmented state (the search data, :mod:`engine.index.segments`) is loaded by
+    :func:`load_state_files` as its scalars and, under :data:`SEGMENTS_KEY`, a list of one
+    dict of arrays per segment.
+
+    Raises
+    ------
+    IndexCorruptError
+        The segment counts do not add up to the files.
+    """
+    spec = scalars.get(SEGMENTS_KEY)
+    if spec is None:
+        return [tuple(files)]
+    try:
+        counts = [int(c) for c in str(spec).split()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or sum(counts) != len(files):
+        raise IndexCorruptError(
+            f"the saved state {name!r} of the index {states.parent} is damaged (its "
+            f"segments {spec!r} do not match its {len(files)} files)",
+            path=states,
+        )
+    ends = np.cumsum(counts).tolist()
+    return [tuple(files[e - c : e]) for c, e in zip(counts, ends, strict=True)]
 
 
 def read_legacy_state(json_path: Path) -> tuple[dict[str, Any], list[str]]:

@@ -74,16 +74,18 @@ class StoreStates:
         states: Mapping[str, Mapping[str, Any] | None],
         *,
         parts: Mapping[str, Sequence[str]] | None = None,
+        written: Mapping[str, tuple[Mapping[str, Any], Sequence[str]]] | None = None,
     ) -> int:
         """Commit several states together, atomically (readers see all of them or none):
-        :meth:`StateVersions.save_states <engine.index.manifest.StateVersions.save_states>`.
+        :meth:`StateVersions.save_states <engine.index.manifest.StateVersions.save_states>`
+        (``written``: states made of files already written, e.g. segments).
         Returns the new version's generation."""
         self._require_writer()
         held = self._held
         if held is not None:
             states = dict(states)
             hold = {n: st for n, st in states.items() if n in self._held_names}
-            if len(hold) == len(states):  # only held states: hold them back
+            if len(hold) == len(states) and not written:  # only held states: hold back
                 for n, st in hold.items():
                     if st is None:
                         held.pop(n, None)
@@ -91,7 +93,7 @@ class StoreStates:
                         held[n] = dict(st)
                 return self.snapshot().generation
             states = {**held, **states}
-        gen = self._states.save_states(states, parts=parts)
+        gen = self._states.save_states(states, parts=parts, written=written)
         if held is not None:
             held.clear()
         return gen

@@ -27,6 +27,7 @@ from engine.collection import Collection
 from engine.index.encode import compatible
 from engine.index.keys import DATA_STATE, MODELS_STATE
 from engine.index.manifest import MANIFEST_NAME, read_snapshot
+from engine.index.states import SEGMENTS_KEY
 from engine.index.store import IndexCorruptError, IndexStore
 
 FIRST = ("astronaut", "brick", "coffee", "camera", "chelsea", "rocket")
@@ -88,7 +89,12 @@ def _same_state(a, b):
         return False
     for k, v in a.items():
         w = b[k]
-        if isinstance(v, np.ndarray):
+        if isinstance(v, list):  # a segmented state's segments
+            if not (isinstance(w, list) and len(v) == len(w)):
+                return False
+            if not all(_same_state(x, y) for x, y in zip(v, w, strict=True)):
+                return False
+        elif isinstance(v, np.ndarray):
             if not (isinstance(w, np.ndarray) and v.dtype == w.dtype and np.array_equal(v, w)):
                 return False
         elif v != w:
@@ -198,7 +204,10 @@ def test_kill_at_the_commit_keeps_a_whole_version(tmp_path, small):
         assert proc.returncode == 137, proc.stderr.decode()[-2000:]
         got = _states(folder)
         assert _same(got, old) != expect_new
-        assert len(got[DATA_STATE]["ids"]) == (9 if expect_new else 6)
+        segments = got[DATA_STATE].get(SEGMENTS_KEY, [got[DATA_STATE]])
+        assert sum(len(seg["ids"]) for seg in segments) == (9 if expect_new else 6)
+        # the new photos were added as a segment of their own; the first one kept
+        assert len(segments) == (2 if expect_new else 1)
         with Collection.open(folder, readonly=True) as col:
             hits = col.query(folder / "brick_crop.jpg", method="vocabulary", top=2)
             assert {h.path.name for h in hits} == {"brick.jpg", "brick_crop.jpg"}

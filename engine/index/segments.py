@@ -1,0 +1,376 @@
+"""The search data as immutable segments: adding photos writes what was added.
+
+The search data of a collection (:class:`~engine.index.encode.EncodedImages`, the
+``search.data`` state) used to be one state that every update rewrote whole (541 MB at
+10,000 photos) -- adding one photo cost the whole library. It is now kept the way Lucene
+keeps an index: as immutable *segments*, each the search data of a batch of photos
+(its ``ids``, :data:`~engine.index.encode.ROW_KEYS` and encoded arrays, one or two
+``.npz`` files), named in order by the state's entry in the manifest
+(:mod:`engine.index.manifest`; :data:`engine.index.states.SEGMENTS_KEY` counts the files
+of each segment). An index written before segments holds one segment.
+
+- **Adding k photos** encodes them with the fitted models (their encoding does not depend
+  on the other photos: idf weights and hash seeds are the models') and commits one new
+  segment of k rows: the manifest names the old segments' files and the new one, in one
+  atomic commit; nothing else is read or written (:func:`read_layout` reads only each
+  segment's ``ids`` and row keys).
+- **Deletions need no mark**: the catalogue is the truth. A row of a segment is *live*
+  when its photo is usable and its row key is the catalogue's (a changed photo keeps its
+  id and gets a new row in a newer segment: the last live occurrence wins,
+  :func:`live_masks`). Removing a photo therefore writes only the catalogue.
+- **Merges** (:func:`plan_merges`, log-structured, as Lucene's tiered policy): segments
+  whose live rows fall in the same size tier (powers of :data:`MERGE_FACTOR`) are merged
+  once there are :data:`MERGE_FACTOR` of them, and a segment with less than
+  :data:`MIN_LIVE` of its rows live is rewritten; a segment with no live row is dropped
+  unread. Each row is rewritten O(log n) times over the life of the index, and a library
+  holds O(MERGE_FACTOR log n) segments. A merge is one more commit of the same kind:
+  readers keep the version they opened (its files stay until it is collected, and an
+  open file outlives its deletion).
+- **Refits** (the models re-fitted on a grown collection, or more hash bits) encode every
+  photo again and commit the models with a single new segment, atomically.
+
+A reader loads every segment, keeps its live rows and concatenates them
+(:func:`assemble`); queries then run as on one state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine.index.encode import ROW_KEYS, EncodedImages
+from engine.index.keys import DATA_STATE
+from engine.index.states import NPZ_ERRORS, SEGMENTS_KEY, segment_files
+from engine.index.store_errors import IndexCorruptError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.index.fit import SearchModels
+    from engine.index.manifest import Snapshot
+    from engine.index.store import IndexStore
+
+__all__ = [
+    "MERGE_FACTOR",
+    "MIN_LIVE",
+    "Layout",
+    "assemble",
+    "commit_segments",
+    "live_masks",
+    "load_segments",
+    "plan_merges",
+    "read_layout",
+    "segment_arrays",
+]
+
+#: Segments of one size tier merged together once there are this many (and the base of
+#: the tiers' sizes).
+MERGE_FACTOR = 8
+#: A segment with fewer than this fraction of its rows live is rewritten.
+MIN_LIVE = 0.5
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The segments of one version of the search data, without their arrays.
+
+    Attributes
+    ----------
+    files : list of tuple of str
+        The files of each segment, in order.
+    ids : list of (m_s,) int64
+        Store ids of each segment's rows.
+    keys : list of (m_s,) uint64
+        Their row keys (:func:`engine.index.catalog.row_keys`).
+    n_words : int
+        Columns of the bags of words (the models' leaves).
+    wta_codes : int
+        Densified WTA codes per row.
+    rh_bytes : int
+        Bytes of packed hyperplane bits per row.
+    """
+
+    files: list[tuple[str, ...]]
+    ids: list[np.ndarray]
+    keys: list[np.ndarray]
+    n_words: int
+    wta_codes: int
+    rh_bytes: int
+
+    def fits(self, models: SearchModels) -> bool:
+        """Whether the segments were encoded with ``models``' shapes
+        (:func:`engine.index.encode.compatible`)."""
+        return (
+            self.n_words == len(models.leaf_keys)
+            and self.wta_codes == models.dwta.n_codes
+            and self.rh_bytes * 8 == models.rh.n_bits
+        )
+
+
+def _member_shape(npz: Any, key: str) -> tuple[int, ...]:
+    """Shape of array ``key`` of an open npz, read from its header alone."""
+    with npz.zip.open(f"{key}.npy") as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, _, _ = np.lib.format.read_array_header_1_0(fh)
+        else:
+            shape, _, _ = np.lib.format.read_array_header_2_0(fh)
+    return tuple(shape)
+
+
+def read_layout(snap: Snapshot) -> Layout | None:
+    """The segments of the search data of version ``snap``: per segment its ids and row
+    keys (the only arrays read) and the shapes of its codes.
+
+    Returns
+    -------
+    Layout or None
+        None when the data cannot be updated segment by segment: no search data, or data
+        written before row keys were saved (the caller rewrites it whole).
+
+    Raises
+    ------
+    FileNotFoundError
+        A file is gone (a writer committed meanwhile; read the manifest again).
+    IndexCorruptError
+        A file is damaged.
+    """
+    entry = snap.entries.get(DATA_STATE)
+    if entry is None:
+        return None
+    groups = segment_files(snap.states_dir, DATA_STATE, entry.scalars, entry.files)
+    handles = snap.open([DATA_STATE])[DATA_STATE]
+    ids, keys = [], []
+    wta = rh = None
+    try:
+        for group in groups:
+            got: dict[str, np.ndarray] = {}
+            for file in group:
+                try:
+                    fh = handles[file]
+                    with np.load(fh, allow_pickle=False) as npz:
+                        for k in ("ids", ROW_KEYS):
+                            if k in npz.files:
+                                got[k] = npz[k]
+                        if "wta" in npz.files:
+                            wta = _member_shape(npz, "wta")[1]
+                            rh = _member_shape(npz, "rh")[1]
+                except (*NPZ_ERRORS, IndexError) as exc:
+                    raise IndexCorruptError(
+                        f"the saved state {DATA_STATE!r} of the index "
+                        f"{snap.states_dir.parent} is damaged (states/{file}: {exc})",
+                        path=snap.states_dir / file,
+                    ) from exc
+            if ROW_KEYS not in got or "ids" not in got:
+                return None
+            if got["ids"].shape != got[ROW_KEYS].shape:
+                return None
+            ids.append(np.asarray(got["ids"], np.int64))
+            keys.append(np.asarray(got[ROW_KEYS], np.uint64))
+    finally:
+        for fh in handles.values():
+            fh.close()
+    if wta is None or rh is None:
+        return None
+    return Layout(groups, ids, keys, int(entry.scalars["bow.n_words"]), int(wta), int(rh))
+
+
+def live_masks(
+    seg_ids: Sequence[np.ndarray],
+    seg_keys: Sequence[np.ndarray | None],
+    ids: np.ndarray,
+    keys: np.ndarray,
+) -> list[np.ndarray]:
+    """Which rows of each segment are live.
+
+    A row is live when its id is one of the catalogue's usable ``ids`` with the same row
+    key (a segment without keys, ``None``: the id alone), and no later segment holds a
+    live row of the same id (the newest encoding of a photo wins).
+
+    Parameters
+    ----------
+    seg_ids : sequence of (m_s,) int64
+    seg_keys : sequence of (m_s,) uint64 or None
+    ids : (n,) int64
+        The catalogue's usable ids, ascending.
+    keys : (n,) uint64
+        Their row keys.
+
+    Returns
+    -------
+    list of (m_s,) bool
+    """
+    sizes = [int(s.size) for s in seg_ids]
+    if not sizes:
+        return []
+    every = np.concatenate(seg_ids) if sum(sizes) else np.zeros(0, np.int64)
+    pos = np.minimum(np.searchsorted(ids, every), max(ids.size - 1, 0))
+    ok = ids[pos] == every if ids.size else np.zeros(every.shape, bool)
+    start = 0
+    for sk, m in zip(seg_keys, sizes, strict=True):
+        if sk is not None:
+            part = slice(start, start + m)
+            ok[part] &= keys[pos[part]] == sk if ids.size else False
+        start += m
+    cand = np.flatnonzero(ok)[::-1]  # newest first: np.unique keeps the first
+    _, first = np.unique(every[cand], return_index=True)
+    live = np.zeros(every.size, bool)
+    live[cand[first]] = True
+    return np.split(live, np.cumsum(sizes)[:-1])
+
+
+def _tier(n: int) -> int:
+    return int(np.floor(np.log(max(n, 1)) / np.log(MERGE_FACTOR) + 1e-9))
+
+
+def plan_merges(live: Sequence[int], total: Sequence[int]) -> list[int]:
+    """Which segments to merge into one (log-structured merge policy).
+
+    Parameters
+    ----------
+    live, total : sequence of int
+        Live and stored rows of each segment.
+
+    Returns
+    -------
+    list of int
+        Positions of the segments to merge, ascending: those whose live rows fall in a
+        size tier (``floor(log_F live)``, ``F`` = :data:`MERGE_FACTOR`) that holds ``F``
+        segments or more, and those with less than :data:`MIN_LIVE` of their rows live.
+        Segments with no live row are not listed (they are dropped unread). A single
+        segment is listed only to be compacted; empty when nothing is to be done.
+    """
+    pick = {
+        i for i, (lv, tot) in enumerate(zip(live, total, strict=True)) if 0 < lv < MIN_LIVE * tot
+    }
+    tiers: dict[int, list[int]] = {}
+    for i, lv in enumerate(live):
+        if lv > 0:
+            tiers.setdefault(_tier(lv), []).append(i)
+    for members in tiers.values():
+        if len(members) >= MERGE_FACTOR:
+            pick.update(members)
+    return sorted(pick)
+
+
+def segment_arrays(data: EncodedImages, keys: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays of one segment holding ``data`` (rows with row ``keys``)."""
+    st = data.to_state()
+    st.pop("bow.n_words")
+    st[ROW_KEYS] = np.asarray(keys, np.uint64)
+    return st
+
+
+def _read_group(
+    snap: Snapshot, handles: Mapping[str, IO[bytes]], group: Sequence[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for file in group:
+        try:
+            fh = handles[file]
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as npz:
+                for k in npz.files:
+                    out[k] = npz[k]
+        except NPZ_ERRORS as exc:
+            raise IndexCorruptError(
+                f"the saved state {DATA_STATE!r} of the index {snap.states_dir.parent} is "
+                f"damaged (states/{file}: {exc})",
+                path=snap.states_dir / file,
+            ) from exc
+    return out
+
+
+def load_segments(
+    snap: Snapshot, layout: Layout, which: Sequence[int]
+) -> list[tuple[EncodedImages, np.ndarray]]:
+    """The data and row keys of segments ``which`` of ``layout`` (version ``snap``)."""
+    handles = snap.open([DATA_STATE])[DATA_STATE]
+    try:
+        out = []
+        for i in which:
+            st = _read_group(snap, handles, layout.files[i])
+            st["bow.n_words"] = layout.n_words
+            keys = np.asarray(st.pop(ROW_KEYS), np.uint64)
+            out.append((EncodedImages.from_state(st, consume=True), keys))
+        return out
+    finally:
+        for fh in handles.values():
+            fh.close()
+
+
+def assemble(
+    state: Mapping[str, Any], ids: np.ndarray, keys: np.ndarray
+) -> tuple[EncodedImages, np.ndarray | None]:
+    """The search data of a loaded ``search.data`` state: the live rows of its segments
+    (:func:`live_masks` against the catalogue's usable ``ids`` and their ``keys``), in
+    ascending id order, and their row keys (None: an index written before row keys, whose
+    one segment is returned whole for the caller to check).
+
+    Parameters
+    ----------
+    state : mapping
+        ``IndexStore.load_states([DATA_STATE])[DATA_STATE]``: one segment's arrays, or
+        the scalars and, under :data:`~engine.index.states.SEGMENTS_KEY`, one dict of
+        arrays per segment. Consumed.
+    ids : (n,) int64
+    keys : (n,) uint64
+
+    Raises
+    ------
+    KeyError, ValueError
+        A segment lacks arrays, or they do not fit (another version's format).
+    """
+    n_words = state["bow.n_words"]
+    groups = state.get(SEGMENTS_KEY)
+    if not isinstance(groups, list):  # an index written before segments: one segment
+        st = dict(state)
+        row_keys = st.pop(ROW_KEYS, None)
+        data = EncodedImages.from_state(st, consume=True)
+        if row_keys is None or row_keys.shape != data.ids.shape:
+            return data, None
+        groups = [None]
+        parts = [(data, np.asarray(row_keys, np.uint64))]
+    else:
+        parts = []
+        for st in groups:
+            st["bow.n_words"] = n_words
+            row_keys = np.asarray(st.pop(ROW_KEYS), np.uint64)
+            parts.append((EncodedImages.from_state(st, consume=True), row_keys))
+    masks = live_masks([p.ids for p, _ in parts], [k for _, k in parts], ids, keys)
+    kept = []
+    for (data, row_keys), mask in zip(parts, masks, strict=True):
+        if mask.all():
+            kept.append((data, row_keys))
+        elif mask.any():
+            rows = np.flatnonzero(mask)
+            kept.append((data.subset(rows), row_keys[rows]))
+    if not kept:
+        data, row_keys = parts[0][0].subset(np.zeros(0, np.int64)), parts[0][1][:0]
+    else:
+        data = EncodedImages.concat([d for d, _ in kept])
+        row_keys = np.concatenate([k for _, k in kept])
+    order = np.argsort(data.ids, kind="stable")
+    if not np.array_equal(order, np.arange(order.size)):
+        data, row_keys = data.subset(order), row_keys[order]
+    return data, row_keys
+
+
+def commit_segments(
+    store: IndexStore,
+    layout: Layout,
+    keep: Sequence[int],
+    new_files: Sequence[str],
+) -> int:
+    """Commit the search data as the segments ``keep`` of ``layout`` (their files as
+    they are), then the new segments ``new_files`` (one file each, written with
+    ``store.write_state_part(DATA_STATE, segment_arrays(...))``); the models are kept.
+    Returns the new version's generation."""
+    groups = [layout.files[i] for i in keep] + [(f,) for f in new_files]
+    scalars = {
+        SEGMENTS_KEY: " ".join(str(len(g)) for g in groups),
+        "bow.n_words": layout.n_words,
+    }
+    files = [f for g in groups for f in g]
+    return store.save_states({}, written={DATA_STATE: (scalars, files)})

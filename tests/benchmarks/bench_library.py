@@ -1,0 +1,203 @@
+"""What one operation costs on a large library: add, remove, rescan, query, size.
+
+Run (a library of real SIFT photos, built once in /tmp, never committed)::
+
+    nice python tests/benchmarks/bench_library.py --n 10000 [--dir /tmp/simile_library]
+        [--code DIR ...] [--repeat 1]
+
+The library is ``--n`` realistic views of the 500 UKBench dev photos
+(:func:`bench_scale.random_view`: crop, rotation, perspective, lighting, noise, blur, JPEG;
+320x240), written to ``<dir>_<n>/`` and indexed once with the real ``simile index --jobs
+2`` (its time and photos/s are reported). Photos to add are further views of other
+seeds (``<dir>_<n>_extra/``).
+
+Then, for each ``--code`` checkout (default: this one; pass another checkout, e.g. a
+``git worktree`` of an older commit, to compare in ONE run on the same machine state),
+every operation is run as a whole ``simile`` process on a private copy of the index
+(``cp -a``; each checkout starts from the same index):
+
+- ``rescan``: ``simile index`` with nothing changed;
+- ``add 1`` / ``add 100``: that many new photos copied into the folder, ``simile index``
+  (their own extraction included: it is reported apart, measured as the same photos'
+  decode + SIFT in this process);
+- ``remove 1``: one photo deleted, ``simile index``;
+- ``query``: ``simile query FOLDER IMAGE --json`` of a photo outside the folder, whole
+  process, and its peak RSS (``/usr/bin/time``-like ``ru_maxrss`` of the child);
+- the index size on disk (``du``) after the operations, per photo.
+
+The folder is restored after each checkout's run. Ratios between checkouts are the
+numbers to read: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+
+def _simile(code: Path, args: list[str]) -> tuple[float, str]:
+    """Run ``simile ARGS`` from checkout ``code``: wall seconds and stdout."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", *args]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=code)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {proc.stderr[-1500:]}")
+    return wall, proc.stdout
+
+
+def _peak_rss(code: Path, args: list[str]) -> tuple[float, float]:
+    """Whole-process wall time and peak RSS (GB) of ``simile ARGS`` in a wrapper process
+    (``ru_maxrss`` of its only child)."""
+    wrapper = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "subprocess.run(sys.argv[1:], check=True, capture_output=True)\n"
+        "w = time.perf_counter() - t\n"
+        "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", *args]
+    out = subprocess.run(
+        [sys.executable, "-c", wrapper, *cmd], env=env, capture_output=True, text=True,
+        check=True, cwd=code,
+    ).stdout.split()  # fmt: skip
+    return float(out[0]), float(out[1]) / 1024**2
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def build(n: int, base: Path, code: Path) -> tuple[Path, Path]:
+    """The library folder of ``n`` views and the folder of photos to add; the folder is
+    indexed with checkout ``code`` (the oldest compared: newer ones read its index)."""
+    from bench_scale import make_views
+
+    folder = Path(f"{base}_{n}")
+    extra = Path(f"{base}_{n}_extra")
+    per = -(-n // 500)
+    if len(list(folder.glob("*.jpg"))) != n:
+        shutil.rmtree(folder, ignore_errors=True)
+        t = time.perf_counter()
+        make_views(folder, per, seed=1)
+        for p in sorted(folder.glob("*.jpg"))[n:]:
+            p.unlink()
+        print(f"wrote {n} views in {time.perf_counter() - t:.0f} s", flush=True)
+    if len(list(extra.glob("*.jpg"))) < 101:
+        shutil.rmtree(extra, ignore_errors=True)
+        make_views(extra, 1, seed=7, images=np.arange(101))
+    if not (folder / ".simile").is_dir() and not Path(f"{folder}.index").is_dir():
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall, _ = _simile(code, ["index", str(folder), "--jobs", "2", "--json"])
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+        print(
+            f"first index of {n}: {wall:.0f} s wall ({n / wall:.0f} photos/s), {cpu:.0f} s CPU",
+            flush=True,
+        )
+    return folder, extra
+
+
+def extraction_floor(photos: list[Path]) -> float:
+    """Seconds to decode and extract the SIFT features of ``photos`` here."""
+    sys.path.insert(0, str(ROOT))
+    from engine.features.keypoints import extract_features
+
+    t = time.perf_counter()
+    for p in photos:
+        extract_features(p)
+    return time.perf_counter() - t
+
+
+def run(code: Path, folder: Path, extra: Path, pristine: Path, repeat: int) -> dict:
+    index = folder / ".simile"
+    shutil.rmtree(index, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(pristine), str(index)], check=True)
+    out: dict[str, float] = {}
+    idx = ["index", str(folder), "--jobs", "2", "--json"]
+    added: list[Path] = []
+    removed: list[tuple[Path, bytes]] = []
+    try:
+        # a first rescan makes the copy this checkout's own (a format migration, if any)
+        out["first rescan"] = _simile(code, idx)[0]
+        out["rescan"] = min(_simile(code, idx)[0] for _ in range(repeat))
+        extras = sorted(extra.glob("*.jpg"))
+        for k, label in ((1, "add 1"), (100, "add 100")):
+            times = []
+            for _ in range(repeat):
+                batch = extras[len(added) : len(added) + k]
+                if len(batch) < k:
+                    break
+                for p in batch:
+                    shutil.copy(p, folder / p.name)
+                    added.append(folder / p.name)
+                times.append(_simile(code, idx)[0])
+            out[label] = min(times)
+        photos = sorted(folder.glob("ukbench*.jpg"))
+        times = []
+        for r in range(repeat):
+            victim = photos[17 + r]
+            removed.append((victim, victim.read_bytes()))
+            victim.unlink()
+            times.append(_simile(code, idx)[0])
+        out["remove 1"] = min(times)
+        q = extras[-1]
+        runs = [_peak_rss(code, ["query", str(folder), str(q), "--json"]) for _ in range(repeat)]
+        out["query"] = min(w for w, _ in runs)
+        out["query peak GB"] = max(r for _, r in runs)
+        out["index KB/photo"] = _du(index) / 1024 / len(list(folder.glob("*.jpg")))
+    finally:
+        for p in added:
+            p.unlink(missing_ok=True)
+        for p, data in removed:
+            p.write_bytes(data)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--dir", default="/tmp/simile_library")
+    ap.add_argument(
+        "--code", action="append", default=None, help="checkout(s) to compare, oldest first"
+    )
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args(argv)
+    codes = [Path(c).resolve() for c in (args.code or [str(ROOT)])]
+    pristine = Path(f"{args.dir}_{args.n}.index")
+    folder, extra = build(args.n, Path(args.dir), codes[0])
+    if not pristine.is_dir():
+        shutil.move(str(folder / ".simile"), pristine)
+    floor = extraction_floor(sorted(extra.glob("*.jpg"))[:100])
+    print(f"decode + SIFT of the photos added: {floor / 100:.3f} s a photo", flush=True)
+    table = {}
+    try:
+        for code in codes:
+            table[str(code)] = run(code, folder, extra, pristine, args.repeat)
+            print(json.dumps({str(code): table[str(code)]}), flush=True)
+    finally:
+        shutil.rmtree(folder / ".simile", ignore_errors=True)
+    keys = list(next(iter(table.values())))
+    print(f"\n{args.n} photos | " + " | ".join(Path(c).name for c in table))
+    for k in keys:
+        print(f"{k:>16} | " + " | ".join(f"{table[c][k]:.2f}" for c in table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,242 @@
+"""The search data as segments (engine.index.segments): an update writes what changed,
+and the segments always hold what one whole build would."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from engine.collection import Collection
+from engine.index import files, segments
+from engine.index.encode import encode
+from engine.index.keys import DATA_STATE, MODELS_STATE
+from engine.index.manifest import read_snapshot
+from engine.index.segments import live_masks, plan_merges
+from engine.index.states import SEGMENTS_KEY, segment_files
+
+NAMES = (
+    "astronaut", "brick", "coffee", "camera", "chelsea", "rocket", "coins", "grass",
+    "gravel", "astronaut_crop", "brick_crop", "coffee_light", "camera_crop",
+    "chelsea_crop", "coins_crop", "grass_crop",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, demo_folder):
+    """Demo photos at a third of their size (indexed many times here)."""
+    import cv2
+
+    out = tmp_path_factory.mktemp("seg_demo")
+    for n in NAMES:
+        img = cv2.imread(str(demo_folder / f"{n}.jpg"))
+        cv2.imwrite(str(out / f"{n}.jpg"), cv2.resize(img, None, fx=0.35, fy=0.35))
+    return out
+
+
+def _add(small, folder, names):
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copy(small / f"{n}.jpg", folder / f"{n}.jpg")
+
+
+def _index(folder):
+    with Collection.open(folder) as col:
+        gen = col.update(jobs=1)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+
+def _entry(folder):
+    snap = read_snapshot(folder / ".simile" / "states")
+    e = snap.entries[DATA_STATE]
+    return snap, segment_files(snap.states_dir, DATA_STATE, e.scalars, e.files)
+
+
+def _check_whole(folder):
+    """A reader's search data is exactly the stored features encoded with the models,
+    one row per usable photo; queries answer."""
+    with Collection.open(folder, readonly=True) as col:
+        models, data = col.searcher.ensure()
+        ids = col.store.ids("ok")
+        want = encode(models, ids, [f.descriptors for _, f in col.store.iter_features(ids)])
+        assert np.array_equal(data.ids, want.ids)
+        for part in ("vocab", "uniform"):
+            x, y = getattr(data, part), getattr(want, part)
+            assert np.array_equal(x.indptr, y.indptr)
+            np.testing.assert_allclose(x.values, y.values, rtol=1e-6)
+            assert np.array_equal(x.row_keys(slice(None)), y.row_keys(slice(None)))
+        assert abs(data.bow - want.bow).max() < 1e-6
+        assert np.array_equal(data.wta, want.wta) and np.array_equal(data.rh, want.rh)
+        first = col.paths()[0]
+        assert col.query(first, method="vocabulary", top=1)[0].path == first
+        return data
+
+
+def test_adding_photos_writes_one_segment_and_keeps_the_others(tmp_path, small):
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:6])
+    _index(folder)
+    snap0, groups0 = _entry(folder)
+    models0 = snap0.entries[MODELS_STATE].files
+    _add(small, folder, NAMES[6:8])
+    summary = _index(folder)
+    assert summary.indexed == 2
+    snap1, groups1 = _entry(folder)
+    # the first segment's files are the same files; one new file of two rows; the
+    # models were not written again
+    assert groups1[0] == groups0[0] and len(groups1) == 2 and len(groups1[1]) == 1
+    assert snap1.entries[MODELS_STATE].files == models0
+    with Collection.open(folder, readonly=True) as col:
+        st = col.store.load_state(DATA_STATE)
+        assert [len(s["ids"]) for s in st[SEGMENTS_KEY]] == [6, 2]
+    _check_whole(folder)
+    # nothing changed: nothing is written at all
+    before = sorted(os.listdir(folder / ".simile" / "states"))
+    gen = snap1.generation
+    assert _index(folder).indexed == 0
+    assert read_snapshot(folder / ".simile" / "states").generation == gen
+    assert sorted(os.listdir(folder / ".simile" / "states")) == before
+
+
+def test_removing_and_changing_photos_need_no_rewrite(tmp_path, small):
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:8])
+    _index(folder)
+    snap0, groups0 = _entry(folder)
+    (folder / f"{NAMES[2]}.jpg").unlink()
+    _index(folder)
+    snap1, groups1 = _entry(folder)
+    assert groups1 == groups0 and snap1.generation == snap0.generation  # catalogue only
+    data = _check_whole(folder)
+    assert data.ids.size == 7
+    # a photo changed: same id, new content; its new row is a new segment, the old row
+    # is dead (and never answers)
+    shutil.copy(small / "coins_crop.jpg", folder / f"{NAMES[3]}.jpg")
+    os.utime(folder / f"{NAMES[3]}.jpg", ns=(10**9, 10**9))
+    _index(folder)
+    _, groups2 = _entry(folder)
+    assert groups2[0] == groups0[0] and len(groups2) == 2
+    data = _check_whole(folder)
+    assert data.ids.size == 7 and np.unique(data.ids).size == 7
+
+
+def test_merges_keep_few_segments_and_the_same_data(tmp_path, small, monkeypatch):
+    monkeypatch.setattr(segments, "MERGE_FACTOR", 2)
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:4])
+    _index(folder)
+    counts = []
+    for name in NAMES[4:]:
+        _add(small, folder, [name])
+        _index(folder)
+        _, groups = _entry(folder)
+        counts.append(len(groups))
+        _check_whole(folder)
+    # one segment per tier at most (factor 2): log2(16) + 1
+    assert max(counts) <= 5 and min(counts[4:]) < max(counts)
+    # only files of the current version are left
+    snap, _ = _entry(folder)
+    left = set(os.listdir(folder / ".simile" / "states")) - {"MANIFEST.json"}
+    assert left == snap.files()
+
+
+def test_dead_rows_are_compacted(tmp_path, small):
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:8])
+    _index(folder)
+    _add(small, folder, NAMES[8:12])
+    _index(folder)
+    _, groups = _entry(folder)
+    assert len(groups) == 2
+    for n in NAMES[8:11]:  # 3 of the second segment's 4 rows die: it is rewritten
+        (folder / f"{n}.jpg").unlink()
+    _add(small, folder, NAMES[12:13])
+    _index(folder)
+    _, groups2 = _entry(folder)
+    assert groups2[0] == groups[0] and groups[1] not in groups2
+    with Collection.open(folder, readonly=True) as col:
+        st = col.store.load_state(DATA_STATE)
+        assert sum(len(s["ids"]) for s in st[SEGMENTS_KEY]) == 10  # no dead row stored
+    _check_whole(folder)
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stage", ["before", "after"])
+def test_a_crash_at_any_write_of_an_update_with_a_merge(tmp_path, small, monkeypatch, stage):
+    """A crash (or a full disk) at each file write of an update that adds a segment and
+    merges: the index opens and answers, and the next run completes it."""
+    monkeypatch.setattr(segments, "MERGE_FACTOR", 2)
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:4])
+    _index(folder)
+    _add(small, folder, NAMES[4:5])
+    _index(folder)  # two segments (4 and 1 rows)
+    backup = tmp_path / "backup"
+    shutil.copytree(folder / ".simile", backup)
+    _add(small, folder, NAMES[5:6])  # a third: tier 0 holds 2, they merge
+    writes = []
+
+    def count(where, path):
+        if where == "before":
+            writes.append(path.name)
+
+    monkeypatch.setattr(files, "WRITE_HOOK", count)
+    _index(folder)
+    monkeypatch.setattr(files, "WRITE_HOOK", None)
+    assert any(w.startswith("search.data.") for w in writes)
+    for n in range(1, len(writes) + 1):
+        shutil.rmtree(folder / ".simile")
+        shutil.copytree(backup, folder / ".simile")
+        seen = []
+        exc = Crash() if stage == "after" else OSError(errno.ENOSPC, "No space left")
+
+        def hook(where, path, n=n, exc=exc, seen=seen):
+            if where == stage:
+                seen.append(path.name)
+                if len(seen) == n:
+                    raise exc
+
+        monkeypatch.setattr(files, "WRITE_HOOK", hook)
+        with pytest.raises(type(exc)):
+            _index(folder)
+        monkeypatch.setattr(files, "WRITE_HOOK", None)
+        data = _check_whole(folder)
+        assert data.ids.size in (5, 6)
+        _index(folder)
+        assert _check_whole(folder).ids.size == 6
+
+
+def test_plan_merges():
+    f = segments.MERGE_FACTOR
+    assert plan_merges([], []) == []
+    assert plan_merges([1000, 3, 2], [1000, 3, 2]) == []
+    small = [1] * f
+    assert plan_merges([1000, *small], [1000, *small]) == list(range(1, f + 1))
+    # a segment mostly dead is rewritten, an all-dead one is dropped unread
+    assert plan_merges([1000, 4, 0], [1000, 10, 5]) == [1]
+    assert plan_merges([400, 1000], [1000, 1000]) == [0]
+
+
+def test_live_masks_newest_live_row_wins():
+    ids = np.array([1, 2, 3, 5], np.int64)
+    keys = np.array([10, 20, 30, 50], np.uint64)
+    seg_ids = [np.array([1, 2, 3, 4]), np.array([3, 5]), np.array([2])]
+    seg_keys = [np.array([10, 20, 31, 40], np.uint64), np.array([30, 50], np.uint64), None]
+    m = live_masks(seg_ids, seg_keys, ids, keys)
+    # 1 live in the first; 2: the third segment (no keys) is newer; 3: the old row's key is
+    # stale; 4 is gone
+    assert [x.tolist() for x in m] == [
+        [True, False, False, False],
+        [True, True],
+        [True],
+    ]
