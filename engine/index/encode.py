@@ -52,6 +52,7 @@ __all__ = [
     "descriptor_sets",
     "embedding",
     "encode",
+    "pyramid_from_state",
     "pyramid_state",
     "rehash_bits",
     "stacked",
@@ -111,7 +112,14 @@ class EncodedImages:
         return st
 
     @classmethod
-    def from_state(cls, st: dict[str, Any], *, consume: bool = False) -> EncodedImages:
+    def from_state(
+        cls,
+        st: dict[str, Any],
+        *,
+        consume: bool = False,
+        copy: bool = True,
+        uniform: bool = True,
+    ) -> EncodedImages:
         """Rebuild from :meth:`to_state`.
 
         The vocabulary pyramids are saved with their columns and loaded without their
@@ -123,30 +131,22 @@ class EncodedImages:
         allocations: the random gathers of exact scoring are about twice as fast there
         (measured: 19 -> 9 ms per query at 10,000 images). With ``consume`` the arrays are
         popped from ``st`` one by one, so each buffer is freed as soon as it is copied and
-        the peak memory of loading stays near the size of the index.
+        the peak memory of loading stays near the size of the index. Without ``copy`` the
+        arrays are kept as read (segments about to be concatenated: the concatenation
+        copies them anyway). Without ``uniform`` the uniform pyramids are not read (the
+        result's ``uniform`` is None: set by the caller, e.g. read on first use,
+        :mod:`engine.index.segments`).
         """
         get = st.pop if consume else st.get
 
         def own(key: str, dtype: type) -> np.ndarray:
             a = np.asarray(get(key), dtype)
-            return a if a.flags.owndata else a.copy()
+            return a if a.flags.owndata or not copy else a.copy()
 
         ids = own("ids", np.int64)
-        ixs = {}
-        for name in ("vocab", "uniform"):
-            has_cols = f"{name}.cols" in st
-            if has_cols:
-                get(f"{name}.keys", None)  # not kept
-                keys = None
-                columns = (own(f"{name}.ukeys", np.int64), own(f"{name}.cols", np.int32))
-            else:
-                keys, columns = own(f"{name}.keys", np.int64), None
-            ixs[name] = IntersectionIndex(
-                own(f"{name}.indptr", np.int64),
-                keys,
-                own(f"{name}.values", np.float32),
-                columns=columns,
-            )
+        ixs: dict[str, IntersectionIndex | None] = {"uniform": None}
+        for name in ("vocab", "uniform") if uniform else ("vocab",):
+            ixs[name] = pyramid_from_state(st, name, own, get)
         bow = sp.csr_matrix(
             (
                 own("bow.data", np.float32),
@@ -164,7 +164,7 @@ class EncodedImages:
         return EncodedImages(
             self.ids[rows],
             self.vocab.subset(rows),
-            self.uniform.subset(rows),
+            None if self.uniform is None else self.uniform.subset(rows),
             self.bow[rows],
             self.wta[rows],
             self.rh[rows],
@@ -178,7 +178,9 @@ class EncodedImages:
         already concatenated)."""
         if len(parts) == 1 and uniform is None:  # no copy (a loaded index keeps its arrays)
             return parts[0]
-        if uniform is None:
+        if uniform is None and any(p.uniform is None for p in parts):
+            vocab = IntersectionIndex.concat([p.vocab for p in parts])  # (none kept)
+        elif uniform is None:
             # the two pyramids' merges (sorts and copies, without the GIL) side by side
             vocab, uniform = thread_map(
                 IntersectionIndex.concat, [[p.vocab for p in parts], [p.uniform for p in parts]]
@@ -193,6 +195,25 @@ class EncodedImages:
             np.concatenate([p.wta for p in parts]),
             np.concatenate([p.rh for p in parts]),
         )
+
+
+def pyramid_from_state(
+    st: dict[str, Any], name: str, own: Any, get: Any | None = None
+) -> IntersectionIndex:
+    """Pyramids ``name`` (``"vocab"`` or ``"uniform"``) of a state of
+    :class:`EncodedImages`: by columns when saved with them (their keys are not kept),
+    else by key. ``own(key, dtype)`` takes an array out of ``st``; ``get`` reads (or pops)
+    what is not kept."""
+    get = st.get if get is None else get
+    if f"{name}.cols" in st:
+        get(f"{name}.keys", None)  # not kept
+        keys = None
+        columns = (own(f"{name}.ukeys", np.int64), own(f"{name}.cols", np.int32))
+    else:
+        keys, columns = own(f"{name}.keys", np.int64), None
+    return IntersectionIndex(
+        own(f"{name}.indptr", np.int64), keys, own(f"{name}.values", np.float32), columns=columns
+    )
 
 
 def pyramid_state(name: str, ix: IntersectionIndex) -> dict[str, np.ndarray]:

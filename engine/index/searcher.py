@@ -72,13 +72,14 @@ from engine.index.encode import (
 )
 from engine.index.ingest import IngestProgress, IngestSummary, ingest
 from engine.index.keys import DATA_STATE, MODELS_STATE
+from engine.index.manifest import SNAPSHOT_TRIES
 from engine.index.search import IntersectionIndex
 from engine.index.segments import (
-    assemble,
     commit_segments,
     live_masks,
     load_segments,
     plan_merges,
+    read_data,
     read_layout,
     segment_arrays,
 )
@@ -316,17 +317,30 @@ class Searcher:
                     path=store.states_dir / "MANIFEST.json",
                 )
             return None, None, None, snap.token(SEARCH_STATES)
-        try:
-            snap, states = store.load_version([n for n in SEARCH_STATES if snap.has(n)])
-        except KeyError:  # deleted by a commit meanwhile
-            return None, None, None, store.snapshot().token(SEARCH_STATES)
-        token = snap.token(SEARCH_STATES)
-        try:
-            models = fit.SearchModels.from_state(states[MODELS_STATE])
-            st = states.get(DATA_STATE)
-            data, data_keys = (None, None) if st is None else assemble(st, rows.ids, rows.keys)
-        except (KeyError, ValueError):
-            return None, None, None, token
+        for attempt in range(SNAPSHOT_TRIES):
+            try:
+                snap, states = store.load_version([MODELS_STATE])
+            except KeyError:  # deleted by a commit meanwhile
+                return None, None, None, store.snapshot().token(SEARCH_STATES)
+            token = snap.token(SEARCH_STATES)
+            try:
+                models = fit.SearchModels.from_state(states[MODELS_STATE])
+                data, data_keys = None, None
+                if DATA_STATE in snap.entries:
+                    data, data_keys = read_data(snap, rows.ids, rows.keys)
+                elif snap.has(DATA_STATE):  # damaged (a legacy JSON)
+                    store.load_version([DATA_STATE])  # raises IndexCorruptError
+                break
+            except FileNotFoundError as exc:
+                # a writer committed, and collected the files of the version read
+                if attempt + 1 == SNAPSHOT_TRIES:
+                    raise IndexCorruptError(
+                        f"a saved state of the index {store.index_dir} is damaged "
+                        f"(states/{Path(exc.filename or '?').name}: missing)",
+                        path=Path(exc.filename or store.states_dir),
+                    ) from exc
+            except (KeyError, ValueError):
+                return None, None, None, token
         if data is not None:
             if not compatible(models, data):
                 if not save:

@@ -30,19 +30,25 @@ of each segment). An index written before segments holds one segment.
   photo again and commit the models with a single new segment, atomically.
 
 A reader loads every segment, keeps its live rows and concatenates them
-(:func:`assemble`); queries then run as on one state.
+(:func:`read_data`); queries then run as on one state. The uniform pyramids, three
+quarters of the bytes and used by the ``uniform`` method alone, are read only when first
+used (:class:`LazyIndex`).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.index.encode import ROW_KEYS, EncodedImages
+from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
 from engine.index.keys import DATA_STATE
+from engine.index.search import IntersectionIndex
 from engine.index.states import NPZ_ERRORS, SEGMENTS_KEY, segment_files
 from engine.index.store_errors import IndexCorruptError
 
@@ -55,11 +61,12 @@ __all__ = [
     "MERGE_FACTOR",
     "MIN_LIVE",
     "Layout",
-    "assemble",
+    "LazyIndex",
     "commit_segments",
     "live_masks",
     "load_segments",
     "plan_merges",
+    "read_data",
     "read_layout",
     "segment_arrays",
 ]
@@ -263,8 +270,15 @@ def segment_arrays(data: EncodedImages, keys: np.ndarray) -> dict[str, np.ndarra
 
 
 def _read_group(
-    snap: Snapshot, handles: Mapping[str, IO[bytes]], group: Sequence[str]
+    snap: Snapshot,
+    handles: Mapping[str, IO[bytes]],
+    group: Sequence[str],
+    *,
+    skip: str | None = None,
+    only: str | None = None,
 ) -> dict[str, Any]:
+    """The arrays of one segment's files (but those whose name starts with ``skip``; only
+    those starting with ``only``)."""
     out: dict[str, Any] = {}
     for file in group:
         try:
@@ -272,7 +286,10 @@ def _read_group(
             fh.seek(0)
             with np.load(fh, allow_pickle=False) as npz:
                 for k in npz.files:
-                    out[k] = npz[k]
+                    if (skip is None or not k.startswith(skip)) and (
+                        only is None or k.startswith(only)
+                    ):
+                        out[k] = npz[k]
         except NPZ_ERRORS as exc:
             raise IndexCorruptError(
                 f"the saved state {DATA_STATE!r} of the index {snap.states_dir.parent} is "
@@ -300,61 +317,135 @@ def load_segments(
             fh.close()
 
 
-def assemble(
-    state: Mapping[str, Any], ids: np.ndarray, keys: np.ndarray
-) -> tuple[EncodedImages, np.ndarray | None]:
-    """The search data of a loaded ``search.data`` state: the live rows of its segments
-    (:func:`live_masks` against the catalogue's usable ``ids`` and their ``keys``), in
-    ascending id order, and their row keys (None: an index written before row keys, whose
-    one segment is returned whole for the caller to check).
+class LazyIndex:
+    """Pyramids read on first use: stands for an
+    :class:`~engine.index.search.IntersectionIndex` (every attribute is the loaded
+    index's). A reader's uniform pyramids are three quarters of the search data's bytes
+    and only the ``uniform`` method reads them: a query by any other method never loads
+    them.
 
     Parameters
     ----------
-    state : mapping
-        ``IndexStore.load_states([DATA_STATE])[DATA_STATE]``: one segment's arrays, or
-        the scalars and, under :data:`~engine.index.states.SEGMENTS_KEY`, one dict of
-        arrays per segment. Consumed.
-    ids : (n,) int64
-    keys : (n,) uint64
+    load : callable
+        ``load() -> IntersectionIndex``, called once (thread-safe).
+    close : callable
+        Called once ``load`` has run, or when this object is collected unloaded (releases
+        the files it would read).
+    """
+
+    def __init__(self, load: Any, close: Any) -> None:
+        self._load, self._ix, self._lock = load, None, threading.Lock()
+        self._finalizer = weakref.finalize(self, close)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the pyramids were read."""
+        return self._ix is not None
+
+    def get(self) -> IntersectionIndex:
+        """The pyramids (read now when not yet)."""
+        with self._lock:
+            if self._ix is None:
+                try:
+                    self._ix = self._load()
+                finally:
+                    self._load = None
+                    self._finalizer()
+            return self._ix
+
+    def __len__(self) -> int:
+        return len(self.get())
+
+    def __getattr__(self, name: str) -> Any:
+        # (called for what this object lacks: everything of the index, even private
+        # attributes other code reads, e.g. IntersectionIndex.concat)
+        if name.startswith("__") or name in ("_load", "_ix", "_lock", "_finalizer"):
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+
+def read_data(
+    snap: Snapshot, ids: np.ndarray, keys: np.ndarray
+) -> tuple[EncodedImages, np.ndarray | None]:
+    """A reader's search data of version ``snap``: the live rows of its segments
+    (:func:`live_masks` against the catalogue's usable ``ids`` and their row ``keys``), in
+    ascending id order, and their row keys (None: an index written before row keys, whose
+    one segment is returned whole for the caller to check). The uniform pyramids are a
+    :class:`LazyIndex`, read from the same files when first used.
 
     Raises
     ------
-    KeyError, ValueError
-        A segment lacks arrays, or they do not fit (another version's format).
+    KeyError
+        No search data in ``snap``.
+    FileNotFoundError
+        A file is gone (a writer committed meanwhile: read the manifest again).
+    IndexCorruptError
+        A file is damaged.
+    ValueError
+        The arrays do not fit together (another version's format).
     """
-    n_words = state["bow.n_words"]
-    groups = state.get(SEGMENTS_KEY)
-    if not isinstance(groups, list):  # an index written before segments: one segment
-        st = dict(state)
-        row_keys = st.pop(ROW_KEYS, None)
-        data = EncodedImages.from_state(st, consume=True)
-        if row_keys is None or row_keys.shape != data.ids.shape:
-            return data, None
-        groups = [None]
-        parts = [(data, np.asarray(row_keys, np.uint64))]
+    entry = snap.entries[DATA_STATE]
+    groups = segment_files(snap.states_dir, DATA_STATE, entry.scalars, entry.files)
+    handles = snap.open([DATA_STATE])[DATA_STATE]
+    parts: list[tuple[EncodedImages, np.ndarray | None]] = []
+    try:
+        for group in groups:
+            st = _read_group(snap, handles, group, skip="uniform.")
+            st["bow.n_words"] = entry.scalars["bow.n_words"]
+            row_keys = st.pop(ROW_KEYS, None)
+            data = EncodedImages.from_state(st, consume=True, copy=len(groups) == 1, uniform=False)
+            if row_keys is not None and row_keys.shape != data.ids.shape:
+                row_keys = None
+            parts.append((data, None if row_keys is None else np.asarray(row_keys, np.uint64)))
+    except BaseException:
+        _close(handles)
+        raise
+    if len(parts) == 1 and parts[0][1] is None:  # written before row keys: whole
+        data = parts[0][0]
+        rows: list[np.ndarray | None] = [None]
+        order = None
+        data_keys = None
     else:
-        parts = []
-        for st in groups:
-            st["bow.n_words"] = n_words
-            row_keys = np.asarray(st.pop(ROW_KEYS), np.uint64)
-            parts.append((EncodedImages.from_state(st, consume=True), row_keys))
-    masks = live_masks([p.ids for p, _ in parts], [k for _, k in parts], ids, keys)
-    kept = []
-    for (data, row_keys), mask in zip(parts, masks, strict=True):
-        if mask.all():
-            kept.append((data, row_keys))
-        elif mask.any():
-            rows = np.flatnonzero(mask)
-            kept.append((data.subset(rows), row_keys[rows]))
-    if not kept:
-        data, row_keys = parts[0][0].subset(np.zeros(0, np.int64)), parts[0][1][:0]
-    else:
+        if any(k is None for _, k in parts):
+            _close(handles)
+            raise ValueError("a segment of the search data has no row keys")
+        masks = live_masks([d.ids for d, _ in parts], [k for _, k in parts], ids, keys)
+        rows = [None if m.all() else np.flatnonzero(m) for m in masks]
+        kept = [
+            (d, k) if r is None else (d.subset(r), k[r])
+            for (d, k), r in zip(parts, rows, strict=True)
+        ]
         data = EncodedImages.concat([d for d, _ in kept])
-        row_keys = np.concatenate([k for _, k in kept])
-    order = np.argsort(data.ids, kind="stable")
-    if not np.array_equal(order, np.arange(order.size)):
-        data, row_keys = data.subset(order), row_keys[order]
-    return data, row_keys
+        data_keys = np.concatenate([k for _, k in kept])
+        order = np.argsort(data.ids, kind="stable")
+        if np.array_equal(order, np.arange(order.size)):
+            order = None
+        else:
+            data, data_keys = data.subset(order), data_keys[order]
+
+    def load() -> IntersectionIndex:
+        ixs = []
+        for group, r in zip(groups, rows, strict=True):
+            st = _read_group(snap, handles, group, only="uniform.")
+            ix = pyramid_from_state(st, "uniform", partial(_take, st, len(groups) == 1))
+            ixs.append(ix if r is None else ix.subset(r))
+        ix = ixs[0] if len(ixs) == 1 else IntersectionIndex.concat(ixs)
+        return ix if order is None else ix.subset(order)
+
+    data.uniform = LazyIndex(load, lambda: _close(handles))
+    return data, data_keys
+
+
+def _take(st: dict[str, Any], copy: bool, key: str, dtype: type) -> np.ndarray:
+    """Array ``key`` popped from ``st`` as ``dtype``, copied into memory of its own with
+    ``copy`` (see :meth:`EncodedImages.from_state`)."""
+    a = np.asarray(st.pop(key), dtype)
+    return a.copy() if copy and not a.flags.owndata else a
+
+
+def _close(handles: Mapping[str, IO[bytes]]) -> None:
+    for fh in handles.values():
+        fh.close()
 
 
 def commit_segments(

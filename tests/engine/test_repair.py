@@ -78,6 +78,17 @@ def _largest(folder, pattern):
     return max(folder.glob(pattern), key=os.path.getsize)
 
 
+def _data_file(idx, member):
+    """The search data file holding array ``member``."""
+    import zipfile
+
+    for f in sorted((idx / "states").glob("search.data.*.npz")):
+        with zipfile.ZipFile(f) as z:
+            if f"{member}.npy" in z.namelist():
+                return f
+    raise AssertionError(member)
+
+
 def _to_legacy(idx):
     """Rewrite the states the way indexes before the manifest kept them."""
     states = idx / "states"
@@ -93,7 +104,9 @@ DAMAGE = {
     "chunk bytes": lambda i: _overwrite(_largest(i / "features", "c*.npy"), 400),
     "chunk header": lambda i: _overwrite(_largest(i / "features", "c*.npy"), 10, b"x" * 16),
     "chunk missing": lambda i: os.remove(_largest(i / "features", "c*.npy")),
-    "data npz": lambda i: _overwrite(_largest(i / "states", "search.data.*.npz"), 3000),
+    "data npz": lambda i: _overwrite(_data_file(i, "vocab.values"), 3000),
+    # (the uniform pyramids are read only by the uniform method: see below)
+    "uniform npz": lambda i: _overwrite(_data_file(i, "uniform.values"), 3000),
     "data npz truncated": lambda i: os.truncate(_largest(i / "states", "search.data.*.npz"), 600),
     "models npz missing": lambda i: os.remove(next((i / "states").glob("search.models.*.npz"))),
     "manifest": lambda i: _overwrite(i / "states" / MANIFEST_NAME, 40, b"}}"),
@@ -117,6 +130,13 @@ def test_damaged_file_is_one_line_then_repair_answers_like_a_clean_build(
     got = _answers(capsys, folder)
     if kind == "marker":  # readers do not need the marker
         assert got == reference
+    elif kind == "uniform npz":
+        # a query that does not read the damaged pyramids answers as before; one that
+        # reads them gets the one-line error
+        assert got == reference
+        code, _, err = _cli(capsys, "query", folder, folder / "brick.jpg", "--method", "uniform")
+        assert code != 0 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert f"run 'simile index {folder} --repair'" in err
     else:
         code, err = got
         assert code != 0 and len(err.splitlines()) == 1, err

@@ -240,3 +240,21 @@ def test_live_masks_newest_live_row_wins():
         [True, True],
         [True],
     ]
+
+
+def test_a_reader_reads_the_uniform_pyramids_only_when_a_query_needs_them(tmp_path, small):
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:6])
+    _index(folder)
+    _add(small, folder, NAMES[6:8])
+    _index(folder)
+    for method, loaded in (("hybrid", False), ("vocabulary", False), ("uniform", True)):
+        with Collection.open(folder, readonly=True) as col:
+            hits = col.query(folder / f"{NAMES[7]}.jpg", method=method, top=3)
+            assert hits[0].path.name == f"{NAMES[7]}.jpg"
+            uniform = col.searcher.data.uniform
+            assert isinstance(uniform, segments.LazyIndex)
+            assert uniform.loaded == loaded, method
+    # the lazily read pyramids are the live rows, in the data's order
+    data = _check_whole(folder)
+    assert data.uniform.loaded
