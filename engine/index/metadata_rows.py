@@ -22,6 +22,7 @@ __all__ = [
     "METADATA_BY_ID_SQL",
     "METADATA_BY_PATH_SQL",
     "count_metadata",
+    "count_stored",
     "delete_by_path",
     "has_metadata_table",
     "metadata_of",
@@ -104,6 +105,40 @@ def count_metadata(metas: Iterable[PhotoMetadata]) -> dict[str, int]:
         out["camera"] += m.camera is not None
         out["gps"] += m.has_gps
     return out
+
+
+#: :func:`count_metadata` in SQL: the rows were written from validated metadata
+#: (:func:`metadata_row`), so a field is known when its JSON value is there and not empty
+#: (CASE, not AND: SQLite may evaluate both sides, and damaged JSON raises)
+_COUNT_SQL = """
+SELECT count(*),
+  coalesce(sum(CASE WHEN json_valid(m.data) THEN m.date_taken IS NOT NULL ELSE 0 END), 0),
+  coalesce(sum(CASE WHEN json_valid(m.data) THEN
+    coalesce(json_extract(m.data, '$.make'), '') != ''
+    OR coalesce(json_extract(m.data, '$.model'), '') != '' ELSE 0 END), 0),
+  coalesce(sum(CASE WHEN json_valid(m.data) THEN
+    json_extract(m.data, '$.latitude') IS NOT NULL
+    AND json_extract(m.data, '$.longitude') IS NOT NULL ELSE 0 END), 0)
+FROM metadata m JOIN images i ON i.id = m.image_id WHERE i.status = 'ok'
+"""
+
+
+def count_stored(q: Query) -> dict[str, int]:
+    """:func:`count_metadata` of every usable photo's stored metadata, counted by SQLite
+    (one query, no row parsed in Python: 100,000 photos' summary in milliseconds).
+
+    Parameters
+    ----------
+    q : callable
+        The store's query function.
+
+    Returns
+    -------
+    dict
+        ``{"read": n, "date_taken": n, "camera": n, "gps": n}``.
+    """
+    read, date, camera, gps = q(_COUNT_SQL, ())[0]
+    return {"read": read, "date_taken": date, "camera": camera, "gps": gps}
 
 
 def has_metadata_table(q: Query) -> bool:

@@ -19,7 +19,7 @@ from engine.index.catalog import CHUNK_TABLE_SQL, forget_chunks, row_keys
 from engine.index.files import check_name, py_path
 from engine.index.manifest import Snapshot
 from engine.index.metadata_rows import (
-    count_metadata,
+    count_stored,
     has_metadata_table,
     read_by_id,
     read_by_path,
@@ -289,5 +289,9 @@ class StoreRows:
             return write_by_id(conn, items)
 
     def metadata_counts(self) -> dict[str, int]:
-        """:func:`engine.index.metadata_rows.count_metadata` of :meth:`metadata`."""
-        return count_metadata(self.metadata().values())
+        """:func:`engine.index.metadata_rows.count_metadata` of :meth:`metadata`, counted
+        in SQL (:func:`~engine.index.metadata_rows.count_stored`)."""
+        if not self._metadata_table():
+            return {"read": 0, "date_taken": 0, "camera": 0, "gps": 0}
+        with self._sql_errors():
+            return count_stored(self._q)

@@ -262,3 +262,28 @@ def test_a_schema_2_catalogue_is_migrated_and_its_photos_get_metadata(tmp_path):
         assert store.missing_metadata() == []
         assert store.path_metadata()[str(a)].date == "2021-06-05"
         assert summary.metadata["read_now"] == 2
+
+
+def test_metadata_counts_in_sql_agree_with_the_parsed_rows(tmp_path):
+    """The summary's counts (SQL, no row parsed) are those of the parsed metadata, also
+    with a damaged row (counted as read, nothing else)."""
+    from engine.index.metadata_rows import count_metadata
+
+    feats = _extract(_pixels())
+    metas = [
+        PhotoMetadata(date_taken="2024-05-01T10:00:00", make="Canon", model="EOS R5"),
+        PhotoMetadata(model="iPhone 15", latitude=48.1, longitude=11.5),
+        PhotoMetadata(make="Nikon", latitude=1.0),  # no longitude: no place
+        PhotoMetadata(iso=200),
+        PhotoMetadata(),
+    ]
+    with IndexStore.open(tmp_path / "idx") as store:
+        ok = [(f"/p/{k}.jpg", 1, 1, f"h{k}", feats) for k in range(len(metas) + 1)]
+        store.write_batch(ok=ok, metadata={f"/p/{k}.jpg": m for k, m in enumerate(metas)})
+        want = count_metadata(store.metadata().values())
+        assert store.metadata_counts() == want == {
+            "read": 5, "date_taken": 1, "camera": 3, "gps": 1,
+        }  # fmt: skip
+        rid = store.id_of("/p/0.jpg")
+        store._write_sql("UPDATE metadata SET data = ? WHERE image_id = ?", ("{nope", rid))
+        assert store.metadata_counts() == count_metadata(store.metadata().values())
