@@ -320,7 +320,7 @@ def claim(index_dir: Path, catalog: Path, *, repair: bool = False) -> None:
     except OSError as exc:
         raise StoreError(f"cannot read the index folder {index_dir}: {exc}") from exc
     own = {CATALOG_NAME, f"{CATALOG_NAME}-wal", f"{CATALOG_NAME}-shm", LOCK_NAME,
-           "features", "arrays", "states"}  # fmt: skip
+           "features", "arrays", "states", "cache"}  # fmt: skip
     if repair:
         own.add(MARKER_NAME)
     refused = IndexFormatError(

@@ -96,6 +96,8 @@ from engine.workflows.keeper import (
     sharpness,
     suggest_keeper,
 )
+from engine.workflows.pair_cache import PairCache, remember, split_remembered
+from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
@@ -144,10 +146,6 @@ DUPLICATE_NEIGHBOURS = 10
 #: Features of one picture finer (scaled into the other) than this quantile of the other
 #: picture's feature scales are not counted by :attr:`PairEvidence.overlap_fraction`.
 VISIBLE_SCALE_QUANTILE = 0.05
-#: Tile side (pixels) of :func:`pixel_agreement`.
-PIXEL_PATCH = 8
-#: Longest side (pixels) pictures are loaded at for :func:`pixel_agreement`.
-PIXEL_SIDE = 1024
 DUPLICATE_BLOCK = 256  # pairs checked side by side
 DUPLICATE_CACHE = 1024  # images' features kept (~250 MB at 500 128-D features)
 
@@ -379,77 +377,6 @@ def _same_geometry(ev: PairEvidence, rule: TierRule) -> bool:
     )
 
 
-def pixel_agreement(
-    gray_a: np.ndarray,
-    gray_b: np.ndarray,
-    homography: np.ndarray,
-    size_a: tuple[int, int],
-    size_b: tuple[int, int],
-    *,
-    patch: int = PIXEL_PATCH,
-) -> float:
-    """How well the fine detail of two aligned pictures agrees.
-
-    The picture with more pixels is shrunk to about the other's scale and warped onto
-    it; both are high-passed (minus a Gaussian blur of sigma 2 px) and compared by
-    normalised cross-correlation in ``patch`` x ``patch`` tiles wholly inside the
-    overlap; the result is the median over the more textured half of the tiles.
-
-    Parameters
-    ----------
-    gray_a, gray_b : (H, W) float32
-        The two pictures in gray levels, any size.
-    homography : (3, 3) float64
-        Maps positions in a picture of ``size_a`` to positions in one of ``size_b``.
-    size_a, size_b : (width, height)
-        The sizes ``homography`` refers to (e.g. ``Features.image_size``).
-    patch : int
-        Tile side in pixels.
-
-    Returns
-    -------
-    float
-        In [-1, 1]; ``nan`` when fewer than 4 textured tiles overlap.
-    """
-    import cv2
-
-    ga, gb = np.asarray(gray_a, np.float32), np.asarray(gray_b, np.float32)
-    sa, sb = ga.shape[1] / size_a[0], gb.shape[1] / size_b[0]
-    m = np.diag([sb, sb, 1.0]) @ homography @ np.diag([1 / sa, 1 / sa, 1.0])  # a -> b pixels
-    if ga.size < gb.size:
-        ga, gb, m = gb, ga, np.linalg.inv(m)
-    scale = abs(np.linalg.det(m[:2, :2])) ** 0.5
-    if 0 < scale < 0.9:  # shrink first: no aliasing in the warp
-        ga = cv2.resize(ga, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-        m = m @ np.diag([1 / scale, 1 / scale, 1.0])
-    h, w = gb.shape
-    warped = cv2.warpPerspective(ga, m, (w, h), flags=cv2.INTER_LINEAR)
-    inside = cv2.warpPerspective(np.ones_like(ga), m, (w, h), flags=cv2.INTER_NEAREST)
-    inside = cv2.erode((inside > 0.5).astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
-    hp_a = warped - cv2.GaussianBlur(warped, (0, 0), 2.0)
-    hp_b = gb - cv2.GaussianBlur(gb, (0, 0), 2.0)
-    th, tw = h // patch, w // patch
-    if th == 0 or tw == 0:
-        return float("nan")
-
-    def tiles(x: np.ndarray) -> np.ndarray:
-        x = x[: th * patch, : tw * patch].reshape(th, patch, tw, patch)
-        return x.transpose(0, 2, 1, 3).reshape(th * tw, patch * patch)
-
-    ok = tiles(inside.astype(np.float32)).min(axis=1) > 0
-    u, v = tiles(hp_a)[ok], tiles(hp_b)[ok]
-    u = u - u.mean(axis=1, keepdims=True)
-    v = v - v.mean(axis=1, keepdims=True)
-    su, sv = np.linalg.norm(u, axis=1), np.linalg.norm(v, axis=1)
-    texture = np.minimum(su, sv)
-    good = texture > 1e-3
-    if good.sum() < 4:
-        return float("nan")
-    ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
-    textured = texture[good] >= np.median(texture[good])
-    return float(np.median(ncc[textured]))
-
-
 def find_duplicates(
     searcher: Searcher,
     threshold: float | None = None,
@@ -609,8 +536,9 @@ def neighbour_evidence(
     _, data = searcher.ensure()
     skip = set(skip)
     todo = [pair for pair in sorted(_neighbour_pairs(searcher, data)) if pair not in skip]
-    paths = searcher.row_paths
-    return _verify(searcher.store, data, paths, todo, cancel, progress, pixel_rule)
+    paths, keys = searcher.row_paths, searcher.data_keys
+    cache = None if keys is None else PairCache.load(searcher.store.index_dir)
+    return _verify(searcher.store, data, paths, todo, cancel, progress, pixel_rule, cache, keys)
 
 
 def _neighbour_pairs(searcher: Searcher, data: EncodedImages) -> set[tuple[int, int]]:
@@ -642,8 +570,12 @@ def _verify(
     cancel: threading.Event | None,
     progress: Callable[[int, int], object] | None,
     pixel_rule: TierRule | None,
+    cache: PairCache | None = None,
+    keys: np.ndarray | None = None,
 ) -> dict[tuple[int, int], PairEvidence]:
-    """:func:`pair_evidence` of the pairs of rows ``todo``, a block at a time."""
+    """:func:`pair_evidence` of the pairs of rows ``todo``, a block at a time: those the
+    ``cache`` remembers (by the rows' ``keys``) are not checked again; the others are
+    added to it and it is saved, also when cancelled (:mod:`.pair_cache`)."""
 
     # features are read on this thread, a block of pairs at a time, through a bounded
     # cache (the pairs are sorted by their first image; 10,000 images' features would
@@ -653,10 +585,15 @@ def _verify(
     def feats(r: int) -> Features:
         return store.get_features(int(data.ids[r]))
 
+    def pixels(ev: PairEvidence) -> bool:
+        return (
+            pixel_rule is not None and ev.homography is not None and _same_geometry(ev, pixel_rule)
+        )
+
     def check(job: tuple[int, int, Features, Features]) -> tuple[int, int, PairEvidence]:
         i, j, fa, fb = job
         ev = pair_evidence(fa, fb)
-        if pixel_rule is not None and ev.homography is not None and _same_geometry(ev, pixel_rule):
+        if pixels(ev):
             ta, tb = capture_time(paths[i]), capture_time(paths[j])
             ev = dataclasses.replace(
                 ev,
@@ -665,26 +602,37 @@ def _verify(
             )
         return i, j, ev
 
-    out: dict[tuple[int, int], PairEvidence] = {}
-    total = len(todo)
+    total, asked = len(todo), todo
     if cancel is not None and cancel.is_set():
         raise InterruptedError("the duplicate search was cancelled")
+    known: dict[tuple[int, int], PairEvidence] = {}
+    if cache is not None and keys is not None:
+        no_pixels = functools.partial(_same_geometry, rule=pixel_rule) if pixel_rule else None
+        known, todo = split_remembered(cache, keys, todo, no_pixels or (lambda ev: False))
+    done = total - len(todo)
     if progress is not None:
-        progress(0, total)
-    with single_threaded_blas():
-        for s0 in range(0, total, DUPLICATE_BLOCK):
-            if cancel is not None and cancel.is_set():
-                raise InterruptedError("the duplicate search was cancelled")
-            jobs = []
-            for i, j in todo[s0 : s0 + DUPLICATE_BLOCK]:
-                fa, fb = feats(i), feats(j)
-                if min(len(fa), len(fb)) >= 4:
-                    jobs.append((i, j, fa, fb))
-            for i, j, ev in thread_map(check, jobs):
-                out[(i, j)] = ev
-            if progress is not None:
-                progress(min(total, s0 + DUPLICATE_BLOCK), total)
-    return out
+        progress(done, total)
+    out: dict[tuple[int, int], PairEvidence] = {}
+    try:
+        with single_threaded_blas():
+            for s0 in range(0, len(todo), DUPLICATE_BLOCK):
+                if cancel is not None and cancel.is_set():
+                    raise InterruptedError("the duplicate search was cancelled")
+                jobs = []
+                for i, j in todo[s0 : s0 + DUPLICATE_BLOCK]:
+                    fa, fb = feats(i), feats(j)
+                    if min(len(fa), len(fb)) >= 4:
+                        jobs.append((i, j, fa, fb))
+                for i, j, ev in thread_map(check, jobs):
+                    out[(i, j)] = ev
+                if progress is not None:
+                    progress(min(total, done + s0 + DUPLICATE_BLOCK), total)
+    finally:
+        if cache is not None and keys is not None and out:
+            remember(cache, keys, out, pixels)
+            cache.save(keys)
+    out.update(known)
+    return {pair: out[pair] for pair in asked if pair in out}  # (in the order asked)
 
 
 def _pixels_of(path_a: Path, path_b: Path, fa: Features, fb: Features, h: np.ndarray) -> float:

@@ -363,3 +363,77 @@ def test_the_keepers_reason_names_the_copy_kept_and_counts_the_others():
            st("/f/z.png", 100, 100, 900.0)]  # fmt: skip
     k = suggest_keeper([s.path for s in old], old)
     assert k.path == "/f/x.png" and "the 2 others were made later" in k.reason
+
+
+# ------------------------------------------------------------------ remembered pair checks
+def test_a_second_search_checks_only_the_pairs_it_has_not_seen(tmp_path, demo_folder, monkeypatch):
+    """The pair checks are remembered by the photos' contents: the same search again
+    checks nothing, the same groups come out; after photos are added, only pairs that
+    involve them are checked; a damaged cache is ignored; a read-only one is not written."""
+    from engine.collection import Collection
+    from engine.workflows import duplicates as dup
+    from engine.workflows.pair_cache import CACHE_FILE
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("brick.jpg", "coffee.jpg", "astronaut.jpg", "camera.jpg", "chelsea.jpg"):
+        shutil.copy(demo_folder / name, photos / name)
+    img = cv2.imread(str(demo_folder / "brick.jpg"))
+    cv2.imwrite(str(photos / "brick_rot.png"), cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE))
+    checked = []
+    real = dup.pair_evidence
+
+    def counting(fa, fb):
+        checked.append((len(fa), len(fb)))
+        return real(fa, fb)
+
+    monkeypatch.setattr(dup, "pair_evidence", counting)
+
+    def search(col):
+        checked.clear()
+        groups = col.duplicates()
+        return sorted((g.tier, sorted(p.name for p in g.paths)) for g in groups), len(checked)
+
+    with Collection.open(photos, tmp_path / "idx") as col:
+        for _ in col.update(jobs=1):
+            pass
+        first, n_first = search(col)
+        assert n_first > 0 and (tmp_path / "idx" / CACHE_FILE).is_file()
+        again, n_again = search(col)
+        assert again == first and n_again == 0
+        assert first == [("same_photo", ["brick.jpg", "brick_rot.png"])]
+        # two photos added: only pairs with one of them are checked
+        shutil.copy(demo_folder / "coffee_light.jpg", photos / "coffee_light.jpg")
+        shutil.copy(demo_folder / "rocket.jpg", photos / "rocket.jpg")
+        for _ in col.update(jobs=1):
+            pass
+        paths = col.searcher.row_paths
+        new_rows = {i for i, p in enumerate(paths) if p.name in ("coffee_light.jpg", "rocket.jpg")}
+        seen_pairs = []
+        real_verify = dup._verify
+
+        def spy(store, data, paths_, todo, *args, **kw):
+            out = real_verify(store, data, paths_, todo, *args, **kw)
+            seen_pairs.extend(todo)
+            return out
+
+        monkeypatch.setattr(dup, "_verify", spy)
+        grown, n_grown = search(col)
+        assert 0 < n_grown < n_first + 2 * len(paths)
+        n_involving = sum(1 for i, j in seen_pairs if i in new_rows or j in new_rows)
+        assert n_grown <= n_involving + 2  # (pairs of old photos that became neighbours)
+        monkeypatch.setattr(dup, "_verify", real_verify)
+        # a damaged cache is ignored (and written again whole)
+        (tmp_path / "idx" / CACHE_FILE).write_bytes(b"not a zip")
+        again, n = search(col)
+        assert again == grown and n >= n_grown
+        assert search(col)[1] == 0
+        # a cache folder that cannot be written: the search still answers
+        if os.geteuid() != 0:
+            os.chmod(tmp_path / "idx" / "cache", 0o555)
+            try:
+                (tmp_path / "idx" / CACHE_FILE).unlink()
+            except PermissionError:
+                pass
+            assert search(col)[0] == grown
+            os.chmod(tmp_path / "idx" / "cache", 0o755)

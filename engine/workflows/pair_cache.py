@@ -1,0 +1,220 @@
+"""Pair checks remembered between duplicate searches: a second search re-checks only
+the pairs it has not seen.
+
+The geometric check of a pair (:func:`engine.workflows.duplicates.pair_evidence`, plus
+the pixel comparison of the pairs that pass its geometry) is most of a duplicate
+search's time: at 10,000 photos, about 100,000 pairs of feature sets. What it measures
+depends only on the two files' contents, so it is remembered by the pair of their row
+keys (:func:`engine.index.catalog.row_keys`: a digest of the content hash and the
+feature settings; a changed file gets another key and is checked again). After adding
+10 photos to a library, the next search checks only the pairs involving them (and the
+few pairs of older photos whose neighbour lists they changed).
+
+The pairs live in ``<index>/cache/pair-evidence.npz`` (plain arrays, no pickle, written
+atomically; version :data:`VERSION`). It is a cache: never part of the index's versions,
+never needed, pruned to the photos still indexed when saved, ignored when unreadable or
+of another version, and not written when the index folder is read-only. The homography
+of a pair is not kept: a remembered pair whose pixels were not compared, and that the
+rule in use would compare, is checked again.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.index.files import atomic_write
+
+__all__ = ["CACHE_FILE", "VERSION", "PairCache", "pair_hash", "remember", "split_remembered"]
+
+#: Where the cache lives in an index folder.
+CACHE_FILE = Path("cache") / "pair-evidence.npz"
+#: What the remembered checks were made by: raise it whenever the pair check or the
+#: pixel comparison changes what it measures (older caches are then ignored).
+VERSION = 1
+
+_FLOATS = ("score", "overlap_fraction", "residual", "residual_px", "pixel_agreement")
+_INTS = ("n_matches", "n_inliers")
+_FLAGS = ("has_homography", "pixels_checked", "taken_differ")
+
+
+def pair_hash(ka: np.ndarray, kb: np.ndarray) -> np.ndarray:
+    """(m,) uint64 digest of ordered pairs of row keys (``ka[i]``, ``kb[i]``)."""
+    ka = np.asarray(ka, np.uint64)
+    kb = np.asarray(kb, np.uint64)
+    with np.errstate(over="ignore"):
+        h = ka * np.uint64(0x9E3779B97F4A7C15) ^ (kb + np.uint64(0x632BE59BD9B4E019))
+        h ^= h >> np.uint64(29)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(32)
+    return h
+
+
+class PairCache:
+    """The remembered pair checks of one index (see the module docstring).
+
+    Parameters
+    ----------
+    path : Path
+        The cache file (``<index>/`` :data:`CACHE_FILE`).
+
+    Attributes
+    ----------
+    hashes : (m,) uint64
+        :func:`pair_hash` of every remembered pair, ascending.
+    arrays : dict of str to (m,) array
+        ``key_a``, ``key_b`` (uint64) and the fields of each pair.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.hashes = np.zeros(0, np.uint64)
+        self.arrays: dict[str, np.ndarray] = _empty(0)
+
+    @classmethod
+    def load(cls, index_dir: Path) -> PairCache:
+        """The cache of ``index_dir`` (empty when there is none, or it cannot be used)."""
+        cache = cls(Path(index_dir) / CACHE_FILE)
+        try:
+            with np.load(cache.path, allow_pickle=False) as npz:
+                if int(npz["version"]) != VERSION:
+                    return cache
+                arrays = {k: npz[k] for k in _empty(0)}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            return cache
+        m = arrays["key_a"].shape[0]
+        if any(a.shape != (m,) for a in arrays.values()):
+            return cache
+        h = pair_hash(arrays["key_a"], arrays["key_b"])
+        order = np.argsort(h, kind="stable")
+        cache.hashes = h[order]
+        cache.arrays = {k: a[order] for k, a in arrays.items()}
+        return cache
+
+    def __len__(self) -> int:
+        return int(self.hashes.size)
+
+    def lookup(self, ka: np.ndarray, kb: np.ndarray) -> np.ndarray:
+        """(q,) int64 position of each ordered pair (``ka[i]``, ``kb[i]``) in
+        :attr:`arrays`, -1 when not remembered."""
+        h = pair_hash(ka, kb)
+        if not self.hashes.size:
+            return np.full(h.shape, -1, np.int64)
+        pos = np.minimum(np.searchsorted(self.hashes, h), self.hashes.size - 1)
+        hit = (self.hashes[pos] == h) & (self.arrays["key_a"][pos] == ka)
+        hit &= self.arrays["key_b"][pos] == kb
+        return np.where(hit, pos, -1).astype(np.int64)
+
+    def fields(self, pos: int) -> dict[str, object]:
+        """The remembered fields of the pair at ``pos`` (:meth:`lookup`)."""
+        a = self.arrays
+        out: dict[str, object] = {k: float(a[k][pos]) for k in _FLOATS}
+        out.update({k: int(a[k][pos]) for k in _INTS})
+        out.update({k: bool(a[k][pos]) for k in _FLAGS})
+        return out
+
+    def add(self, ka: np.ndarray, kb: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+        """Remember (or replace) the pairs (``ka[i]``, ``kb[i]``) with their ``rows``
+        (one (q,) array per field of :data:`_FLOATS`, :data:`_INTS`, :data:`_FLAGS`)."""
+        ka = np.asarray(ka, np.uint64)
+        kb = np.asarray(kb, np.uint64)
+        if not ka.size:
+            return
+        old = self.lookup(ka, kb)
+        keep = np.ones(self.hashes.size, bool)
+        keep[old[old >= 0]] = False
+        new = {"key_a": ka, "key_b": kb, **rows}
+        arrays = {
+            k: np.concatenate([a[keep], np.asarray(new[k], a.dtype)])
+            for k, a in self.arrays.items()
+        }
+        h = pair_hash(arrays["key_a"], arrays["key_b"])
+        order = np.argsort(h, kind="stable")
+        self.hashes = h[order]
+        self.arrays = {k: a[order] for k, a in arrays.items()}
+
+    def save(self, live_keys: np.ndarray) -> bool:
+        """Write the pairs of which both photos are among ``live_keys`` (the row keys of
+        the photos indexed now), atomically; False, writing nothing, when the folder is
+        not writable (a read-only index) or the disk is full."""
+        live = np.asarray(live_keys, np.uint64)
+        keep = np.isin(self.arrays["key_a"], live) & np.isin(self.arrays["key_b"], live)
+        arrays = {k: a[keep] for k, a in self.arrays.items()}
+        try:
+            self.path.parent.mkdir(exist_ok=True)
+            if not os.access(self.path.parent, os.W_OK):
+                return False
+            atomic_write(
+                self.path,
+                lambda fh: np.savez(fh, version=np.int64(VERSION), **arrays),
+            )
+        except OSError:
+            return False
+        return True
+
+
+def _empty(m: int) -> dict[str, np.ndarray]:
+    out = {"key_a": np.zeros(m, np.uint64), "key_b": np.zeros(m, np.uint64)}
+    out.update({k: np.zeros(m, np.float64) for k in _FLOATS})
+    out.update({k: np.zeros(m, np.int32) for k in _INTS})
+    out.update({k: np.zeros(m, bool) for k in _FLAGS})
+    return out
+
+
+def split_remembered(
+    cache: PairCache,
+    keys: np.ndarray,
+    todo: list[tuple[int, int]],
+    needs_pixels: Callable[[Any], bool],
+) -> tuple[dict[tuple[int, int], Any], list[tuple[int, int]]]:
+    """The pairs of rows ``todo`` (rows with row ``keys``) the cache answers, as
+    :class:`~engine.workflows.duplicates.PairEvidence`, and the others, still to check
+    (also those remembered without a pixel comparison that ``needs_pixels(evidence)``
+    now asks for)."""
+    from engine.workflows.duplicates import PairEvidence
+
+    if not todo or not len(cache):
+        return {}, list(todo)
+    pairs = np.asarray(todo, np.int64).reshape(-1, 2)
+    pos = cache.lookup(keys[pairs[:, 0]], keys[pairs[:, 1]])
+    out: dict[tuple[int, int], Any] = {}
+    rest: list[tuple[int, int]] = []
+    for pair, p in zip(todo, pos.tolist(), strict=True):
+        if p < 0:
+            rest.append(pair)
+            continue
+        f = cache.fields(p)
+        ev = PairEvidence(
+            f["n_matches"], f["n_inliers"], f["score"], f["overlap_fraction"], f["residual"],
+            residual_px=f["residual_px"], pixel_agreement=f["pixel_agreement"],
+            taken_differ=f["taken_differ"],
+        )  # fmt: skip
+        if f["has_homography"] and not f["pixels_checked"] and needs_pixels(ev):
+            rest.append(pair)
+        else:
+            out[pair] = ev
+    return out, rest
+
+
+def remember(
+    cache: PairCache,
+    keys: np.ndarray,
+    checked: dict[tuple[int, int], Any],
+    pixels_checked: Callable[[Any], bool],
+) -> None:
+    """Add the pairs of rows just ``checked`` (pair -> PairEvidence) to ``cache``."""
+    if not checked:
+        return
+    pairs = np.asarray(list(checked), np.int64).reshape(-1, 2)
+    evs = list(checked.values())
+    rows: dict[str, np.ndarray] = {k: np.array([getattr(e, k) for e in evs]) for k in _FLOATS}
+    rows.update({k: np.array([getattr(e, k) for e in evs]) for k in _INTS})
+    rows["taken_differ"] = np.array([e.taken_differ for e in evs], bool)
+    rows["has_homography"] = np.array([e.homography is not None for e in evs], bool)
+    rows["pixels_checked"] = np.array([pixels_checked(e) for e in evs], bool)
+    cache.add(keys[pairs[:, 0]], keys[pairs[:, 1]], rows)
