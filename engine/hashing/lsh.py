@@ -94,6 +94,8 @@ class RandomHyperplaneHash:
         self.random_state = check_int(random_state, "random_state", 0)
         self._cache_keys = np.zeros(0, np.int64)
         self._cache = np.zeros((0, self.n_bits), np.float32)
+        #: rows hashed so far by their owner (it decides when a :meth:`cache` pays off)
+        self.rows_hashed = 0
 
     def cache(self, keys: Any, threads: int = 1) -> RandomHyperplaneHash:
         """Precompute the hyperplane coordinates of a known key set (e.g. every bin of a

@@ -45,6 +45,7 @@ __all__ = [
     "ALL_PARTS",
     "DATA_STATE",
     "ENCODE_BATCH",
+    "RH_CACHE_AFTER",
     "ROW_KEYS",
     "EncodedImages",
     "bow_from_codes",
@@ -59,6 +60,9 @@ __all__ = [
     "uniform_index",
 ]
 
+#: Rows a process hashes before it caches the hyperplane coordinates of every bin
+#: (:func:`encode`): the app's second query uses the cache, a one-shot query never builds it.
+RH_CACHE_AFTER = 1
 #: Key of the search data state's ``(n,) uint64`` row keys (catalogue tie).
 ROW_KEYS = "row_keys"
 # images per encoding batch. Smaller batches keep the sorts and gathers of encoding in
@@ -354,11 +358,15 @@ def encode(
     # values are square roots, so dot products approximate the weighted intersection)
     rh = np.zeros((n, models.rh.n_bits // 8), np.uint8)
     if "rh" in parts and n:
-        if models.rh.n_cached == 0 and len(models.idf_keys):
-            # hyperplane coordinates of every bin known at fit time (once, ~0.7 s at
+        hashed = models.rh.rows_hashed
+        if models.rh.n_cached == 0 and len(models.idf_keys) and hashed >= RH_CACHE_AFTER:
+            # hyperplane coordinates of every bin known at fit time (once, ~0.25 s at
             # 1024 bits x 21k bins): hashing a query's pyramid is then one sparse row
-            # times the cache (4 * n_bits bytes per bin, 86 MB at 10,000 images)
+            # times the cache (4 * n_bits bytes per bin, 86 MB at 10,000 images). Not
+            # for the first rows a process hashes: a one-shot query (``simile query``)
+            # generates the coordinates of its own ~1,500 bins (a few ms) instead
             models.rh.cache(models.idf_keys)
+        models.rh.rows_hashed = hashed + n
         rh = models.rh.hash(embedding(vocab))
     return EncodedImages(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
 
