@@ -608,7 +608,9 @@ def _verify(
     known: dict[tuple[int, int], PairEvidence] = {}
     if cache is not None and keys is not None:
         no_pixels = functools.partial(_same_geometry, rule=pixel_rule) if pixel_rule else None
-        known, todo = split_remembered(cache, keys, todo, no_pixels or (lambda ev: False))
+        known, todo = split_remembered(
+            cache, keys, todo, no_pixels or (lambda ev: False), PairEvidence
+        )
     done = total - len(todo)
     if progress is not None:
         progress(done, total)

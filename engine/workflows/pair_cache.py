@@ -171,13 +171,12 @@ def split_remembered(
     keys: np.ndarray,
     todo: list[tuple[int, int]],
     needs_pixels: Callable[[Any], bool],
+    make: Callable[..., Any],
 ) -> tuple[dict[tuple[int, int], Any], list[tuple[int, int]]]:
     """The pairs of rows ``todo`` (rows with row ``keys``) the cache answers, as
-    :class:`~engine.workflows.duplicates.PairEvidence`, and the others, still to check
-    (also those remembered without a pixel comparison that ``needs_pixels(evidence)``
-    now asks for)."""
-    from engine.workflows.duplicates import PairEvidence
-
+    evidence (``make(**fields)``: :class:`~engine.workflows.duplicates.PairEvidence`), and
+    the others, still to check (also those remembered without a pixel comparison that
+    ``needs_pixels(evidence)`` now asks for)."""
     if not todo or not len(cache):
         return {}, list(todo)
     pairs = np.asarray(todo, np.int64).reshape(-1, 2)
@@ -189,12 +188,9 @@ def split_remembered(
             rest.append(pair)
             continue
         f = cache.fields(p)
-        ev = PairEvidence(
-            f["n_matches"], f["n_inliers"], f["score"], f["overlap_fraction"], f["residual"],
-            residual_px=f["residual_px"], pixel_agreement=f["pixel_agreement"],
-            taken_differ=f["taken_differ"],
-        )  # fmt: skip
-        if f["has_homography"] and not f["pixels_checked"] and needs_pixels(ev):
+        has_h, checked = f.pop("has_homography"), f.pop("pixels_checked")
+        ev = make(**f)
+        if has_h and not checked and needs_pixels(ev):
             rest.append(pair)
         else:
             out[pair] = ev
