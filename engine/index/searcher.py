@@ -328,6 +328,7 @@ class Searcher:
                 data, data_keys = None, None
                 if DATA_STATE in snap.entries:
                     data, data_keys = read_data(snap, rows.ids, rows.keys)
+                    store.close_with(data.uniform)  # (its files, until read)
                 elif snap.has(DATA_STATE):  # damaged (a legacy JSON)
                     store.load_version([DATA_STATE])  # raises IndexCorruptError
                 break

@@ -50,7 +50,7 @@ from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
 from engine.index.keys import DATA_STATE
 from engine.index.search import IntersectionIndex
 from engine.index.states import NPZ_ERRORS, SEGMENTS_KEY, segment_files
-from engine.index.store_errors import IndexCorruptError
+from engine.index.store_errors import IndexCorruptError, StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.fit import SearchModels
@@ -342,15 +342,30 @@ class LazyIndex:
         """Whether the pyramids were read."""
         return self._ix is not None
 
-    def get(self) -> IntersectionIndex:
-        """The pyramids (read now when not yet)."""
+    def close(self) -> None:
+        """Release the files unread pyramids would be read from (the store is closed:
+        reading them later raises :class:`~engine.index.store_errors.StoreError`)."""
         with self._lock:
-            if self._ix is None:
-                try:
-                    self._ix = self._load()
-                finally:
-                    self._load = None
-                    self._finalizer()
+            if self._ix is None and self._load is not None:
+                self._load = None
+                self._finalizer()
+
+    def get(self) -> IntersectionIndex:
+        """The pyramids (read now when not yet).
+
+        Raises
+        ------
+        StoreError
+            The store they were to be read from is closed.
+        """
+        with self._lock:
+            if self._ix is not None:
+                return self._ix
+            if self._load is None:
+                raise StoreError("the index store is closed")
+            self._ix = self._load()  # (damaged: raises, and raises again next time)
+            self._load = None
+            self._finalizer()
             return self._ix
 
     def __len__(self) -> int:

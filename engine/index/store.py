@@ -54,6 +54,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -172,6 +173,15 @@ class IndexStore(StoreStates, StoreRows):
             index_dir / "states", self.catalog_id, self._mutex, self._current_catalog_id
         )
         self._reads = FeatureReads(index_dir, self._q, self._chunk)
+        #: what holds files of the index open beyond a call (:meth:`close_with`)
+        self._closables: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def close_with(self, obj: Any) -> None:
+        """Close ``obj`` (anything with a ``close()``, e.g. search data read lazily,
+        :class:`engine.index.segments.LazyIndex`) when this store is closed: nothing of
+        the index stays open once it is (an unmount, a folder the person deletes)."""
+        with self._mutex:
+            self._closables.add(obj)
 
     def _current_catalog_id(self) -> str | None:
         """The catalogue's identity read again (a writer may have migrated it since)."""
@@ -251,6 +261,8 @@ class IndexStore(StoreStates, StoreRows):
                 return
             self._closed = True
             self._chunks.clear()
+            for obj in list(self._closables):
+                obj.close()
             try:
                 self._conn.close()
             finally:

@@ -258,3 +258,34 @@ def test_a_reader_reads_the_uniform_pyramids_only_when_a_query_needs_them(tmp_pa
     # the lazily read pyramids are the live rows, in the data's order
     data = _check_whole(folder)
     assert data.uniform.loaded
+
+
+def _open_state_files(folder):
+    states = str(folder / ".simile" / "states")
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(states):
+            out.append(target)
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_closing_the_collection_lets_go_of_every_file(tmp_path, small):
+    """The uniform pyramids read on first use keep their files open until then; closing
+    the collection closes them (an unmount, a deleted folder: nothing stays open)."""
+    from engine.index.store_errors import StoreError
+
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:6])
+    _index(folder)
+    col = Collection.open(folder, readonly=True)
+    _, data = col.searcher.ensure()
+    assert _open_state_files(folder)
+    col.close()
+    assert _open_state_files(folder) == []
+    with pytest.raises(StoreError, match="closed"):
+        data.uniform.get()
