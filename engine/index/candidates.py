@@ -121,13 +121,16 @@ def candidate_rows(
 
     n = len(data.ids)
     if kind in ("fused", "hashes"):
-        postings = None
+        postings: sp.csr_matrix | bool | None = None
         if kind == "fused":
-            if "postings" not in cache:
+            asked = cache["fused_queries"] = cache.get("fused_queries", 0) + 1
+            if "postings" not in cache and asked > 1:
                 # inverted file of the bag of words: (n_words, n) CSR, one row of
-                # postings per visual word (about 50 MB at 10,000 images)
+                # postings per visual word (about 50 MB at 10,000 images), built for a
+                # process's second query: a one-shot query (``simile query``) scores
+                # the bags directly instead, one pass without that copy
                 cache["postings"] = data.bow.T.tocsr()
-            postings = cache["postings"]
+            postings = cache.get("postings", True)
         return fused_candidates(q, data, n_want, postings)
     codes = data.wta if kind == "wta" else data.rh
     qcodes = q.wta if kind == "wta" else q.rh
@@ -186,7 +189,10 @@ def candidate_fraction(method: str, kind: str) -> float:
 
 
 def fused_candidates(
-    q: EncodedImages, data: EncodedImages, n_want: int, postings: sp.csr_matrix | None = None
+    q: EncodedImages,
+    data: EncodedImages,
+    n_want: int,
+    postings: sp.csr_matrix | bool | None = None,
 ) -> np.ndarray:
     """Candidate rows from the two hashes and (optionally) an inverted file.
 
@@ -218,8 +224,9 @@ def fused_candidates(
         The collection, ``n`` rows.
     n_want : int
         Number of candidates (``<= n``).
-    postings : (n_words, n) scipy.sparse.csr_matrix, optional
-        ``data.bow.T`` in CSR form (the inverted file).
+    postings : (n_words, n) scipy.sparse.csr_matrix or True, optional
+        ``data.bow.T`` in CSR form (the inverted file); True: the same cosine computed
+        from ``data.bow`` directly (one pass over it, no inverted file to build).
 
     Returns
     -------
@@ -233,7 +240,10 @@ def fused_candidates(
     score = zscore(bit_agreement(q.rh[:1], data.rh))
     score += WTA_FUSION_WEIGHT * zscore(code_agreement(q.wta[:1], data.wta)[0])
     rankings = [score]
-    if postings is not None:
+    if postings is True:
+        qb = np.asarray(q.bow[:1].toarray(), np.float32).ravel()  # (no float64 copy)
+        rankings.append(np.asarray(data.bow @ qb, np.float64).ravel())
+    elif postings is not None:
         # the query's postings only, then one pass over them (CSC mat-vec): cheaper than
         # a sparse-sparse product (which sizes its output in a first pass)
         qb = q.bow[:1].tocsr()

@@ -151,11 +151,15 @@ class EncodedImages:
         ixs: dict[str, IntersectionIndex | None] = {"uniform": None}
         for name in ("vocab", "uniform") if uniform else ("vocab",):
             ixs[name] = pyramid_from_state(st, name, own, get)
+        # 32-bit indices whenever they fit (a third of the bags' memory; scipy keeps
+        # them: indices and indptr of one dtype)
+        nnz = int(np.asarray(st["bow.indptr"])[-1]) if len(st["bow.indptr"]) else 0
+        index = np.int32 if max(nnz, int(st["bow.n_words"])) < 2**31 - 1 else np.int64
         bow = sp.csr_matrix(
             (
                 own("bow.data", np.float32),
-                own("bow.indices", np.int64),
-                own("bow.indptr", np.int64),
+                own("bow.indices", index),
+                own("bow.indptr", index),
             ),
             shape=(ids.shape[0], int(st["bow.n_words"])),
         )

@@ -284,6 +284,8 @@ def test_fused_candidates_with_inverted_file_matches_full_ranking():
     want = np.argsort(fused, kind="stable")[:30]
     # the same set up to ties at the selection boundary of a ranking
     assert np.intersect1d(cand, want).size >= 28
+    # a one-shot query scores the bags directly (no inverted file built): same rows
+    np.testing.assert_array_equal(fused_candidates(q, data, 30, True), cand)
 
 
 def test_lookup_directory_matches_binary_search():
