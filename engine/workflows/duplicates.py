@@ -29,8 +29,10 @@ geometrically (ratio-test correspondences + robust homography,
   picture. A copy is the same pixels, so its points agree to the feature detector's
   precision; two shots of a scene differ by parallax and movement;
 - ``pixel_agreement`` (only for pairs that pass the geometric tests): the fine detail of
-  the two pictures, aligned by the homography, correlated tile by tile
-  (:func:`pixel_agreement`);
+  the two pictures, aligned by the homography (refined by one sub-pixel translation),
+  correlated tile by tile after blurring the sharper picture to the other's level (a
+  blurred or resampled copy agrees, two shots do not); 0 when neither picture lies
+  within the other, i.e. two framings of a scene (:func:`pixel_agreement`);
 - ``taken_differ``: both files carry EXIF capture times and they differ (two shots).
 
 :func:`pair_tier` applies the rule :data:`DEFAULT_RULE` (a :class:`TierRule`):
@@ -42,8 +44,9 @@ min_inliers`` and ``score >= similar_score``; otherwise no link. Byte-identical 
 ``identical`` links. :data:`DEFAULT_THRESHOLDS` gives the same numbers by name. The
 numbers were chosen on ``tests/benchmarks/bench_duplicates.py`` (the highest same-photo
 recall with precision >= 0.99 on its tuning half; its docstring has the measured table,
-including what this costs: on 325-pixel dev images, blurred copies and small heavily
-compressed re-exports often fall to ``similar_shots``).
+including what this costs: on 325-pixel dev images, some small heavily compressed
+re-exports and copies of nearly textureless photos fall to ``similar_shots``, and a
+second shot of a flat scene from the same spot can pass for a copy).
 
 How groups are built. Each photo is in one group at most:
 
@@ -177,8 +180,8 @@ class TierRule:
     same_photo_fraction: float = 0.3
     same_photo_residual: float = 0.01
     similar_score: float = 0.2
-    same_photo_pixels: float = 0.8
-    same_photo_residual_px: float = 0.18
+    same_photo_pixels: float = 0.95
+    same_photo_residual_px: float = 0.35
 
     def with_threshold(self, threshold: float | None) -> TierRule:
         """This rule with ``similar_score = threshold`` (unchanged for None)."""
@@ -246,11 +249,14 @@ class PairEvidence:
         the detector's precision at its own scale (about 0.1 px); two shots of a scene,
         even from a tripod, differ by a fraction of a pixel more. ``inf`` without a fit.
     pixel_agreement : float
-        After aligning the two pictures by the homography, the median normalised
-        correlation of their fine detail (:func:`pixel_agreement`) over the textured
-        patches of the overlap: near 1 for a copy, lower for another shot (noise,
-        movement, parallax differ). ``nan`` when not measured (only pairs that pass the
-        geometric part of the same-photo rule are) or not measurable.
+        After aligning the two pictures by the homography (and one sub-pixel
+        translation), the median normalised correlation of their fine detail over the
+        textured patches of the overlap, the sharper picture blurred to the other's
+        level (:func:`pixel_agreement`): near 1 for a copy, even blurred or recompressed,
+        lower for another shot (noise, movement, parallax differ); 0 when neither
+        picture lies within the other (another framing). ``nan`` when not measured (only
+        pairs that pass the geometric part of the same-photo rule are) or not
+        measurable.
     homography : (3, 3) float64 or None
         Maps the feature positions of a to those of b (least squares on the inliers).
     taken_differ : bool

@@ -36,7 +36,7 @@ __all__ = ["CACHE_FILE", "VERSION", "PairCache", "pair_hash", "remember", "split
 CACHE_FILE = Path("cache") / "pair-evidence.npz"
 #: What the remembered checks were made by: raise it whenever the pair check or the
 #: pixel comparison changes what it measures (older caches are then ignored).
-VERSION = 1
+VERSION = 2  # 2: the pixel test matches blur and checks the framing
 
 _FLOATS = ("score", "overlap_fraction", "residual", "residual_px", "pixel_agreement")
 _INTS = ("n_matches", "n_inliers")

@@ -41,14 +41,15 @@ similar-shots precision, the stricter similar_score, then the looser geometric g
 with the pixel check on) and the precision reachable at each recall; the defaults
 (:data:`DEFAULT_RULE`) were chosen that way.
 
-Measured (``python tests/benchmarks/bench_duplicates.py --tune``, 2026-11-26, 2 shared
-cores, about 30 s in all; 40 Holidays scenes per half, 80 copies per half; a predicted
+Measured (``python tests/benchmarks/bench_duplicates.py --tune``, 2026-11-27, 2 shared
+cores, about 40 s in all; 40 Holidays scenes per half, 80 copies per half; a predicted
 pair is two photos in one group, a true pair a labelled one; P = precision, R = recall):
 
 ================================  ===============  ===============
 same_photo tier                   tuning half      held-out half
 ================================  ===============  ===============
-Simile defaults (DEFAULT_RULE)    P 1.000 R 0.800  P 0.961 R 0.817
+Simile defaults (DEFAULT_RULE)    P 1.000 R 0.892  P 0.973 R 0.908
+previous defaults (0.8, 0.18 px)  P 1.000 R 0.800  P 0.961 R 0.817
 before #23, score >= 0.30 (CLI)   P 0.771 R 0.983  P 0.706 R 0.958
 before #23, score >= 0.50 (app)   P 0.937 R 0.867  P 0.843 R 0.892
 pHash, Hamming <= 8 (imagehash)   P 0.977 R 0.700  P 0.933 R 0.700
@@ -56,30 +57,46 @@ pHash, Hamming <= 8 (imagehash)   P 0.977 R 0.700  P 0.933 R 0.700
 
 Simile defaults, other tiers (tuning / held-out): identical P 1.000 R 1.000 / P 1.000
 R 1.000 (every exact copy is found; most sit in a same_photo group with the original's
-other copy); similar_shots P 1.000 R 0.111 / P 1.000 R 0.097 (recall over all pairs of
+other copy); similar_shots P 1.000 R 0.111 / P 1.000 R 0.114 (recall over all pairs of
 distinct photos of one scene or object, most of which are not near-identical shots);
-any duplicate P 1.000 R 0.800 / P 1.000 R 0.842.
+any duplicate P 1.000 R 0.917 / P 1.000 R 0.958.
 
-Copies grouped with their original as a copy, both halves, Simile / pHash: blur 2/12 /
-12/12, brightness 12/14 / 13/14, contrast 14/14 / 14/14, crop 12/12 / 2/12, exact 14/14
-/ 14/14, PNG 14/14 / 14/14, PNG->JPEG 13/14 / 14/14, re-export 8/14 / 14/14, rotation
-90/180/270 12/14 / 0/14, rotation 2-8 degrees 12/14 / 5/14, saturation 11/12 / 12/12,
-watermark 12/12 / 8/12.
+Copies grouped with their original as a copy, both halves, Simile (previous defaults) /
+pHash: blur 12/12 (2/12) / 12/12, brightness 12/14 (12/14) / 13/14, contrast 14/14
+(14/14) / 14/14, crop 11/12 (12/12) / 2/12, exact 14/14 (14/14) / 14/14, PNG 14/14
+(14/14) / 14/14, PNG->JPEG 13/14 (13/14) / 14/14, re-export 10/14 (8/14) / 14/14,
+rotation 90/180/270 13/14 (12/14) / 0/14, rotation 2-8 degrees 11/14 (12/14) / 5/14,
+saturation 10/12 (11/12) / 12/12, watermark 12/12 (12/12) / 8/12. Worse than before: a
+crop and a saturation edit of one nearly textureless photo (31 features; aligned detail
+0.90-0.92), and two small rotations (0.94; with a 69 % re-export of the same scene), which
+the old threshold (0.8) let through and the new one (0.95) does not.
 
-The trade-off on the tuning half (best same_photo precision reachable at each recall
-over the rule grid): R >= 0.80: P 1.000 (the defaults); R >= 0.85: P 0.962; R >= 0.90:
-P 0.887; R >= 0.95: P 0.826; R >= 0.97: P 0.803. The issue's targets (P >= 0.99 with
-R >= 0.97) are not both reachable on these images: the 325-pixel Holidays scenes include
-near-identical shots (same framing, moments apart) whose alignment residual (0.15-0.4 px)
-and aligned-detail correlation (0.85-0.95) overlap those of blurred or small, heavily
-compressed copies. The defaults follow the stated rule (precision first), so blurred
-copies and re-exports are the weak spots. A half-size quality-60 re-export of 60
-Holidays photos (the issue's example) is ``same_photo`` for 21 and ``similar_shots`` for
-39 with the defaults (48 / 12 with ``same_photo_residual_px=0.25``, 56 / 4 with 0.3);
-on the 512-pixel demo photos it is ``same_photo`` (tests). Watermarked copies of
-unrelated photos match each other through the text (score up to 0.25, aligned detail
-correlation below 0.1): the same-photo test rejects them, the similar-shots score 0.2
-not all of them.
+What the pixel test now does (:mod:`engine.workflows.pixels`): it takes out a sub-pixel
+offset of the feature fit (rotated copies were off by 0.5-0.8 px), blurs the sharper
+picture to the level of the other before correlating (blurred copies go from 0.71-0.90
+to 0.98-0.99; two shots gain little), and answers 0 when neither picture lies within
+the other (two framings: a pan or a step aside each show detail the other lacks; in
+these halves 5 such near-identical pairs had aligned detail 0.96-0.97). That lets the
+residual gate open from 0.18 to 0.35 px (blurred copies sit at 0.25-0.34 px).
+
+Where it stops. The targets (P >= 0.99 and R >= 0.97 on both halves) are not reached:
+
+- 5 of the held-out truth pairs (and 2 of the tuning half) are out of reach of any rule:
+  the photos (a starry sky, a moon at night) have 0-7 features, so no pair is verified;
+  the held-out recall cannot exceed 0.958, the tuning recall 0.983;
+- the held-out precision loss is one link: a second, wider shot of a near-planar scene
+  taken from the same spot (110200 / 110201; the first lies within the second) has
+  aligned detail 0.961 and residual 0.25 px, like a recompressed copy, and joins the
+  original's group of three (3 false pairs);
+- the remaining misses are heavily compressed or small re-exports, PNG->JPEG at q61
+  and small rotations whose aligned detail is 0.90-0.94, where two shots of one scene
+  (112600, 104800, 110200: same framing or zoom, moments apart) reach 0.93-0.96. On
+  the tuning half: R >= 0.90 costs P 0.92 (pixels 0.9); R >= 0.97 costs P 0.74.
+
+A half-size quality-60 re-export (the issue's example) is ``same_photo`` on the 512-pixel
+demo photos (tests). Watermarked copies of unrelated photos match each other through the
+text (score up to 0.25, aligned detail correlation below 0.1): the same-photo test
+rejects them, the similar-shots score 0.2 not all of them.
 """
 
 from __future__ import annotations
@@ -399,8 +416,8 @@ def tune(halves_data):
     for frac, res, px, pix, sim in itertools.product(
         (0.3, 0.4, 0.5, 0.6),
         (0.003, 0.01),
-        (0.15, 0.18, 0.2, 0.22, 0.25, 0.3, 10.0),
-        (0.0, 0.7, 0.8),
+        (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 10.0),
+        (0.0, 0.8, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97),
         (0.1, 0.2),
     ):
         rule = TierRule(

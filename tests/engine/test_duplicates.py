@@ -148,6 +148,39 @@ def test_evidence_tells_a_copy_from_another_shot(demo_folder):
     assert pair_tier(unrelated) is None
 
 
+def test_pixel_test_matches_blur_and_rejects_another_framing(demo_folder):
+    import dataclasses
+
+    img = _gray(demo_folder / "chelsea.jpg")
+    f0 = _feats(img)
+
+    def judged(other: np.ndarray) -> tuple[float, str | None]:
+        fo = _feats(other)
+        ev = pair_evidence(f0, fo)
+        agree = pixel_agreement(img, other, ev.homography, f0.image_size, fo.image_size)
+        return agree, pair_tier(dataclasses.replace(ev, pixel_agreement=agree))
+
+    # a blurred, recompressed copy: the sharp picture is blurred to its level first
+    blurred = cv2.GaussianBlur(img, (0, 0), 1.4)
+    _ok, buf = cv2.imencode(".jpg", blurred.astype(np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 80])
+    agree, tier = judged(cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE).astype(np.float32))
+    assert agree >= DEFAULT_RULE.same_photo_pixels and tier == "same_photo", agree
+    # a copy turned by 90 degrees: the sub-pixel offset of the feature fit is taken out
+    agree, tier = judged(np.ascontiguousarray(np.rot90(img)))
+    assert agree >= DEFAULT_RULE.same_photo_pixels and tier == "same_photo", agree
+    # another framing of a scene (the camera panned by 12 %): each picture shows
+    # detail the other lacks, so not a copy, however alike the overlap
+    wide = _gray(demo_folder / "astronaut.jpg")
+    left, right = wide[:, : wide.shape[1] * 7 // 8], wide[:, wide.shape[1] // 8 :]
+    fl, fr = _feats(left), _feats(right)
+    ev = pair_evidence(fl, fr)
+    assert ev.overlap_fraction > 0.3 and ev.residual_px < 0.1, ev  # the geometry agrees
+    assert pixel_agreement(left, right, ev.homography, fl.image_size, fr.image_size) == 0.0
+    # two different photos never pass for a copy
+    ev = pair_evidence(f0, _feats(wide))
+    assert pair_tier(ev) != "same_photo" or ev.homography is None
+
+
 # ------------------------------------------------------------------ tiers: a collection
 @pytest.fixture(scope="module")
 def dup_collection(tmp_path_factory, demo_folder):
