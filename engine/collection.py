@@ -305,12 +305,18 @@ class Collection:
         jobs: int | None = None,
         cancel: threading.Event | None = None,
         allow_empty: bool = False,
+        cluster: str | None = None,
     ) -> Iterator[IndexProgress]:
         """Bring the index up to date with the folder: a generator of progress.
 
         Scans the folder, extracts features of new and changed images in ``jobs``
         processes (records unreadable files with their reason), drops deleted ones, then
         refreshes the search models and data (:mod:`engine.index.searcher`).
+
+        ``cluster``: extract on a Dask cluster instead, ``"local:N"`` (N processes on
+        this machine, started for the update) or ``"tcp://HOST:PORT"`` (a running
+        scheduler); this process still writes the index, the same as a local run's
+        (:mod:`engine.index.distributed`; needs ``pip install "simile[cluster]"``).
 
         Yields
         ------
@@ -330,8 +336,17 @@ class Collection:
         engine.index.ingest.FolderOfflineError
             The folder holds none of the indexed photos any more and no other photo (an
             unplugged drive?): nothing is removed, unless ``allow_empty``.
+        ValueError, engine.index.distributed.DaskMissingError
+            A malformed ``cluster``, or Dask is not installed.
+        engine.index.distributed.ClusterError
+            The cluster cannot do the work (scheduler unreachable or lost, no worker,
+            workers running another Simile or OpenCV).
         """
-        return (yield from self.searcher.update(jobs=jobs, cancel=cancel, allow_empty=allow_empty))
+        return (
+            yield from self.searcher.update(
+                jobs=jobs, cancel=cancel, allow_empty=allow_empty, cluster=cluster
+            )
+        )
 
     # ------------------------------------------------------------------ catalogue
     def paths(self) -> list[Path]:

@@ -32,6 +32,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--index", metavar="DIR", help="index directory (overrides the default)")
     p.add_argument("--jobs", type=int, metavar="N", help="feature extraction processes")
     p.add_argument(
+        "--cluster",
+        metavar="SPEC",
+        help=(
+            "extract the features on a Dask cluster: local:N (N worker processes on this "
+            "machine, started for the run) or tcp://HOST:PORT (a scheduler started with "
+            "'dask scheduler', its workers with 'dask worker tcp://HOST:PORT'); this process "
+            'still writes the index, the same as a local run. Needs pip install "simile[cluster]"'
+        ),
+    )
+    p.add_argument(
         "--repair",
         action="store_true",
         help=(
@@ -55,12 +65,31 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _check_cluster(args: argparse.Namespace) -> None:
+    """Refuse a malformed ``--cluster``, one given with ``--jobs``, or one without Dask,
+    before the index is opened."""
+    from engine.index.distributed import DaskMissingError, parse_cluster, require_dask
+
+    if args.jobs is not None:
+        raise CommandError(
+            "--jobs and --cluster do not go together (--cluster local:N runs N processes)"
+        )
+    try:
+        args.cluster = str(parse_cluster(args.cluster))
+        require_dask()
+    except (ValueError, DaskMissingError) as exc:
+        raise CommandError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    from engine.index.distributed import ClusterError
     from engine.index.ingest import FolderOfflineError
     from engine.index.store_errors import StoreError
 
     if args.jobs is not None and args.jobs < 1:
         raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.cluster is not None:
+        _check_cluster(args)
     if args.repair:
         for line in repair_collection(args.folder, args.index) or ["nothing was damaged"]:
             print(f"simile: repair: {line}", file=sys.stderr)
@@ -83,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     try:
-        gen = col.update(jobs=args.jobs, cancel=cancel, allow_empty=args.allow_empty)
+        gen = col.update(
+            jobs=args.jobs, cancel=cancel, allow_empty=args.allow_empty, cluster=args.cluster
+        )
         while True:
             try:
                 p = next(gen)
@@ -97,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise CommandError(store_error_message(exc, args.folder, args.index), 1) from None
     except FolderOfflineError as exc:
+        raise CommandError(str(exc), 1) from None
+    except ClusterError as exc:
         raise CommandError(str(exc), 1) from None
     except Exception as exc:
         if not disk_full(exc):

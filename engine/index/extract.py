@@ -57,15 +57,26 @@ __all__ = [
     "FILE_TIMEOUT",
     "FILE_TIMEOUT_PER_MB",
     "ExtractResult",
+    "ExtractionStopped",
+    "PhotoBytes",
     "default_jobs",
+    "extract_file",
     "extract_parallel",
+    "extract_photo",
     "keep_heap_warm",
     "outcome",
+    "read_photo",
     "timeout_reason",
     "worker_context",
 ]
 
 CRASH_REASON = "the decoder crashed on this file (worker process died)"
+
+
+class ExtractionStopped(RuntimeError):
+    """Extraction cannot go on for a reason that is no file's (a Dask cluster that was
+    lost): the results yielded so far are good, and
+    :func:`engine.index.ingest.ingest` writes them before the error goes on."""
 
 
 @dataclass(frozen=True)
@@ -212,22 +223,49 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _extract_one(
-    path: str,
-    known_hash: str | None,
-    feature_kwargs: Mapping[str, Any],
-    extractor: Callable[..., Features] | None,
-    pack: bool = False,
-    report: Callable[..., None] | None = None,
-) -> ExtractResult:
-    """Stat, read, hash and (unless the hash is known) extract one file and read its
-    metadata; never raises.
+@dataclass(frozen=True)
+class PhotoBytes:
+    """A file read whole for extraction (:func:`read_photo`).
 
-    The file is read once: the same bytes are hashed and handed to the extractor
-    (:func:`engine.features.extract_features` accepts encoded bytes). ``pack``: features
-    in the store's 8-bit codec where it applies (:class:`engine.store.PackedFeatures`).
-    ``report``: in a worker, told when the read starts (with the file's stat) and ends
-    (:data:`engine.index.workers.PHASES`), which sets and explains its time limit.
+    Attributes
+    ----------
+    path : str
+    data : bytes
+        The file's bytes.
+    size, mtime_ns : int
+        Its stat, taken before it was read.
+    """
+
+    path: str
+    data: bytes
+    size: int
+    mtime_ns: int
+
+
+def read_photo(
+    path: str,
+    extractor: Callable[..., Features] | None = None,
+    report: Callable[..., None] | None = None,
+) -> PhotoBytes | ExtractResult:
+    """Stat and read one file whole for extraction; never raises.
+
+    The file is opened without blocking, checked to be a regular file below
+    :data:`engine.io.imageio.MAX_FILE_BYTES` and (unless a replacement ``extractor`` is
+    given) sniffed from its first bytes before it is read whole.
+
+    Parameters
+    ----------
+    path : str
+    extractor : callable, optional
+        A replacement extractor: the file is then read whatever its first bytes.
+    report : callable, optional
+        In a worker, told when the read starts, with the file's stat
+        (:data:`engine.index.workers.PHASES`).
+
+    Returns
+    -------
+    PhotoBytes or ExtractResult
+        The bytes, or the failure record of a file that cannot be read.
     """
     from engine.io.imageio import MAX_FILE_BYTES, sniff_format
 
@@ -267,11 +305,42 @@ def _extract_one(
             return ExtractResult(path, None, reason, size, mtime)
         except MemoryError:
             return ExtractResult(path, None, "out of memory while reading the file", size, mtime)
-    if report is not None:
-        report("extract")
+    return PhotoBytes(path, data, size, mtime)
+
+
+def extract_photo(
+    photo: PhotoBytes,
+    known_hash: str | None,
+    feature_kwargs: Mapping[str, Any],
+    extractor: Callable[..., Features] | None,
+    pack: bool = False,
+) -> ExtractResult:
+    """Hash and (unless the hash is ``known_hash``) extract the features and read the
+    metadata of a file read by :func:`read_photo`; never raises.
+
+    Wherever it runs (this process, a worker process, a Dask worker that was sent the
+    bytes), the same bytes give the same result.
+
+    Parameters
+    ----------
+    photo : PhotoBytes
+    known_hash : str or None
+        The content hash already indexed for this path: extraction is skipped if equal.
+    feature_kwargs : mapping
+        Keyword arguments of :func:`engine.features.extract_features`.
+    extractor : callable or None
+        Replacement for ``extract_features``, called as ``extractor(data, **kw)``.
+    pack : bool
+        Features in the store's 8-bit codec (:class:`engine.store.PackedFeatures`).
+
+    Returns
+    -------
+    ExtractResult
+    """
+    path, data, size, mtime = photo.path, photo.data, photo.size, photo.mtime_ns
     chash = hashlib.blake2b(data, digest_size=16).hexdigest()  # == scan.content_hash(path)
     if known_hash is not None and chash == known_hash:
-        return ExtractResult(path, None, None, st.st_size, st.st_mtime_ns, chash, True)
+        return ExtractResult(path, None, None, size, mtime, chash, True)
     if extractor is None:
         from engine.features.keypoints import extract_features as extractor
     try:
@@ -281,11 +350,37 @@ def _extract_one(
 
             feats = PackedFeatures.pack(feats)
     except Exception as exc:  # bad input never stops the run
-        return ExtractResult(path, None, _describe(exc), st.st_size, st.st_mtime_ns, chash)
+        return ExtractResult(path, None, _describe(exc), size, mtime, chash)
     from engine.io.metadata import read_metadata
 
     meta = read_metadata(data)  # (headers only, from the bytes in memory; never raises)
-    return ExtractResult(path, feats, None, st.st_size, st.st_mtime_ns, chash, metadata=meta)
+    return ExtractResult(path, feats, None, size, mtime, chash, metadata=meta)
+
+
+def extract_file(
+    path: str,
+    known_hash: str | None,
+    feature_kwargs: Mapping[str, Any],
+    extractor: Callable[..., Features] | None,
+    pack: bool = False,
+    report: Callable[..., None] | None = None,
+) -> ExtractResult:
+    """Stat, read, hash and (unless the hash is known) extract one file and read its
+    metadata; never raises.
+
+    The file is read once (:func:`read_photo`): the same bytes are hashed and handed to
+    the extractor (:func:`extract_photo`; :func:`engine.features.extract_features`
+    accepts encoded bytes). ``pack``: features in the store's 8-bit codec where it
+    applies (:class:`engine.store.PackedFeatures`). ``report``: in a worker, told when
+    the read starts (with the file's stat) and ends (:data:`engine.index.workers.PHASES`),
+    which sets and explains its time limit.
+    """
+    photo = read_photo(path, extractor, report)
+    if isinstance(photo, ExtractResult):
+        return photo
+    if report is not None:
+        report("extract")
+    return extract_photo(photo, known_hash, feature_kwargs, extractor, pack)
 
 
 def outcome(res: ExtractResult) -> tuple[str, str]:
@@ -388,13 +483,13 @@ def extract_parallel(
         for path in todo:
             if cancel is not None and cancel.is_set():
                 return
-            yield _extract_one(path, hashes.get(path), kw, extractor, pack)
+            yield extract_file(path, hashes.get(path), kw, extractor, pack)
         return
     per_task = max(1, int(files_per_task))
     limit = max_in_flight or 4 * n_jobs * per_task
     pool = WorkerPool(
         n_jobs,
-        _extract_one,
+        extract_file,
         (kw, extractor, pack),
         mp_context=mp_context,
         initializer=init_worker,

@@ -1,7 +1,8 @@
 """Incremental, crash-safe ingestion of a folder into an index.
 
 :func:`ingest` is the incremental update: scan → drop removed files → extract new and
-changed files (:func:`engine.index.extract.extract_parallel`, in worker processes) → write
+changed files (:func:`engine.index.extract.extract_parallel`, in worker processes, or
+:func:`engine.index.distributed.extract_on_cluster` on a Dask cluster) → write
 them in batches, each batch one chunk file + one SQLite transaction
 (:meth:`engine.index.store.IndexStore.write_batch`). A run stopped at any moment (cancel,
 Ctrl-C, ``kill -9``) keeps every finished batch; the next run sees the rest as new or
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from engine.index.extract import (  # re-exported: their home before the split
     CRASH_REASON,
     INGEST_FILES_PER_TASK,
+    ExtractionStopped,
     ExtractResult,
     default_jobs,
     extract_parallel,
@@ -151,6 +153,7 @@ def ingest(
     spread: int = 0,
     on_plan: Callable[[list[str]], None] | None = None,
     allow_empty: bool = False,
+    cluster: str | None = None,
 ) -> Generator[IngestProgress, None, IngestSummary]:
     """Bring the index in ``store`` up to date with ``folder``.
 
@@ -182,6 +185,12 @@ def ingest(
         that the worker processes have started before the caller starts threads of its
         own (:func:`worker_context` forks them only from a single-threaded process), or
         at the end of a run without any (not after a cancelled one).
+    cluster : str, optional
+        Extract on a Dask cluster instead of local worker processes: ``local:N`` or
+        ``tcp://HOST:PORT`` (:func:`engine.index.distributed.extract_on_cluster`;
+        ``jobs`` is then not used). This process still writes everything, in the same
+        order: the index is the one a local run makes. No cluster is started or
+        contacted when nothing needs extracting.
 
     Yields
     ------
@@ -218,16 +227,30 @@ def ingest(
 
     done = 0
     writer = _OrderedWriter(store, fkey, [w.path for w in work], batch_size)
-    results = extract_parallel(
-        [w.path for w in work],
-        jobs=jobs,
-        cancel=cancel,
-        feature_kwargs=kw,
-        known_hashes=known_hashes,
-        extractor=extractor,
-        files_per_task=INGEST_FILES_PER_TASK,
-        pack=True,  # stored in the 8-bit codec anyway
-    )
+    if cluster is None:
+        results = extract_parallel(
+            [w.path for w in work],
+            jobs=jobs,
+            cancel=cancel,
+            feature_kwargs=kw,
+            known_hashes=known_hashes,
+            extractor=extractor,
+            files_per_task=INGEST_FILES_PER_TASK,
+            pack=True,  # stored in the 8-bit codec anyway
+        )
+    else:
+        from engine.index.distributed import extract_on_cluster
+
+        results = extract_on_cluster(
+            [w.path for w in work],
+            cluster=cluster,
+            cancel=cancel,
+            feature_kwargs=kw,
+            known_hashes=known_hashes,
+            stats={w.path: (w.size, w.mtime_ns) for w in work},
+            extractor=extractor,
+            pack=True,
+        )
 
     try:
         for res in results:
@@ -237,9 +260,9 @@ def ingest(
             done += 1
             writer.add(res, done)
             yield IngestProgress(done, total, res.path, *outcome(res))
-    except GeneratorExit:
-        writer.finish(done)  # the consumer stopped iterating: keep what is finished
-        raise
+    except (GeneratorExit, ExtractionStopped):
+        writer.finish(done)  # the consumer stopped iterating, or a cluster was lost:
+        raise  # keep what is finished
     finally:
         results.close()
     writer.finish(done)

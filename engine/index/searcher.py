@@ -165,6 +165,7 @@ class Searcher:
         jobs: int | None = None,
         cancel: threading.Event | None = None,
         allow_empty: bool = False,
+        cluster: str | None = None,
     ) -> Generator[IngestProgress, None, IngestSummary]:
         """Bring the index up to date with the folder: a generator of progress, returning
         the summary (see :meth:`engine.collection.Collection.update`)."""
@@ -187,6 +188,7 @@ class Searcher:
                 spread=fit.PREFIT_SPREAD if prefit is not None and first is None else 0,
                 on_plan=prefit.plan if prefit is not None else None,
                 allow_empty=allow_empty,
+                cluster=cluster,
             )
         except BaseException:
             if prefit is not None:
