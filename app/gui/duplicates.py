@@ -795,6 +795,17 @@ class DuplicatesView(QWidget):
     def _on_copies(self, event) -> None:
         self.set_copies(event.infos, event.best)
 
+    def _on_outdated(self, event) -> None:
+        """Photos were indexed or dropped since the groups shown were found."""
+        if self.is_busy():
+            return
+        n = int(event.n)
+        text = self.summary.text().split(" · ")[0]
+        self.summary.setText(
+            f"{text} · {n} photo{'s' if n != 1 else ''} added, changed or removed since: "
+            "press Find duplicates to include them"
+        )
+
     # -- progress ----------------------------------------------------------------------------
     def set_busy(self, text: str) -> None:
         self.summary.setText(text)

@@ -337,7 +337,7 @@ class DuplicatesModel:
     ``busy``, ``groups``, ``copies``."""
 
     def __init__(self) -> None:
-        self.events = EmitterGroup(self, ("cleared", "busy", "groups", "copies"))
+        self.events = EmitterGroup(self, ("cleared", "busy", "groups", "copies", "outdated"))
         self._clear()
 
     def _clear(self) -> None:
@@ -348,6 +348,16 @@ class DuplicatesModel:
         self.best = -1
         self.trashed: set[str] = set()
         self.refresh_after_index = False
+        self.changed_since = 0  # photos indexed or dropped since the groups were found
+
+    def photos_changed(self, n: int) -> None:
+        """``n`` photos were indexed (new or changed) or dropped since the groups shown
+        were found: the view says so (event ``outdated``) until the next search, which
+        checks only the pairs involving them (the pair checks are remembered)."""
+        if n <= 0 or self.threshold is None:
+            return
+        self.changed_since += int(n)
+        self.events.outdated(n=self.changed_since)
 
     def reset(self) -> None:
         self._clear()
@@ -366,6 +376,7 @@ class DuplicatesModel:
             self.threshold = float(threshold)
         self.selected, self.infos, self.best = -1, [], -1
         self.trashed = set()
+        self.changed_since = 0
         self.events.groups(groups=list(self.groups), threshold=self.threshold)
 
     def select(self, row: int):

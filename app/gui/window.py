@@ -1129,6 +1129,7 @@ class MainWindow(QMainWindow):
         n = len(s.photos)
         secs = getattr(summary, "seconds", time.monotonic() - job.extra["started"])
         new = getattr(summary, "indexed", 0)
+        s.duplicates.photos_changed(new + getattr(summary, "removed", 0))
         msg = f"{n} photos in {s.folder.name}"
         if getattr(summary, "cancelled", False):
             msg = f"Indexing cancelled · {n} photos known; F5 continues where it stopped"

@@ -299,3 +299,26 @@ def test_moves_are_refused_while_the_index_is_read_only(tmp_path):
     with pytest.raises(ActionRefused, match="read-only media"):
         s.authorize("move", b)
     assert s.authorize("link", b) == str(b)  # a hard link leaves the photo where it is
+
+
+def test_photos_indexed_after_a_search_are_announced_and_the_next_search_includes_them(
+    qtbot, window, tmp_path, demo_folder
+):
+    """The groups shown say when photos came in since they were found; the next search
+    (which re-checks only pairs involving the new photo) groups the new copy."""
+    folder, _ = photo_folder(tmp_path, demo_folder)
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    view = window.dup_view
+    find(qtbot, window)
+    before = view.summary.text()
+    assert "since" not in before
+    img = cv2.imread(str(demo_folder / "rocket.jpg"))
+    cv2.imwrite(str(folder / "rocket_blurred.jpg"), cv2.GaussianBlur(img, (0, 0), 1.5))
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.reindex()
+    assert view.summary.text().startswith(before.split(" · ")[0])
+    assert "1 photo added, changed or removed since" in view.summary.text()
+    find(qtbot, window)
+    assert "since" not in view.summary.text()
+    grouped = {p.name for g in view.groups for p in g.paths}
+    assert {"rocket.jpg", "rocket_blurred.jpg"} <= grouped
