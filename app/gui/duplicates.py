@@ -408,11 +408,17 @@ class _Card(QFrame):
         trash.clicked.connect(lambda: self.trash_requested.emit(info.path))
         for b in (keep, drop, open_btn, trash):
             b.setStyleSheet("padding: 3px 6px;")
-        for b in (keep, drop, open_btn):
-            row.addWidget(b)
+        # the decision on one line, the file's actions on the next: four cards side by
+        # side leave too little width for one row (a real window clipped "Discard")
+        row.addWidget(keep)
+        row.addWidget(drop)
         row.addStretch(1)
-        row.addWidget(trash)
         lay.addLayout(row)
+        row2 = QHBoxLayout()
+        row2.addWidget(open_btn)
+        row2.addStretch(1)
+        row2.addWidget(trash)
+        lay.addLayout(row2)
 
     def set_focused(self, on: bool) -> None:
         # the focused card (K / D act on it): lighter, with a thicker border of its own
