@@ -446,7 +446,7 @@ class CleanupDialog(QDialog):
 
     def __init__(
         self, groups, keepers, folder, log_dir, selected=(), action: str = "trash",
-        destination=None, parent=None,
+        destination=None, parent=None, tiers=None,
     ) -> None:  # fmt: skip
         super().__init__(parent)
         self.setWindowTitle("Keep the suggested copies")
@@ -464,7 +464,9 @@ class CleanupDialog(QDialog):
             if not n:
                 continue
             box = QCheckBox(f"{TIER_LABELS[tier]} ({n} group{'s' if n != 1 else ''})")
-            box.setChecked(True)
+            # similar shots are different photos (a burst, a bracket): the person opts in
+            # (``tiers``: the choice made in the dialog this one takes over from)
+            box.setChecked(tier in tiers if tiers is not None else tier != "similar_shots")
             box.setToolTip(TIER_HINTS[tier])
             box.toggled.connect(self._update)
             self.tier_boxes[tier] = box
@@ -526,8 +528,12 @@ class CleanupDialog(QDialog):
     def action(self) -> str:
         return ("trash", "move", "link")[max(0, self.actions.checkedId())]
 
+    def checked_tiers(self) -> set[str]:
+        """The tiers whose groups the clean-up takes."""
+        return {t for t, b in self.tier_boxes.items() if b.isChecked()}
+
     def chosen_rows(self) -> list[int]:
-        tiers = {t for t, b in self.tier_boxes.items() if b.isChecked()}
+        tiers = self.checked_tiers()
         rows = range(len(self.groups))
         if self.only_selected.isVisible() and self.only_selected.isChecked():
             rows = self.selected
@@ -648,6 +654,7 @@ class DuplicatesView(QWidget):
         self.notice.setStyleSheet("background: #24415e; padding: 5px 8px; border-radius: 4px;")
         self.notice.hide()
         self._stale = False  # the groups shown name files a clean-up moved
+        self._batch_tiers: set[str] | None = None  # the tiers of the clean-up just run
         self.progress = QProgressBar()
         self.progress.setFixedWidth(200)
         self.progress.setFormat("%v / %m")
@@ -1267,8 +1274,17 @@ class DuplicatesView(QWidget):
         self.cleanup_dialog = CleanupDialog(
             self.groups, self._keepers_now(), self.session.folder, self._log_dir(),
             self.selected_rows(), action=action, destination=destination, parent=self,
+            tiers=self._batch_tiers,
         )  # fmt: skip
-        self.cleanup_dialog.accepted.connect(lambda d=self.cleanup_dialog: self.run_plan(d.plan()))
+        self._batch_tiers = None
+
+        def accepted(d=self.cleanup_dialog) -> None:
+            # the next dialog (the fallback when there is no trash, or the next clean-up)
+            # starts from the person's choice of tiers
+            self._batch_tiers = d.checked_tiers()
+            self.run_plan(d.plan())
+
+        self.cleanup_dialog.accepted.connect(accepted)
         self.cleanup_dialog.open()
         if action == "move" and destination is None:
             self.cleanup_dialog.choose_destination()

@@ -140,6 +140,7 @@ def test_keep_suggested_moves_to_a_folder_logs_and_undoes(
     assert dialog.link_rb.isEnabled() == any(
         getattr(g, "tier", "") == "identical" for g in view.groups
     )
+    include_every_tier(qtbot, dialog, view)
     qtbot.mouseClick(dialog.choose_btn, Qt.MouseButton.LeftButton)
     assert dialog.move_rb.isChecked() and dialog.destination == str(dest)
     plan = dialog.plan()
@@ -230,6 +231,7 @@ def test_no_trash_offers_a_folder_instead(qtbot, window, tmp_path, demo_folder, 
     monkeypatch.setattr(trash, "trash_dir", no_trash)
     before_files = snapshot(folder)
     dialog = open_summary(qtbot, view)
+    include_every_tier(qtbot, dialog, view)
     assert dialog.trash_rb.isChecked() and "to the trash" in dialog.summary.text()
     qtbot.mouseClick(dialog.run_btn, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: view.fallback_box is not None and view.fallback_box.isVisible(),
@@ -254,6 +256,18 @@ def test_no_trash_offers_a_folder_instead(qtbot, window, tmp_path, demo_folder, 
     # two clean-ups, two logs; the last is undone first
     assert len(list((tmp_path / "index" / "cleanup").glob("*.csv"))) == 2
     qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+
+
+def include_every_tier(qtbot, dialog, view) -> None:
+    """Check the tiers the summary leaves out by default (similar shots: different
+    photos, the person opts in), as a person who wants every group cleaned would."""
+    tiers = {getattr(g, "tier", "same_photo") for g in view.groups}
+    for tier, box in dialog.tier_boxes.items():
+        assert tier in tiers
+        assert box.isChecked() == (tier != "similar_shots")
+        if not box.isChecked():
+            box.click()  # (the check box's own click: toggles it, as a mouse click does)
+            assert box.isChecked()
 
 
 def test_search_shows_progress_and_can_be_cancelled(qtbot, window, tmp_path, demo_folder):
@@ -322,3 +336,28 @@ def test_photos_indexed_after_a_search_are_announced_and_the_next_search_include
     assert "since" not in view.summary.text()
     grouped = {p.name for g in view.groups for p in g.paths}
     assert {"rocket.jpg", "rocket_blurred.jpg"} <= grouped
+
+
+def test_the_batch_leaves_similar_shots_out_unless_asked(qtbot, tmp_path):
+    """Similar shots are different photos (a burst, a bracket): the batch summary starts
+    with their tier unchecked; checking it adds their groups."""
+    from app.gui.duplicates import CleanupDialog
+    from engine.workflows.duplicates import DuplicateGroup
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    paths = []
+    for name in ("a.jpg", "a copy.jpg", "b1.jpg", "b2.jpg"):
+        (folder / name).write_bytes(name.encode())
+        paths.append(folder / name)
+    groups = [
+        DuplicateGroup(paths[:2], [1.0, 0.9], tier="same_photo"),
+        DuplicateGroup(paths[2:], [1.0, 0.4], tier="similar_shots"),
+    ]
+    dialog = CleanupDialog(groups, [0, 0], folder, tmp_path / "logs")
+    qtbot.addWidget(dialog)
+    assert dialog.tier_boxes["same_photo"].isChecked()
+    assert not dialog.tier_boxes["similar_shots"].isChecked()
+    assert dialog.chosen_rows() == [0]
+    dialog.tier_boxes["similar_shots"].setChecked(True)
+    assert dialog.chosen_rows() == [0, 1]
