@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.cluster.grouping import group_collection_iter, save_grouping
     from engine.index import keys
 
-    k = parse_k(args.k or "auto")
+    k = parse_k("auto" if args.k is None else args.k)  # (an empty --k is an error)
     if args.power is not None and not 0 < args.power <= 1:
         raise CommandError(f"--power must be in (0, 1], got {args.power}")
     if args.spatial and (args.spatial < 2 or args.spatial & (args.spatial - 1)):

@@ -165,6 +165,7 @@ def test_cluster_spatial_affinities_group_scenes(folder, capsys):
     [
         (["--k", "zero"], "--k"),
         (["--k", "0"], "--k"),
+        (["--k", ""], "--k"),  # (an empty value, not the default: fault harness)
         (["--must", "nope.jpg", "brick.jpg"], "not an indexed image"),
         (["--power", "2"], "--power"),
         (["--partners", "0"], "--partners"),
