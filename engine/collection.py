@@ -96,10 +96,12 @@ from engine.index.methods import (
     UNIFORM_PRESCORE,
     UNIFORM_RERANK,
     Hit,
+    PyramidSearch,
     SearchMethod,
     available_methods,
     register_method,
 )
+from engine.index.region import MIN_REGION_FEATURES, region_features, region_pixels
 from engine.index.searcher import FEATURE_KWARGS, Searcher
 from engine.index.store import INDEX_DIRNAME, IndexStore
 from engine.index.threads import ENCODE_THREADS
@@ -125,6 +127,7 @@ __all__ = [
     "FEATURE_KWARGS",
     "METHODS",
     "MIN_CANDIDATES",
+    "MIN_REGION_FEATURES",
     "PREFIT_SPREAD",
     "REFIT_GROWTH",
     "SAMPLE_DESCRIPTORS",
@@ -370,7 +373,9 @@ class Collection:
         self.store.save_array(name, np.asarray(arr))
 
     # ------------------------------------------------------------------ querying
-    def query(self, image: Any, *, method: str = "hybrid", top: int = 20) -> list[Hit]:
+    def query(
+        self, image: Any, *, method: str = "hybrid", top: int = 20, box: Any = None
+    ) -> list[Hit]:
         """Most similar images of the collection, best first.
 
         Parameters
@@ -382,6 +387,20 @@ class Collection:
             See :mod:`engine.index.methods`; or another method this collection was handed.
         top : int
             Number of hits.
+        box : (x, y, w, h) of float, optional
+            Search for what lies in this box only (search by region,
+            :mod:`engine.index.region`): the top-left corner and size in pixels of the
+            photo as it is displayed -- EXIF orientation applied, at its full size (for
+            an array its own pixels; for Features the pixels of their ``image_size``).
+            A box partly off the photo is cut to it. The keypoint methods (every
+            :class:`~engine.index.methods.PyramidSearch`: ``hybrid``, ``vocabulary``,
+            ``uniform``, ``wta``) get the query's features whose keypoints lie inside
+            (:func:`~engine.index.region.region_features`: detected inside the box,
+            its 200 strongest): the pyramid match is a partial matching (Grauman's
+            thesis Sec. 3.2.4), so a collection photo in which the object is small is
+            matched on the object, its other features finding no partner, and the
+            query's own background no longer votes. Other methods (``learned``) get
+            the box's pixels (:func:`~engine.index.region.region_pixels`).
 
         Returns
         -------
@@ -392,7 +411,9 @@ class Collection:
         Raises
         ------
         ValueError
-            Unknown method or ``top < 1``.
+            Unknown method or ``top < 1``; a malformed box, a box off the photo, or one
+            that holds fewer than :data:`~engine.index.region.MIN_REGION_FEATURES` (8)
+            features ("the box holds only N features; draw a larger box").
         LookupError
             Empty index; ``"learned"`` without a learned model, or in a program that did
             not import :mod:`engine.workflows.feedback` (which provides it).
@@ -412,7 +433,9 @@ class Collection:
                 "provides it (engine.workflows.feedback for 'learned') registers it when "
                 "imported"
             )
-        hits = fn(self, image, int(top))  # the query as given
+        if box is not None:
+            image = self._region_query(image, box, fn)
+        hits = fn(self, image, int(top))  # the query as given (or its box)
         return [
             replace(
                 h, probability=hit_probability(method, h.score), label=hit_label(method, h.score)
@@ -420,23 +443,50 @@ class Collection:
             for h in hits
         ]
 
+    def _region_query(self, image: Any, box: Any, fn: SearchMethod) -> Any:
+        """What method ``fn`` is handed for a query by region: the features inside
+        ``box`` for the keypoint methods, the box's pixels for the others."""
+        if isinstance(fn, PyramidSearch):
+            return region_features(self.searcher, image, box)
+        return region_pixels(image, box)
+
+    def region_features(self, image: Any, box: Any) -> Features:
+        """The features of a query (path, array or Features) inside ``box``, as a boxed
+        :meth:`query` and :meth:`match` use them (:func:`engine.index.region.region_features`;
+        ``box`` as in :meth:`query`).
+
+        Returns
+        -------
+        Features
+            ``descriptors (K, D) float32``, ``xy (K, 2) float32`` in the loaded image
+            (``image_size``), ``K >= MIN_REGION_FEATURES``.
+        """
+        return region_features(self.searcher, image, box)
+
     # ------------------------------------------------------------------ pairs
-    def match(self, a: Any, b: Any) -> MatchResult:
+    def match(self, a: Any, b: Any, *, box: Any = None) -> MatchResult:
         """Explicit correspondences of two images and their geometric verification.
 
         Parameters
         ----------
         a, b : path (in or outside the collection), ndarray image or Features
+        box : (x, y, w, h), optional
+            Match only the features of ``a`` inside this box (as :meth:`query` with
+            ``box``): the "why" of a search by region.
 
         Returns
         -------
         engine.kernels.pyramid.MatchResult
             Vocabulary-guided pyramid-match score and correspondences (thesis 3.2.3),
             with an extra ``inliers`` attribute: (P,) bool, pairs consistent with a
-            robust homography (:func:`engine.index.verify.match_pair`).
+            robust homography (:func:`engine.index.verify.match_pair`). With ``box``,
+            ``pairs[:, 0]`` index :meth:`region_features` of ``a``.
         """
         models, _ = self.searcher.ensure()
-        fa, _ = self.searcher.query_features(a)
+        if box is not None:
+            fa = region_features(self.searcher, a, box)
+        else:
+            fa, _ = self.searcher.query_features(a)
         fb, _ = self.searcher.query_features(b)
         return match_pair(models.vocab, fa, fb)
 

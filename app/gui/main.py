@@ -1,5 +1,6 @@
-"""Entry point of the desktop window: ``simile [FOLDER] [--index DIR] [--query IMAGE]
-[--view results|matches|duplicates|clusters] [--k K|auto] [--screenshot PNG]``.
+"""Entry point of the desktop window: ``simile [FOLDER] [--index DIR] [--query IMAGE
+[--box X,Y,W,H]] [--view results|matches|duplicates|clusters] [--k K|auto]
+[--screenshot PNG]``.
 
 With ``--screenshot`` the window is driven headlessly (works with
 ``QT_QPA_PLATFORM=offscreen``): open the folder, index it if needed, run the
@@ -29,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", nargs="?", help="folder of photos to open")
     p.add_argument("--index", metavar="DIR", help="index folder (default: FOLDER/.simile)")
     p.add_argument("--query", metavar="IMAGE", help="search with this image once indexed")
+    p.add_argument(
+        "--box",
+        metavar="X,Y,W,H",
+        help="with --query: search for what lies in this box of the image only (pixels of "
+        "the photo as displayed, at its full size)",
+    )
     p.add_argument("--view", choices=VIEWS, default="results", help="view to show")
     p.add_argument("--method", help="retrieval method (hybrid, uniform, vocabulary, wta, …)")
     p.add_argument("--screenshot", metavar="PNG", help="write the window to PNG and exit")
@@ -54,6 +61,15 @@ def run_gui(argv: list[str]) -> int:
         parser.error(f"{args.folder} is not a folder")
     if args.query and not Path(args.query).is_file():
         parser.error(f"--query: {args.query} is not a file")
+    if args.box is not None:
+        from engine.index.region import parse_box
+
+        if not args.query:
+            parser.error("--box needs --query IMAGE")
+        try:
+            args.box = parse_box(args.box)
+        except ValueError as exc:
+            parser.error(f"--box: {exc}")
 
     try:
         from PySide6.QtWidgets import QApplication
@@ -103,7 +119,7 @@ def _interactive(app, args) -> int:
     if folder is not None:
         QTimer.singleShot(0, lambda: win.open_folder(folder, args.index))
         if args.query:
-            QTimer.singleShot(0, lambda: win.query_photo(args.query))
+            QTimer.singleShot(0, lambda: win.query_photo(args.query, args.box))
     if welcome:  # after the folder opened (opening a folder clears the banner)
         QTimer.singleShot(0, win.show_welcome)
     if args.view != "results":
@@ -217,7 +233,7 @@ def _screenshot(app, args) -> int:
             return
         query = args.query or win.photos.path(0)
         win.results_changed.connect(after_query)
-        win.query_photo(query)
+        win.query_photo(query, args.box)
 
     win.error_shown.connect(fail)
     win.indexing_finished.connect(after_index)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QGraphicsItemGroup,
     QGraphicsLineItem,
     QGraphicsPixmapItem,
+    QGraphicsRectItem,
     QGraphicsScene,
     QGraphicsSimpleTextItem,
     QGraphicsView,
@@ -107,14 +108,21 @@ def _features(collection, path):
         return extract_features(path)
 
 
-def compute_match(collection, path_a: str, path_b: str) -> MatchData:
-    """Worker side: match two indexed photos and prepare the drawing data."""
+def compute_match(collection, path_a: str, path_b: str, box=None) -> MatchData:
+    """Worker side: match two indexed photos and prepare the drawing data.
+
+    ``box``: the query ``path_a`` was searched within this region (``(x, y, w, h)``,
+    pixels of the photo at full size): only the region's features are matched and shown
+    (``Collection.match(..., box=)``), and the region is outlined (``extra["box"]``, in
+    display units of image a).
+    """
     from engine.io.imageio import load_image
 
-    result = collection.match(path_a, path_b)
+    result = collection.match(path_a, path_b, box=box)
     img_a = load_image(path_a, max_side=1024)
     img_b = load_image(path_b, max_side=1024)
-    fa = _features(collection, path_a)
+    fa = collection.region_features(path_a, box) if box is not None else None
+    fa = fa if fa is not None else _features(collection, path_a)
     fb = _features(collection, path_b)
 
     def scale(img, feats):
@@ -135,6 +143,16 @@ def compute_match(collection, path_a: str, path_b: str) -> MatchData:
     inliers = None if inl is None else np.asarray(inl, dtype=bool).reshape(-1)
     if inliers is not None and len(inliers) != len(pairs):
         inliers = None
+    extra = {}
+    if box is not None:
+        from engine.index.region import clip_box, displayed_size
+
+        # the box is in pixels of the photo at full size; the view draws image a
+        # at DISPLAY_HEIGHT
+        W, H = displayed_size(path_a)
+        x, y, w, h = clip_box(tuple(box), (W, H))
+        s_disp = DISPLAY_HEIGHT / H
+        extra["box"] = (x * s_disp, y * s_disp, w * s_disp, h * s_disp)
     return MatchData(
         path_a=str(path_a),
         path_b=str(path_b),
@@ -147,6 +165,7 @@ def compute_match(collection, path_a: str, path_b: str) -> MatchData:
         keys_a=np.asarray(fa.xy, np.float32).reshape(-1, 2) * sa,
         keys_b=np.asarray(fb.xy, np.float32).reshape(-1, 2) * sb,
         score=float(result.score),
+        extra=extra,
     )
 
 
@@ -304,8 +323,16 @@ class CorrespondenceView(QWidget):
         ib.setPos(ox, 0)
         self.scene.addItem(ia)
         self.scene.addItem(ib)
+        box = data.extra.get("box")
+        if box is not None:  # a search by region: its box on the query
+            outline = QGraphicsRectItem(QRectF(*box))
+            pen = QPen(QColor(245, 197, 24), 2.5)
+            pen.setCosmetic(True)
+            outline.setPen(pen)
+            self.scene.addItem(outline)
+        region = " (region)" if box is not None else ""
         for x, label in (
-            (0.0, f"Query · {Path(data.path_a).name}"),
+            (0.0, f"Query · {Path(data.path_a).name}{region}"),
             (ox, f"Result · {Path(data.path_b).name}"),
         ):
             t = QGraphicsSimpleTextItem(label)

@@ -1,4 +1,5 @@
-"""The results panel: query preview, method and count, ranked results with scores."""
+"""The results panel: the query photo (drag a box on it to search a region), method and
+count, ranked results with scores."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.feedback import MarkBook, MarkingResultDelegate
 from app.gui.models import PATH_ROLE, ResultsModel, item_data
+from app.gui.region import QueryPhoto
 from app.gui.state import DEFAULT_METHOD, MAX_RESULTS, METHOD_TIPS, METHODS
 
 __all__ = ["ResultsPanel"]
@@ -38,6 +40,8 @@ class ResultsPanel(QWidget):
     export_requested = Signal()
     mark_requested = Signal(str, bool)  # result path, relevant (thumbs up / down clicked)
     learn_requested = Signal()
+    region_drawn = Signal(object)  # (x, y, w, h): fractions of the query photo
+    region_cleared = Signal()  # "Whole photo" / Esc on the photo
 
     def __init__(self, model: ResultsModel, parent=None, marks: MarkBook | None = None) -> None:
         super().__init__(parent)
@@ -45,22 +49,31 @@ class ResultsPanel(QWidget):
         self.marks = marks if marks is not None else MarkBook()
         self.setMinimumWidth(300)
 
-        self.query_pic = QLabel()
-        self.query_pic.setFixedSize(96, 96)
-        self.query_pic.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.query_pic.setObjectName("queryPic")
+        # the query photo: drag a box on it to search that region (app/gui/region.py)
+        self.query_pic = QueryPhoto()
+        self.query_pic.region_drawn.connect(self.region_drawn)
+        self.query_pic.region_cleared.connect(self.region_cleared)
         self.query_name = QLabel("<b>No query yet</b>")
         self.query_name.setWordWrap(True)
         self.query_hint = QLabel("Double-click a photo, press Enter, or drop/paste an image.")
         self.query_hint.setWordWrap(True)
         self.query_hint.setObjectName("hint")
+        self.region_hint = QLabel("")
+        self.region_hint.setWordWrap(True)
+        self.region_hint.setObjectName("hint")
+        self.whole_btn = QPushButton("Whole photo")
+        self.whole_btn.setToolTip("Search with the whole photo again (Esc)")
+        self.whole_btn.clicked.connect(self.region_cleared)
+        self.whole_btn.hide()
         qtext = QVBoxLayout()
         qtext.addWidget(QLabel("QUERY"))
         qtext.addWidget(self.query_name)
         qtext.addWidget(self.query_hint)
+        qtext.addWidget(self.region_hint)
         qtext.addStretch(1)
+        qtext.addWidget(self.whole_btn, 0, Qt.AlignmentFlag.AlignLeft)
         qrow = QHBoxLayout()
-        qrow.addWidget(self.query_pic)
+        qrow.addWidget(self.query_pic, 0, Qt.AlignmentFlag.AlignTop)
         qrow.addLayout(qtext, 1)
 
         self.method = QComboBox()
@@ -208,16 +221,18 @@ class ResultsPanel(QWidget):
         self.query_name.setText(f"<b>{name}</b>")
         self.query_hint.setText(hint)
         if pixmap is not None and not pixmap.isNull():
-            self.query_pic.setPixmap(
-                pixmap.scaled(
-                    96,
-                    96,
-                    Qt.AspectRatioMode.KeepAspectRatio,
-                    Qt.TransformationMode.SmoothTransformation,
-                )
-            )
+            self.query_pic.set_pixmap(pixmap)
         else:
             self.query_pic.clear()
+
+    def set_region(self, fractions, text: str = "", *, drawable: bool = False) -> None:
+        """Show the region searched (``fractions`` of the photo; None: the whole photo),
+        a line about it, and whether a box may be drawn now."""
+        self.query_pic.set_box(fractions)
+        self.query_pic.set_drawable(drawable)
+        self.region_hint.setText(text)
+        self.region_hint.setVisible(bool(text))
+        self.whole_btn.setVisible(fractions is not None)
 
     def update_marks(self) -> None:
         """Repaint the rows' thumbs and the count of marks."""

@@ -8,7 +8,8 @@ imports Qt, so the whole model is driven by tests without a window::
     Session                       the open folder
     ├── epoch, folder, index_dir, collection, readonly, photos, problems, methods,
     │   metadata (what each photo records: date taken, camera, ..., from the catalogue)
-    ├── query       QueryModel        the current search and its ranked hits
+    ├── query       QueryModel        the current search (a photo, or a region of it)
+    │                                 and its ranked hits
     ├── marks       MarkBook          thumbs up / down on results (stored in the index)
     ├── match       MatchModel        the pair shown in "Why do they match?"
     ├── duplicates  DuplicatesModel   the last duplicate groups, the selected group's copies
@@ -43,6 +44,7 @@ for the trash). Anything else is refused with a message (:attr:`Session.events`
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -239,11 +241,15 @@ class MarkBook:
 
 # ============================================================================ parts
 class QueryModel:
-    """The current search: its source, state and ranked hits.
+    """The current search: its source, the region searched, state and ranked hits.
 
     ``status`` is ``"none"`` (no query), ``"pending"`` (runs when indexing finishes),
-    ``"searching"``, ``"done"`` or ``"failed"``. Events: ``changed`` (the query or its
-    state), ``results`` (the hits shown).
+    ``"searching"``, ``"done"`` or ``"failed"``. ``box`` is the region of the source
+    searched, ``(x, y, w, h)`` in pixels of the photo as displayed at its full size
+    (``size``), or None for the whole photo (search by region,
+    :mod:`engine.index.region`); a new source, folder or :meth:`reset` clears it.
+    Events: ``changed`` (the query, its region or its state), ``results`` (the hits
+    shown, with the ``box`` they are for).
     """
 
     def __init__(self) -> None:
@@ -252,9 +258,13 @@ class QueryModel:
         self.status = "none"
         self.method = DEFAULT_METHOD
         self.seconds: float | None = None
+        self.box: tuple[float, float, float, float] | None = None
+        #: (width, height) of the source as displayed at full size, once a search read it
+        self.size: tuple[int, int] | None = None
         self.hits: list[Hit] = []
         self.hits_source: str | None = None  # the query the hits belong to
         self.hits_method = ""
+        self.hits_box: tuple[float, float, float, float] | None = None  # ... and its region
         self.pending: str | None = None
         self.wanted_method: str | None = None  # chosen before the folder could offer it
 
@@ -267,32 +277,47 @@ class QueryModel:
 
     def reset(self) -> None:
         self.source, self.status, self.seconds, self.pending = None, "none", None, None
+        self.box, self.size = None, None
         self.wanted_method = None
         self._changed()
         self._set_hits(None, "", [])
 
-    def set_pending(self, source: str) -> None:
-        self.source, self.pending, self.status = str(source), str(source), "pending"
+    def set_pending(self, source: str, box=None) -> None:
+        self._set_source(source, box)
+        self.pending, self.status = str(source), "pending"
         self._changed()
 
     def take_pending(self) -> str | None:
         src, self.pending = self.pending, None
         return src
 
-    def searching(self, source: str, settings: SearchSettings) -> None:
+    def searching(self, source: str, settings: SearchSettings, box=None) -> None:
+        """A search of ``source`` (within ``box``, pixels; None: the whole photo) starts."""
         settings.validate()
-        self.source, self.pending, self.status = str(source), None, "searching"
+        self._set_source(source, box)
+        self.pending, self.status = None, "searching"
         self.method, self.seconds = settings.method, None
         self._changed()
 
-    def set_results(self, source: str, method: str, hits, seconds: float | None = None) -> None:
+    def set_results(
+        self, source: str, method: str, hits, seconds: float | None = None, *,
+        box=None, size=None,
+    ) -> None:  # fmt: skip
+        """The ``hits`` of ``source`` searched within ``box`` (None: the whole photo);
+        ``size``: the photo's displayed size, when the search read it."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        box = _checked_box(box)
+        if size is not None and str(source) == self.source:
+            self.size = (int(size[0]), int(size[1]))
         self.status, self.method, self.seconds = "done", method, seconds
+        if str(source) == self.source:
+            self.box = box
         self._set_hits(
             str(source), method,
             [Hit(str(h.path), float(h.score), getattr(h, "probability", None),
                  str(getattr(h, "label", "") or "")) for h in hits],
+            box,
         )  # fmt: skip
         self._changed()
 
@@ -300,13 +325,63 @@ class QueryModel:
         self.status = "failed"
         self._changed()
 
+    def region_refused(self) -> None:
+        """The region asked for could not be searched (e.g. it holds too few features):
+        the hits shown stay, and with them the region they are for."""
+        if self.hits_source is None or self.hits_source != self.source:
+            self.failed()
+            return
+        self.box, self.status = self.hits_box, "done"
+        self._changed()
+
+    def box_from_fractions(self, fractions) -> tuple[float, float, float, float]:
+        """A box drawn on the shown photo, ``(x, y, w, h)`` as fractions of its width and
+        height, in pixels of the photo at its full size (:attr:`size`), rounded to whole
+        pixels. ``ValueError`` when the size is not known yet or the box is empty."""
+        if self.size is None:
+            raise ValueError("the query photo's size is not known yet: search with it first")
+        W, H = self.size
+        fx, fy, fw, fh = (float(v) for v in fractions)
+        x0, y0 = round(max(fx, 0.0) * W), round(max(fy, 0.0) * H)
+        x1, y1 = round(min(fx + fw, 1.0) * W), round(min(fy + fh, 1.0) * H)
+        return _checked_box((x0, y0, x1 - x0, y1 - y0))
+
+    def box_fractions(self, box=None) -> tuple[float, float, float, float] | None:
+        """``box`` (default :attr:`box`) as fractions of the photo (None: none, or the
+        size is not known)."""
+        box = self.box if box is None else box
+        if box is None or self.size is None:
+            return None
+        W, H = self.size
+        return (box[0] / W, box[1] / H, box[2] / W, box[3] / H)
+
+    def _set_source(self, source: str, box) -> None:
+        if str(source) != self.source:
+            self.size = None  # another photo
+        self.source, self.box = str(source), _checked_box(box)
+
     def _changed(self) -> None:
         self.events.changed(source=self.source, status=self.status, method=self.method,
-                            n=len(self.hits), seconds=self.seconds)  # fmt: skip
+                            n=len(self.hits), seconds=self.seconds, box=self.box)  # fmt: skip
 
-    def _set_hits(self, source, method: str, hits: list[Hit]) -> None:
+    def _set_hits(self, source, method: str, hits: list[Hit], box=None) -> None:
         self.hits_source, self.hits_method, self.hits = source, method, hits
-        self.events.results(source=source, method=method, hits=list(hits))
+        self.hits_box = box
+        self.events.results(source=source, method=method, hits=list(hits), box=box)
+
+
+def _checked_box(box) -> tuple[float, float, float, float] | None:
+    """``box`` as 4 floats ``(x, y, w, h)`` with ``w, h > 0`` (None stays None);
+    ``ValueError`` naming what is wrong."""
+    if box is None:
+        return None
+    try:
+        x, y, w, h = (float(v) for v in box)
+    except (TypeError, ValueError):
+        raise ValueError(f"box must be 4 numbers (x, y, w, h), got {box!r}") from None
+    if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
+        raise ValueError(f"box must be finite with width and height > 0, got {box!r}")
+    return x, y, w, h
 
 
 class MatchModel:

@@ -22,7 +22,6 @@ QCheckBox::indicator:checked { background: #3d8fd6; border-color: #3d8fd6;
 QCheckBox::indicator:disabled { border-color: #4a4d54; background: #2a2b2f; }
 QLabel#hint { color: #9a9ea6; }
 QLabel#matchInfo { color: #d8dade; }
-QLabel#queryPic { background: #1b1c1f; border-radius: 6px; }
 QFrame#banner { background: #5c2b2b; border-bottom: 1px solid #7a3a3a; }
 QFrame#banner[kind="warning"] { background: #5a4a22; border-bottom: 1px solid #7a6630; }
 QFrame#banner[kind="info"] { background: #24415e; border-bottom: 1px solid #2f5a80; }

@@ -55,6 +55,7 @@ from app.gui.models import (
     ThumbnailDelegate,
     item_data,
 )
+from app.gui.region import search as region_search
 from app.gui.results import ResultsPanel
 from app.gui.session import ActionRefused, MarkBook, QueryModel, Session
 from app.gui.sorting import SortBar
@@ -446,6 +447,7 @@ class MainWindow(QMainWindow):
             "failed": "Search failed.",
         }[event.status]
         self.results_panel.set_query(name, pm, hint)
+        self._show_region()
         if event.status in ("none", "searching"):
             self.results_panel.status.setText("")
         elif event.status == "done" and event.seconds is not None:
@@ -453,6 +455,26 @@ class MainWindow(QMainWindow):
 
     def _on_query_results(self, event) -> None:
         self.results.set_hits(event.source, event.method, event.hits)
+
+    def _show_region(self) -> None:
+        """The query photo's region (search by region): the box searched, a line about
+        it, and whether a box may be drawn (once the photo's size is known)."""
+        q = self.session.query
+        drawable = q.status in ("done", "failed") and q.size is not None
+        if q.box is not None:  # (no break inside the numbers)
+            w, h = round(q.box[2]), round(q.box[3])
+            text = f"Region {w}\u00a0×\u00a0{h}\u00a0px"
+        elif drawable:
+            text = "Drag on the photo to search for one thing in it."
+        else:
+            text = ""
+        self.results_panel.set_region(q.box_fractions(), text, drawable=drawable)
+
+    def _on_query_thumbnail(self, path: str) -> None:
+        """The query's thumbnail arrived after the query was shown."""
+        src = self.session.query.source
+        if src is not None and path == src and self.results_panel.query_pic.pixmap() is None:
+            self.results_panel.query_pic.set_pixmap(self.thumbs.pixmap(src))
 
     def _on_match_busy(self, event) -> None:
         view = getattr(self, "matches_view", None)
@@ -573,6 +595,9 @@ class MainWindow(QMainWindow):
         self.results_panel.why_requested.connect(self.show_matches)
         self.results_panel.open_requested.connect(self.open_full_size)
         self.results_panel.export_requested.connect(self.export_results_dialog)
+        self.results_panel.region_drawn.connect(self.search_region_fractions)
+        self.results_panel.region_cleared.connect(self.search_whole_photo)
+        self.thumbs.ready.connect(self._on_query_thumbnail)
         rlist = self.results_panel.list  # (the person's choice, not the automatic one)
         rlist.selectionModel().currentChanged.connect(
             lambda idx, _prev: rlist.hasFocus() and self._show_info(item_data(idx, PATH_ROLE))
@@ -787,7 +812,7 @@ class MainWindow(QMainWindow):
         )  # fmt: skip
         esc = QAction(self)
         esc.setShortcut(QKeySequence("Esc"))
-        esc.triggered.connect(self.cancel_indexing)
+        esc.triggered.connect(self._on_escape)
         self.addAction(esc)
 
         m = mb.addMenu("&Help")
@@ -1071,6 +1096,14 @@ class MainWindow(QMainWindow):
         self._flush_timer.start()
         w.start()
 
+    def _on_escape(self) -> None:
+        """Esc: stop indexing or learning when either runs, else search the whole query
+        photo again after a search by region."""
+        if self.is_indexing() or self.is_learning():
+            self.cancel_indexing()
+        elif self.session.query.box is not None:
+            self.search_whole_photo()
+
     def cancel_indexing(self) -> None:
         """Stop indexing (and learning) at the next step (Esc / Cancel)."""
         for topic in ("learn", "index"):
@@ -1173,7 +1206,7 @@ class MainWindow(QMainWindow):
             s.duplicates.refresh_after_index = False
             self.find_duplicates(None)
         if s.query.pending is not None and s.collection is not None:
-            self._run_query(s.query.take_pending())
+            self._run_query(s.query.take_pending(), s.query.box)
 
     # ======================================================================== another writer
     def poll_writer(self) -> None:
@@ -1212,9 +1245,9 @@ class MainWindow(QMainWindow):
                     f"The other Simile process has finished: {n} photos in {s.folder.name}"
                 )
             if s.query.pending is not None and s.collection is not None:
-                self._run_query(s.query.take_pending())
+                self._run_query(s.query.take_pending(), s.query.box)
             elif s.query.source is not None and s.query.status in ("done", "failed"):
-                self._run_query(s.query.source)  # the new version answers
+                self._run_query(s.query.source, s.query.box)  # the new version answers
             return
         if not s.is_current(token):
             return
@@ -1241,10 +1274,33 @@ class MainWindow(QMainWindow):
             self.offer_repair(exc)
 
     # ======================================================================== search
-    def query_photo(self, path) -> None:
+    def query_photo(self, path, box=None) -> None:
+        """Search with the photo ``path`` (a new query: the whole photo, or ``box``,
+        ``(x, y, w, h)`` in pixels of the photo as displayed at its full size)."""
         if not path:
             return
-        self._run_query(str(path))
+        self._run_query(str(path), box)
+
+    def search_region(self, box) -> None:
+        """Search the current query photo within ``box`` (pixels of the photo at its full
+        size; None: the whole photo)."""
+        src = self.session.query.source
+        if src is not None:
+            self._run_query(src, box)
+
+    def search_region_fractions(self, fractions) -> None:
+        """A box drawn on the query photo (fractions of it): search that region."""
+        try:
+            box = self.session.query.box_from_fractions(fractions)
+        except ValueError as exc:
+            self.show_error(str(exc), kind="warning")
+            return
+        self.search_region(box)
+
+    def search_whole_photo(self) -> None:
+        """Search with the whole query photo again (after a search by region)."""
+        if self.session.query.box is not None:
+            self.search_region(None)
 
     def query_image(self, image: QImage) -> None:
         """Search with an image that is not a file (pasted / dropped pixels)."""
@@ -1271,34 +1327,41 @@ class MainWindow(QMainWindow):
         if a is not None and not a.isChecked():
             a.setChecked(True)
         if self.session.query.source is not None:
-            self._run_query(self.session.query.source)
+            self._run_query(self.session.query.source, self.session.query.box)
 
     def search_settings(self) -> SearchSettings:
         return SearchSettings(self.results_panel.current_method(), self.results_panel.top.value())
 
-    def _run_query(self, source: str) -> None:
+    def _run_query(self, source: str, box=None) -> None:
+        """Search with ``source`` within ``box`` (None: the whole photo), off the GUI
+        thread (:func:`app.gui.region.search`)."""
         s = self.session
         coll = s.collection
         if coll is None or self.is_indexing():
-            s.query.set_pending(source)
+            s.query.set_pending(source, box)
             return
         st = self.search_settings()
         token = s.begin("query")  # a newer search supersedes this one
-        s.query.searching(source, st)
+        s.query.searching(source, st, box)
         t0 = time.monotonic()
         name = QueryModel.display_name(source)
 
-        def done(hits) -> None:
-            s.query.set_results(source, st.method, hits, time.monotonic() - t0)
+        def done(outcome) -> None:
+            s.query.set_results(source, st.method, outcome.hits, time.monotonic() - t0,
+                                box=outcome.box, size=outcome.size)  # fmt: skip
             self.results_changed.emit()
 
         def failed(exc) -> None:
-            s.query.failed()
-            self.show_failure(exc, f"Searching with {name} failed")
+            if box is not None and isinstance(exc, ValueError):  # e.g. too few features
+                s.query.region_refused()  # (the results shown stay)
+                self.show_error(f"Searching a region of {name}: {exc}.", kind="warning")
+            else:
+                s.query.failed()
+                self.show_failure(exc, f"Searching with {name} failed")
             self.results_changed.emit()
 
         self.run_worker(
-            coll.query, source, method=st.method, top=st.top, token=token,
+            region_search, coll, source, method=st.method, top=st.top, box=box, token=token,
             connect={"returned": done, "errored": failed},
         )  # fmt: skip
 
@@ -1518,8 +1581,10 @@ class MainWindow(QMainWindow):
         self.show_view("matches")
         token = s.begin("match")
         s.match.start(query, result_path)
+        # a search by region is explained by the region's features
+        box = s.query.hits_box if s.query.hits_source == query else s.query.box
         self.run_worker(
-            compute_match, s.collection, query, result_path, token=token,
+            compute_match, s.collection, query, result_path, box=box, token=token,
             connect={"returned": s.match.set_data}, context="Matching failed",
         )  # fmt: skip
 

@@ -147,10 +147,12 @@ class Features:
 
 
 def _sift_keypoints(
-    gray: np.ndarray, max_features: int | None, rootsift: bool
+    gray: np.ndarray, max_features: int | None, rootsift: bool, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    sift = cv2.SIFT_create(nfeatures=0 if max_features is None else int(max_features))
-    kps, desc = sift.detectAndCompute(gray, None)
+    # (OpenCV keeps its nfeatures strongest before it applies the mask: with a mask, all
+    # are detected and the strongest inside are kept below)
+    n = 0 if max_features is None or mask is not None else int(max_features)
+    kps, desc = cv2.SIFT_create(nfeatures=n).detectAndCompute(gray, mask)
     if not kps or desc is None:
         empty = np.empty(0, np.float32)
         return np.empty((0, SIFT_DIM), np.float32), np.empty((0, 2), np.float32), empty, empty
@@ -221,6 +223,7 @@ def extract_features(
     patch_size: int = 16,
     append_xy: bool = False,
     xy_weight: float = 1.0,
+    within: tuple[float, float, float, float] | None = None,
 ) -> Features:
     """Extract a set of local features from an image.
 
@@ -252,6 +255,12 @@ def extract_features(
         the position normalised by the image size (thesis Sec. 8.2.3).
     xy_weight : float, optional
         Scale of the appended position columns relative to the (unit-norm) descriptors.
+    within : (left, top, right, bottom) of float, optional
+        ``"sift"`` only: keep only keypoints detected inside this rectangle, given as
+        fractions of the image's width and height (``(0, 0, 1, 1)``: all of it), and the
+        ``max_features`` strongest of *those* (a region described as fully as a whole
+        image; search by region, :mod:`engine.index.region`). Descriptors still see the
+        pixels around their keypoint; positions stay in the whole (loaded) image.
 
     Returns
     -------
@@ -292,13 +301,24 @@ def extract_features(
         raise ValueError(f"max_features must be a positive integer or None, got {max_features!r}")
     if not np.isfinite(xy_weight):
         raise ValueError(f"xy_weight must be finite, got {xy_weight!r}")
+    if within is not None and (
+        kind != "sift" or len(within) != 4 or not np.isfinite(np.asarray(within, float)).all()
+    ):
+        raise ValueError(f"within must be 4 finite fractions, for kind 'sift', got {within!r}")
 
     gray = gray_image(image_or_path, max_side)
     h, w = gray.shape
     scale: np.ndarray | None
     angle: np.ndarray | None = None
     if kind == "sift":
-        desc, xy, scale, angle = _sift_keypoints(gray, max_features, rootsift)
+        mask = None
+        if within is not None:
+            left, top, right, bottom = (float(v) for v in within)
+            mask = np.zeros((h, w), np.uint8)
+            x0, x1 = max(0, int(np.floor(left * w))), min(w, int(np.ceil(right * w)))
+            y0, y1 = max(0, int(np.floor(top * h))), min(h, int(np.ceil(bottom * h)))
+            mask[y0:y1, x0:x1] = 255
+        desc, xy, scale, angle = _sift_keypoints(gray, max_features, rootsift, mask)
     else:
         if kind == "dense_sift":
             desc, xy = _dense_sift(gray, int(step), int(patch_size), rootsift)
