@@ -53,11 +53,14 @@ def open_collection(
     create: bool,
     readonly: bool = False,
     check: bool | None = None,
+    map_data: bool = False,
 ):
     """Open ``folder``'s collection or raise :class:`CommandError` naming the problem.
 
     ``check`` (default: ``readonly``) loads the search models and data at once, so that
     a damaged index is one line here, with its remedy, rather than a failed query.
+    ``map_data``: memory-map the search data instead of reading it (a one-shot query:
+    :attr:`engine.index.searcher.Searcher.map_data`).
     """
     import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
     from engine.collection import Collection, default_index_dir
@@ -83,6 +86,7 @@ def open_collection(
         if disk_full(exc):
             raise CommandError(f"no space left on the disk of the index {where}", 1) from None
         raise CommandError(f"cannot open the index in {where}: {exc}") from None
+    col.searcher.map_data = map_data
     if readonly if check is None else check:
         try:
             col.searcher.ensure()

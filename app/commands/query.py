@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             box = parse_box(args.box)
         except ValueError as exc:
             raise CommandError(f"--box: {exc}") from None
-    col = open_collection(args.folder, args.index, create=False, readonly=True)
+    col = open_collection(args.folder, args.index, create=False, readonly=True, map_data=True)
     try:
         # read every query first: an unreadable one fails the run before any output
         queries = []

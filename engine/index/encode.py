@@ -123,6 +123,7 @@ class EncodedImages:
         consume: bool = False,
         copy: bool = True,
         uniform: bool = True,
+        mapped: bool = False,
     ) -> EncodedImages:
         """Rebuild from :meth:`to_state`.
 
@@ -139,9 +140,11 @@ class EncodedImages:
         arrays are kept as read (segments about to be concatenated: the concatenation
         copies them anyway). Without ``uniform`` the uniform pyramids are not read (the
         result's ``uniform`` is None: set by the caller, e.g. read on first use,
-        :mod:`engine.index.segments`).
+        :mod:`engine.index.segments`). With ``mapped`` (memory-mapped arrays) nothing is
+        copied nor converted: the bags keep the index dtype they were saved with.
         """
         get = st.pop if consume else st.get
+        copy = copy and not mapped
 
         def own(key: str, dtype: type) -> np.ndarray:
             a = np.asarray(get(key), dtype)
@@ -155,6 +158,8 @@ class EncodedImages:
         # them: indices and indptr of one dtype)
         nnz = int(np.asarray(st["bow.indptr"])[-1]) if len(st["bow.indptr"]) else 0
         index = np.int32 if max(nnz, int(st["bow.n_words"])) < 2**31 - 1 else np.int64
+        if mapped:
+            index = np.asarray(st["bow.indices"]).dtype
         bow = sp.csr_matrix(
             (
                 own("bow.data", np.float32),

@@ -161,6 +161,9 @@ class Searcher:
         Rows scored exactly by the last query (benchmarks).
     lock : threading.RLock
         Held while the models and data are replaced.
+    map_data : bool
+        Memory-map the saved search data instead of reading it (a one-shot reader:
+        :func:`engine.index.segments.read_data`); False by default.
     """
 
     def __init__(self, store: IndexStore, folder: Path) -> None:
@@ -179,6 +182,7 @@ class Searcher:
         self.uniform_self: np.ndarray | None = None
         self.lock = threading.RLock()
         self.last_scored = 0
+        self.map_data = False
 
     # ------------------------------------------------------------------ indexing
     def update(
@@ -351,7 +355,7 @@ class Searcher:
                 models = fit.SearchModels.from_state(states[MODELS_STATE])
                 data, data_keys = None, None
                 if DATA_STATE in snap.entries:
-                    data, data_keys = read_data(snap, rows.ids, rows.keys)
+                    data, data_keys = read_data(snap, rows.ids, rows.keys, mapped=self.map_data)
                     store.close_with(data.uniform)  # (its files, until read)
                 elif snap.has(DATA_STATE):  # damaged (a legacy JSON)
                     store.load_version([DATA_STATE])  # raises IndexCorruptError

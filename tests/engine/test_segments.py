@@ -289,3 +289,46 @@ def test_closing_the_collection_lets_go_of_every_file(tmp_path, small):
     assert _open_state_files(folder) == []
     with pytest.raises(StoreError, match="closed"):
         data.uniform.get()
+
+
+def test_a_one_shot_reader_maps_the_data_and_still_finds_damage(tmp_path, small):
+    """``map_data`` (``simile query``): one segment is memory-mapped, not read; the
+    queries answer as a reader that reads it; a damaged byte is found (CRC) before use."""
+    from engine.index.store_errors import IndexCorruptError
+
+    folder = tmp_path / "photos"
+    _add(small, folder, NAMES[:8])
+    _index(folder)
+    want = {}
+    with Collection.open(folder, readonly=True) as col:
+        for n in NAMES[:3]:
+            want[n] = [(h.path, h.score) for h in col.query(folder / f"{n}.jpg", top=5)]
+    col = Collection.open(folder, readonly=True)
+    col.searcher.map_data = True
+    _, data = col.searcher.ensure()
+    for arr in (data.vocab.values, data.bow.data, data.rh, data.wta):
+        assert not arr.flags.owndata and not arr.flags.writeable  # (read-only maps)
+    for n in NAMES[:3]:
+        assert [(h.path, h.score) for h in col.query(folder / f"{n}.jpg", top=5)] == want[n]
+    col.close()
+    # a flipped byte inside the vocabulary pyramids' values
+    snap, groups = _entry(folder)
+    import zipfile
+
+    target = next(
+        f
+        for f in groups[0]
+        if "vocab.values.npy" in zipfile.ZipFile(snap.states_dir / f).namelist()
+    )
+    with zipfile.ZipFile(snap.states_dir / target) as z:
+        info = z.getinfo("vocab.values.npy")
+    with open(snap.states_dir / target, "r+b") as fh:
+        fh.seek(info.header_offset + 30 + len(info.filename) + 200)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    col = Collection.open(folder, readonly=True)
+    col.searcher.map_data = True
+    with pytest.raises(IndexCorruptError, match="damaged"):
+        col.searcher.ensure()
+    col.close()
