@@ -370,6 +370,10 @@ def _run_script(tmp_path, images, start):
         stderr=subprocess.PIPE,
         env=env,
         start_new_session=True,  # its own process group, as a shell job is
+        # Ctrl-C as a terminal delivers it, also when the test run itself was started
+        # in the background of a shell without job control (which ignores SIGINT, and
+        # an ignored signal stays ignored across exec)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout.readline() == b"started\n"
     end = time.monotonic() + 30
