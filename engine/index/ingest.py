@@ -226,10 +226,11 @@ def ingest(
     )
 
     done = 0
-    writer = _OrderedWriter(store, fkey, [w.path for w in work], batch_size)
+    paths = [w.path for w in work]
+    writer = _OrderedWriter(store, fkey, paths, batch_size)
     if cluster is None:
         results = extract_parallel(
-            [w.path for w in work],
+            paths,
             jobs=jobs,
             cancel=cancel,
             feature_kwargs=kw,
@@ -242,7 +243,7 @@ def ingest(
         from engine.index.distributed import extract_on_cluster
 
         results = extract_on_cluster(
-            [w.path for w in work],
+            paths,
             cluster=cluster,
             cancel=cancel,
             feature_kwargs=kw,

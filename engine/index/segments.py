@@ -49,8 +49,14 @@ import numpy as np
 from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
 from engine.index.keys import DATA_STATE
 from engine.index.search import IntersectionIndex
-from engine.index.states import NPZ_ERRORS, SEGMENTS_KEY, segment_files
-from engine.index.store_errors import IndexCorruptError, StoreError
+from engine.index.states import (
+    NPZ_ERRORS,
+    SEGMENTS_KEY,
+    damaged_file,
+    read_arrays,
+    segment_files,
+)
+from engine.index.store_errors import StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.fit import SearchModels
@@ -164,11 +170,7 @@ def read_layout(snap: Snapshot) -> Layout | None:
                             wta = _member_shape(npz, "wta")[1]
                             rh = _member_shape(npz, "rh")[1]
                 except (*NPZ_ERRORS, IndexError) as exc:
-                    raise IndexCorruptError(
-                        f"the saved state {DATA_STATE!r} of the index "
-                        f"{snap.states_dir.parent} is damaged (states/{file}: {exc})",
-                        path=snap.states_dir / file,
-                    ) from exc
+                    raise damaged_file(snap.states_dir, DATA_STATE, file, exc) from exc
             if ROW_KEYS not in got or "ids" not in got:
                 return None
             if got["ids"].shape != got[ROW_KEYS].shape:
@@ -176,8 +178,7 @@ def read_layout(snap: Snapshot) -> Layout | None:
             ids.append(np.asarray(got["ids"], np.int64))
             keys.append(np.asarray(got[ROW_KEYS], np.uint64))
     finally:
-        for fh in handles.values():
-            fh.close()
+        _close(handles)
     if wta is None or rh is None:
         return None
     return Layout(groups, ids, keys, int(entry.scalars["bow.n_words"]), int(wta), int(rh))
@@ -278,25 +279,13 @@ def _read_group(
     only: str | None = None,
 ) -> dict[str, Any]:
     """The arrays of one segment's files (but those whose name starts with ``skip``; only
-    those starting with ``only``)."""
-    out: dict[str, Any] = {}
-    for file in group:
-        try:
-            fh = handles[file]
-            fh.seek(0)
-            with np.load(fh, allow_pickle=False) as npz:
-                for k in npz.files:
-                    if (skip is None or not k.startswith(skip)) and (
-                        only is None or k.startswith(only)
-                    ):
-                        out[k] = npz[k]
-        except NPZ_ERRORS as exc:
-            raise IndexCorruptError(
-                f"the saved state {DATA_STATE!r} of the index {snap.states_dir.parent} is "
-                f"damaged (states/{file}: {exc})",
-                path=snap.states_dir / file,
-            ) from exc
-    return out
+    those starting with ``only``): :func:`engine.index.states.read_arrays`."""
+    return read_arrays(
+        snap.states_dir,
+        DATA_STATE,
+        {f: handles[f] for f in group},
+        keep=lambda k: not (skip and k.startswith(skip)) and (only is None or k.startswith(only)),
+    )
 
 
 def load_segments(
@@ -313,8 +302,7 @@ def load_segments(
             out.append((EncodedImages.from_state(st, consume=True), keys))
         return out
     finally:
-        for fh in handles.values():
-            fh.close()
+        _close(handles)
 
 
 class LazyIndex:
@@ -430,11 +418,7 @@ def _mapped_group(
                     order="F" if fortran else "C",
                 )  # fmt: skip
         except (*NPZ_ERRORS, struct.error) as exc:
-            raise IndexCorruptError(
-                f"the saved state {DATA_STATE!r} of the index {snap.states_dir.parent} is "
-                f"damaged (states/{file}: {exc})",
-                path=snap.states_dir / file,
-            ) from exc
+            raise damaged_file(snap.states_dir, DATA_STATE, file, exc) from exc
     return out
 
 

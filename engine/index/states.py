@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import uuid
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,8 +34,10 @@ from engine.index.store_errors import IndexCorruptError
 
 __all__ = [
     "SEGMENTS_KEY",
+    "damaged_file",
     "load_array",
     "load_state_files",
+    "read_arrays",
     "read_legacy_state",
     "save_array",
     "segment_files",
@@ -195,33 +197,50 @@ def load_state_files(
     if SEGMENTS_KEY in scalars:
         segments = segment_files(states, name, scalars, list(handles))
         out[SEGMENTS_KEY] = [
-            _read_arrays(states, name, {f: handles[f] for f in seg}, {}) for seg in segments
+            read_arrays(states, name, {f: handles[f] for f in seg}) for seg in segments
         ]
         return out
-    out.update(_read_arrays(states, name, handles, out))
+    out.update(read_arrays(states, name, handles, out))
     return out
 
 
-def _read_arrays(
-    states: Path, name: str, handles: Mapping[str, IO[bytes]], taken: Mapping[str, Any]
+def damaged_file(states: Path, name: str, file: str, exc: BaseException) -> IndexCorruptError:
+    """The one-line error of a damaged array file ``file`` of state ``name``."""
+    return IndexCorruptError(
+        f"the saved state {name!r} of the index {states.parent} is damaged (states/{file}: {exc})",
+        path=states / file,
+    )
+
+
+def read_arrays(
+    states: Path,
+    name: str,
+    handles: Mapping[str, IO[bytes]],
+    taken: Mapping[str, Any] = {},
+    *,
+    keep: Callable[[str], bool] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The arrays of the files ``handles`` (one dict; a key in ``taken`` or stored twice:
-    damaged)."""
+    """The arrays of the files ``handles`` of state ``name`` (file name -> open binary
+    file) in one dict; with ``keep``, only those whose key it accepts.
+
+    Raises
+    ------
+    IndexCorruptError
+        A file is damaged, or a key is in ``taken`` or stored twice.
+    """
     arrays: dict[str, np.ndarray] = {}
     for file, fh in handles.items():
         try:
             fh.seek(0)
             with np.load(fh, allow_pickle=False) as data:
                 for k in data.files:
+                    if keep is not None and not keep(k):
+                        continue
                     if k in arrays or k in taken:
                         raise ValueError(f"array {k!r} is stored twice")
                     arrays[k] = data[k]
         except NPZ_ERRORS as exc:
-            raise IndexCorruptError(
-                f"the saved state {name!r} of the index {states.parent} is damaged "
-                f"(states/{file}: {exc})",
-                path=states / file,
-            ) from exc
+            raise damaged_file(states, name, file, exc) from exc
     return arrays
 
 

@@ -1,41 +1,22 @@
 """``simile query FOLDER IMAGE --box x,y,w,h``: search by region from the command line."""
 
 import json
-import shutil
 
-import cv2
-import numpy as np
 import pytest
-from PIL import Image
 
 from app.cli import main
-from engine.io.imageio import load_image
-
-H = 300
+from tests._composite import H, region_folder
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, demo_folder):
-    root = tmp_path_factory.mktemp("cli_box")
-    folder = root / "photos"
-    folder.mkdir()
-    for p in sorted(demo_folder.glob("*.jpg")):
-        if p.name.startswith(("astronaut", "coffee", "brick")):
-            shutil.copy(p, folder / p.name)
-
-    def rs(x):
-        return cv2.resize(x, (round(x.shape[1] * H / x.shape[0]), H), interpolation=cv2.INTER_AREA)
-
-    a = rs(load_image(demo_folder / "astronaut.jpg"))
-    b = rs(load_image(demo_folder / "coffee.jpg"))
-    query = root / "both.jpg"  # astronaut left, coffee right; outside the folder
-    Image.fromarray(np.concatenate([a, b], axis=1)).save(query, quality=92)
+    folder, query, left, width = region_folder(tmp_path_factory.mktemp("cli_box"), demo_folder)
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["index", str(folder), "--jobs", "1", "--json"]) == 0
-    return folder, query, a.shape[1], a.shape[1] + b.shape[1]
+    return folder, query, left, width
 
 
 def _json(out: str) -> dict:

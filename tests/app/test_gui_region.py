@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -13,32 +11,16 @@ cv2 = pytest.importorskip("cv2")
 
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 
+from tests._composite import H  # noqa: E402
+from tests._composite import region_folder as make_region_folder  # noqa: E402
 from tests.app._gui import open_and_wait, query_and_wait  # noqa: E402
-
-H = 300
 
 
 @pytest.fixture(scope="module")
 def region_folder(tmp_path_factory, demo_folder):
-    from PIL import Image
-
-    from engine.io.imageio import load_image
-
     root = tmp_path_factory.mktemp("gui_region")
-    folder = root / "photos"
-    folder.mkdir()
-    for p in sorted(demo_folder.glob("*.jpg")):
-        if p.name.startswith(("astronaut", "coffee", "brick")):
-            shutil.copy(p, folder / p.name)
-
-    def rs(x):
-        return cv2.resize(x, (round(x.shape[1] * H / x.shape[0]), H), interpolation=cv2.INTER_AREA)
-
-    a = rs(load_image(demo_folder / "astronaut.jpg"))
-    b = rs(load_image(demo_folder / "coffee.jpg"))
-    query = root / "both.jpg"  # astronaut left, coffee right; outside the folder
-    Image.fromarray(np.concatenate([a, b], axis=1)).save(query, quality=92)
-    return folder, root / "index", query, a.shape[1], a.shape[1] + b.shape[1]
+    folder, query, left, width = make_region_folder(root, demo_folder)
+    return folder, root / "index", query, left, width
 
 
 def _groups(window, k: int = 4) -> set[str]:

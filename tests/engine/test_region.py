@@ -17,10 +17,9 @@ from engine.index.region import (
     features_in_box,
     parse_box,
 )
-from engine.io.imageio import load_image
+from tests._composite import H, side_by_side
 
 GROUPS = ("astronaut", "coffee", "brick")
-H = 300  # height of each half of the composite
 
 
 def _run(gen):
@@ -33,13 +32,7 @@ def _run(gen):
 
 def _composite(demo_folder) -> tuple[np.ndarray, int]:
     """astronaut (left) and coffee (right) side by side; the width of the left half."""
-
-    def rs(x):
-        return cv2.resize(x, (round(x.shape[1] * H / x.shape[0]), H), interpolation=cv2.INTER_AREA)
-
-    a = rs(load_image(demo_folder / "astronaut.jpg"))
-    b = rs(load_image(demo_folder / "coffee.jpg"))
-    return np.concatenate([a, b], axis=1), a.shape[1]
+    return side_by_side(demo_folder)
 
 
 @pytest.fixture(scope="module")
