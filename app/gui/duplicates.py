@@ -655,6 +655,7 @@ class DuplicatesView(QWidget):
         self.notice.hide()
         self._stale = False  # the groups shown name files a clean-up moved
         self._batch_tiers: set[str] | None = None  # the tiers of the clean-up just run
+        self._found_text = ""  # what the last search found (the summary line)
         self.progress = QProgressBar()
         self.progress.setFixedWidth(200)
         self.progress.setFormat("%v / %m")
@@ -813,10 +814,9 @@ class DuplicatesView(QWidget):
         if self.is_busy():
             return
         n = int(event.n)
-        text = self.summary.text().split(" · ")[0]
         self.summary.setText(
-            f"{text} · {n} photo{'s' if n != 1 else ''} added, changed or removed since: "
-            "press Find duplicates to include them"
+            f"{self._found_text} · {n} photo{'s' if n != 1 else ''} added, changed or "
+            "removed since: press Find duplicates to include them"
         )
 
     # -- progress ----------------------------------------------------------------------------
@@ -873,16 +873,18 @@ class DuplicatesView(QWidget):
             for g in groups:
                 counts[tier_of(g)] = counts.get(tier_of(g), 0) + 1
             tiers = ", ".join(f"{n} {TIER_LABELS.get(t, t).lower()}" for t, n in counts.items())
-            self.summary.setText(
+            self._found_text = (
                 f"{len(groups)} group{'s' if len(groups) != 1 else ''} ({tiers}), "
                 f"{n_photos} photos at similarity ≥ {thr:.2f}"
             )
+            self.summary.setText(self._found_text)
             self.group_list.setCurrentRow(0)
         else:
-            self.summary.setText(
+            self._found_text = (
                 f"No near-duplicates at similarity ≥ {thr:.2f}. "
                 "Lower the threshold to find looser matches."
             )
+            self.summary.setText(self._found_text)
         self._update_buttons()
 
     def _fill_list(self, groups) -> None:
