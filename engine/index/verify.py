@@ -33,6 +33,7 @@ __all__ = [
     "Verification",
     "descriptor_matches",
     "match_pair",
+    "ranking_check",
     "verified_scores",
     "verify_pair",
 ]
@@ -139,6 +140,25 @@ def verify_pair(
     return Verification(pairs, g.inliers if n else np.zeros(len(pairs), bool), int(n))
 
 
+def ranking_check(fa: Features, fb: Features) -> Verification:
+    """The ``hybrid`` method's same-object check of query ``fa`` against hit ``fb``.
+
+    The one check the ranking applies (:func:`verified_scores`); the "why" view shows
+    its accepted correspondences, so what a person sees is what ranked the hit.
+
+    Parameters
+    ----------
+    fa, fb : Features
+        The query's and the hit's features (``fb.image_size`` sets the threshold).
+
+    Returns
+    -------
+    Verification
+        ``n_inliers >= VERIFY_MIN_INLIERS`` means the hit was verified.
+    """
+    return verify_pair(fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size)
+
+
 def verified_scores(
     feats: Features, store: IndexStore, ids: np.ndarray, scores: np.ndarray
 ) -> np.ndarray:
@@ -166,9 +186,7 @@ def verified_scores(
     stored = [f for _i, f in store.iter_features(ids[:VERIFY_TOP])]  # not on the threads
 
     def inliers(f: Features) -> int:
-        return verify_pair(
-            feats.descriptors, feats.xy, f.descriptors, f.xy, image_size=f.image_size
-        ).n_inliers
+        return ranking_check(feats, f).n_inliers
 
     # each check is one BLAS product and one OpenCV fit, both without the GIL: the
     # checks run side by side, each on one BLAS thread
