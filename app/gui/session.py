@@ -523,6 +523,16 @@ class GroupingModel:
         if not self.can_undo:
             return None
         what, grouping, K, must, cannot = self.undo_stack.pop()
+        current = self.grouping
+        if current is not None and list(grouping.paths) != list(current.paths):
+            # photos were added or removed since the edit: undo the edit only, the photos
+            # placed since stay placed and the removed ones stay out
+            from engine.cluster import rebase_grouping
+
+            grouping, K = rebase_grouping(grouping, current), self.K
+            live = set(current.paths)
+            must = [p for p in must if set(p) <= live]
+            cannot = [p for p in cannot if set(p) <= live]
         self.set_constraints(must, cannot)
         self.set_grouping(grouping, K=K)
         return what
@@ -536,10 +546,12 @@ class GroupingModel:
         self.events.mask(path=None, data=None, group_name="", text="")
 
     def clear(self) -> None:
-        """A re-opened collection: no grouping or constraints until restored (the mask
-        stays)."""
+        """A re-opened collection of the same folder (e.g. after the watcher indexed new
+        photos): no grouping or constraints until restored. The mask and the undo history
+        stay: an edit made before the photos arrived can still be undone (:meth:`undo`
+        brings it onto the photos of the day); another folder starts afresh
+        (:meth:`reset`)."""
         self.grouping, self.K, self.must, self.cannot, self.busy = None, None, [], [], False
-        self.undo_stack = []
         self.events.busy(busy=False, text="")
         self.events.constraints(must=[], cannot=[])
         self.events.grouping(grouping=None)

@@ -53,6 +53,7 @@ __all__ = [
     "move_constraints",
     "move_edit",
     "pairs_to_rows",
+    "rebase_grouping",
     "split_edit",
     "split_group",
     "split_group_iter",
@@ -238,6 +239,61 @@ def carry_names(
     r, c = linear_sum_assignment(-ov)
     return {int(cc): old_names[int(rr)] for rr, cc in zip(r, c, strict=True)
             if ov[rr, cc] > 0 and int(rr) in old_names}  # fmt: skip
+
+
+def rebase_grouping(old: EditableGrouping, current: EditableGrouping) -> EditableGrouping:
+    """An earlier state of a grouping (an undo step) brought onto today's photos.
+
+    Photos were added or removed since ``old`` was kept: the photos of ``current`` that
+    ``old`` has keep their ``old`` group, rank and name; removed photos leave; each photo
+    ``old`` lacks (placed since) joins the ``old`` group that holds most of the photos it
+    is grouped with in ``current`` (a majority vote, ties to the lower group), or, when
+    none of them is in ``old`` (e.g. the "To review" group of new photos), a group of its
+    own named as in ``current``. Undoing an edit made before new photos arrived then
+    undoes that edit only: the new photos stay placed.
+
+    Parameters
+    ----------
+    old, current : EditableGrouping
+
+    Returns
+    -------
+    EditableGrouping
+        Rows in the order of ``current.paths`` (so affinities of ``current`` apply); its
+        groups keep ``old``'s order, then the new groups (:func:`keep_order_labels`).
+    """
+    row = {p: i for i, p in enumerate(old.paths)}
+    n = len(current.paths)
+    cur_labels = np.asarray(current.labels, np.int64)
+    in_old = np.array([p in row for p in current.paths], bool)
+    take = np.array([row[p] for p in current.paths if p in row], np.int64)
+    old_labels = np.asarray(old.labels, np.int64)
+    labels = np.full(n, -1, np.int64)
+    labels[in_old] = old_labels[take]
+    flow = np.asarray(current.flow, np.float64).copy()
+    prototypes = np.asarray(current.prototypes, bool).copy()
+    outliers = np.asarray(current.outliers, bool).copy()
+    flow[in_old] = np.asarray(old.flow, np.float64)[take]
+    prototypes[in_old] = np.asarray(old.prototypes, bool)[take]
+    outliers[in_old] = np.asarray(old.outliers, bool)[take]
+    names = {g: old.names[g] for g in np.unique(labels[in_old]).tolist() if g in old.names}
+    fresh: dict[int, int] = {}  # a current group none of whose photos old has -> new label
+    for c in np.unique(cur_labels[~in_old]).tolist():
+        votes = labels[in_old & (cur_labels == c)]
+        rows = np.flatnonzero(~in_old & (cur_labels == c))
+        if votes.size:
+            labels[rows] = int(np.bincount(votes).argmax())
+        else:
+            fresh[c] = int(old_labels.max(initial=-1)) + 1 + len(fresh)
+            labels[rows] = fresh[c]
+            if c in current.names:
+                names[fresh[c]] = current.names[c]
+    order = np.unique(labels)  # keep_order_labels renumbers in this order
+    renumber = {int(g): i for i, g in enumerate(order)}
+    return EditableGrouping(
+        list(current.paths), keep_order_labels(labels), flow, prototypes, outliers,
+        old.k_reason, {renumber[g]: name for g, name in names.items() if g in renumber},
+    )  # fmt: skip
 
 
 def pairs_to_rows(paths: Sequence[str], pairs: Iterable[Sequence[str]]) -> list[tuple[int, int]]:

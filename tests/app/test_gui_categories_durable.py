@@ -192,3 +192,54 @@ def test_an_empty_folder_shows_an_empty_state_and_groups_wrap(qtbot, window, tmp
     small = [r for r in view.rows if r.model.rowCount() <= 8]
     assert all(r.reps.isHidden() for r in small)
     assert errors == []
+
+
+def test_a_move_can_be_undone_after_the_folder_changed_on_disk(qtbot, window, tmp_path):
+    """Found in a real window: the watcher indexed new photos and the Undo of a move made
+    just before was greyed (the re-opened index emptied the undo history). The move is
+    undone alone: the new photos stay where they were placed, the names stay."""
+    folder, index = tmp_path / "photos", tmp_path / "index"
+    groups = make_grouped_folder(folder, per_group=5, seed=4)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    later = []
+    for paths in groups.values():
+        shutil.move(paths[-1], aside / paths[-1].name)
+        later.append(paths[-1])
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    view = window.views["categories"]
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        window.show_view("categories")
+    row0 = view.rows[0]
+    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
+    row0.name.selectAll()
+    qtbot.keyClicks(row0.name, "Sea")
+    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    before = {p: view.grouping.group_of(p) for p in view.grouping.paths}
+    moved = view.rows[1].model.path(0)
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        _drop(view, view.rows[1], moved, view.rows[0])
+    assert view.grouping.group_of(moved) == 0
+
+    # photos arrive while the app runs: what the watcher does when the folder changes
+    for dst in later:
+        shutil.copy(aside / dst.name, dst)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window._on_folder_changed_on_disk()
+    qtbot.waitUntil(
+        lambda: view.grouping is not None and len(view.grouping.paths) == 10, timeout=60_000
+    )
+    qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
+    placed = {str(p): view.grouping.group_of(str(p)) for p in later}
+    assert view.grouping.group_of(moved) == 0, "the move survived the re-index"
+    assert view.undo_btn.isEnabled(), "the move can still be undone"
+
+    qtbot.keyClick(view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: "Undid the last move" in window.status_label.text(), timeout=5_000)
+    g = view.grouping
+    assert len(g.paths) == 10
+    assert {p: g.group_of(p) for p in before} == before, "only the move was undone"
+    assert {p: g.group_of(p) for p in placed} == placed, "the new photos stayed placed"
+    assert g.name(0) == "Sea"
+    assert sorted(p for row in view.rows for p in row.model.paths()) == sorted(g.paths)

@@ -130,3 +130,33 @@ def test_a_photo_of_a_new_subject_goes_to_review(tmp_path, demo_folder):
     assert out.name(out.group_of(str(photos / "astronaut.jpg"))) == REVIEW_NAME
     mate = next(p for p in g.paths if "/g0/" in p)
     assert out.group_of(str(later)) == out.group_of(mate)
+
+
+def _eg(paths, labels, names=None):
+    from engine.cluster import EditableGrouping
+
+    n = len(paths)
+    return EditableGrouping(
+        list(paths), np.asarray(labels, np.int64), np.linspace(1, 0, n), np.zeros(n, bool),
+        np.zeros(n, bool), "", dict(names or {}),
+    )  # fmt: skip
+
+
+def test_rebase_grouping_undoes_an_edit_and_keeps_photos_placed_since():
+    from engine.cluster import rebase_grouping
+
+    # before the move: a b c | d e (group 0 named "Sea"); the move took c to group 1,
+    # then f and g arrived (placed with d e and in a "To review" group) and b left
+    old = _eg("abcde", [0, 0, 0, 1, 1], {0: "Sea"})
+    current = _eg("acdefg", [0, 1, 1, 1, 1, 2], {0: "Sea", 2: "To review"})
+    r = rebase_grouping(old, current)
+    assert r.paths == list("acdefg")
+    got = {p: r.name(r.group_of(p)) for p in r.paths}
+    assert got == {
+        "a": "Sea", "c": "Sea", "d": "Group 2", "e": "Group 2", "f": "Group 2",
+        "g": "To review",
+    }  # fmt: skip
+    assert r.k == 3 and r.labels.tolist() == [0, 0, 1, 1, 1, 2]
+    # a group emptied by removals disappears; the others keep their order
+    r2 = rebase_grouping(_eg("abc", [0, 1, 2], {2: "Last"}), _eg("ac", [0, 0]))
+    assert r2.labels.tolist() == [0, 1] and r2.name(1) == "Last"
