@@ -80,6 +80,7 @@ from engine.index.candidates import (
     rh_bits,
 )
 from engine.index.encode import ENCODE_BATCH
+from engine.index.explain import Explanation, explain_pair
 from engine.index.fit import (
     PREFIT_SPREAD,
     REFIT_GROWTH,
@@ -142,6 +143,7 @@ __all__ = [
     "WTA_FUSION_WEIGHT",
     "Collection",
     "DuplicateGroup",
+    "Explanation",
     "Hit",
     "IndexProgress",
     "IndexSummary",
@@ -480,7 +482,8 @@ class Collection:
             Vocabulary-guided pyramid-match score and correspondences (thesis 3.2.3),
             with an extra ``inliers`` attribute: (P,) bool, pairs consistent with a
             robust homography (:func:`engine.index.verify.match_pair`). With ``box``,
-            ``pairs[:, 0]`` index :meth:`region_features` of ``a``.
+            ``pairs[:, 0]`` index :meth:`region_features` of ``a``. These are not the
+            correspondences that rank a ``hybrid`` hit: :meth:`explain` gives those.
         """
         models, _ = self.searcher.ensure()
         if box is not None:
@@ -489,6 +492,77 @@ class Collection:
             fa, _ = self.searcher.query_features(a)
         fb, _ = self.searcher.query_features(b)
         return match_pair(models.vocab, fa, fb)
+
+    def explain(self, a: Any, b: Any, *, box: Any = None) -> Explanation:
+        """Why hit ``b`` matches query ``a``: the ``hybrid`` ranking's own same-object check,
+        with its correspondences (what the "why" view draws).
+
+        The check is :func:`engine.index.verify.ranking_check` itself
+        (:func:`engine.index.explain.explain_pair`), run on the features the ranking
+        checks: the query's as :meth:`query` uses them (stored for an indexed photo,
+        extracted otherwise; with ``box``, :meth:`region_features`) and the hit's stored
+        ones. So the accepted correspondences are those the ranking counted, and
+        ``verified`` is whether the ranking gave the hit its bonus (it checks the
+        :data:`VERIFY_TOP` best hits by ``vocabulary`` score).
+
+        Parameters
+        ----------
+        a : path (in or outside the collection), ndarray image or Features
+            The query.
+        b : path, ndarray image or Features
+            The hit (a photo of the collection, for a score).
+        box : (x, y, w, h), optional
+            The query was searched within this box (as :meth:`query` with ``box``).
+
+        Returns
+        -------
+        engine.index.explain.Explanation
+            ``pairs (P, 2) int64`` (the check's putative correspondences), ``xy_a``,
+            ``xy_b (P, 2) float32``, ``similarity (P,) float32``, ``inliers (P,) bool``
+            (accepted), ``n_inliers``, ``verified``; ``pyramid``: :meth:`match`'s
+            correspondences (thesis 3.2.3); ``score``, ``probability``, ``label``: the
+            ``hybrid`` score of ``b`` for ``a`` (as the ranking computes it when it checks
+            ``b``; None when ``b`` is not in the collection).
+
+        Raises
+        ------
+        ValueError
+            A bad box, or one holding too few features (as :meth:`query`).
+        engine.io.imageio.ImageLoadError
+            An image cannot be read.
+        """
+        searcher = self.searcher
+        models, _ = searcher.ensure()
+        if box is not None:
+            fa = region_features(searcher, a, box)
+        else:
+            fa, _ = searcher.query_features(a)
+        fb, row_b = searcher.query_features(b)
+        exp = explain_pair(fa, fb, models.vocab)
+        score = self._hybrid_score(fa, row_b)
+        if score is None:
+            return exp
+        return replace(
+            exp,
+            score=score,
+            probability=hit_probability("hybrid", score),
+            label=hit_label("hybrid", score),
+        )
+
+    def _hybrid_score(self, fa: Features, row: int | None) -> float | None:
+        """The ``hybrid`` method's score of collection row ``row`` for query features
+        ``fa``: its exact score, re-ranked by the method itself (the same-object check
+        and its bonus). None outside the collection or for a method of another kind."""
+        fn = self.methods.get("hybrid")
+        if row is None or not isinstance(fn, PyramidSearch):
+            return None
+        searcher = self.searcher
+        models, data = searcher.ensure()
+        q = searcher.query_encoding(models, fa, fn.parts)
+        rows = np.array([row], dtype=np.int64)
+        _, scores = fn.score(searcher, q, data, rows, 1)
+        _, scores = fn.rerank(searcher, data, fa, rows, np.asarray(scores, np.float64), 1)
+        return float(scores[0])
 
     def kernel_matrix(self, method: str = "vocabulary") -> np.ndarray:
         """(n, n) float64 normalised affinities of all images (rows = :meth:`paths`).

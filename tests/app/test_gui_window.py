@@ -163,6 +163,8 @@ def test_enter_key_and_method_switch_rerun(qtbot, window, photo_folder):
 
 
 def test_correspondence_view(qtbot, window, photo_folder):
+    from app.gui.matches import ACCEPTED, DEFAULT_LINES
+
     folder, index, pairs = photo_folder
     open_and_wait(qtbot, window, folder, index)
     query_and_wait(qtbot, window, lambda: window.query_photo(str(pairs[0][0])))
@@ -172,15 +174,17 @@ def test_correspondence_view(qtbot, window, photo_folder):
     assert window.tabs.currentWidget() is view
     data = view.data
     assert Path(data.path_b) == pairs[0][1]
-    assert data.n > 10
-    assert view.visible_count() == min(
-        data.n, max(int(np.ceil(data.n * view.strength.value() / 100)), 1)
-    )
-    view.strength.setValue(100)
-    assert view.visible_count() == data.n
-    view.strength.setValue(10)
-    assert view.visible_count() == int(np.ceil(data.n * 0.1))
-    assert f"<b>{data.n}</b> correspondences" in view.info.text()
+    assert data.verified and data.n_accepted > 10
+    # by default only the correspondences the ranking's own check accepted
+    shown = view.visible_count()
+    assert shown == view.visible_count(ACCEPTED) == min(data.n_accepted, DEFAULT_LINES)
+    assert view.header.text().startswith(f"✓ {data.n_inliers} matching details agree")
+    view.lines_slider.setValue(view.lines_slider.maximum())
+    assert view.visible_count() == data.n_accepted
+    assert view.lines_label.text() == f"Lines shown: all {data.n_accepted}"
+    view.lines_slider.setValue(10)
+    assert view.visible_count() == int(np.ceil(data.n_accepted * 0.1))
+    assert view.lines_label.text().startswith(f"Lines shown: {view.visible_count()} strongest")
     # the hit's number in the list is the number here
     hit = next(h for h in window.session.query.hits if Path(h.path) == Path(data.path_b))
     assert f"<b>{100 * hit.probability:.0f} %</b> likely" in view.info.text()
