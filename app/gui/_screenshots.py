@@ -4,7 +4,8 @@
 ``simile DEMO --index TMP --screenshot PNG`` for each view with
 ``QT_QPA_PLATFORM=offscreen`` (the demo folder holds each photo with edited views of
 it: crops, rotations, perspective, lighting, heavy JPEG, so search, correspondences
-and duplicates all have something to show). The index goes to a temporary folder.
+and duplicates all have something to show; ``results_grid`` shows a search's results in
+the main grid). The index goes to a temporary folder.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         index = Path(tmp) / "index"
         runs = {
             "results": ["--query", str(folder / "chelsea_perspective.jpg")],
+            "results_grid": [
+                "--query",
+                str(folder / "chelsea_perspective.jpg"),
+                "--view",
+                "grid-results",
+            ],
             "matches": ["--query", str(folder / "astronaut_rotate.jpg"), "--view", "matches"],
             "duplicates": ["--view", "duplicates"],
             "clusters": ["--view", "clusters", "--k", "12"],  # 12 scenes in the demo

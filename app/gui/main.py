@@ -1,6 +1,9 @@
 """Entry point of the desktop window: ``simile [FOLDER] [--index DIR] [--query IMAGE
-[--box X,Y,W,H]] [--view results|matches|duplicates|clusters] [--k K|auto]
+[--box X,Y,W,H]] [--view results|grid-results|matches|duplicates|clusters] [--k K|auto]
 [--screenshot PNG]``.
+
+``--view grid-results`` shows the query's results in the main grid (View ▸ Results in
+the Grid) once they are in.
 
 With ``--screenshot`` the window is driven headlessly (works with
 ``QT_QPA_PLATFORM=offscreen``): open the folder, index it if needed, run the
@@ -18,7 +21,7 @@ from app._argparse import Parser
 
 __all__ = ["build_parser", "run_gui"]
 
-VIEWS = ("results", "matches", "duplicates", "clusters")
+VIEWS = ("results", "grid-results", "matches", "duplicates", "clusters")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --query: search for what lies in this box of the image only (pixels of "
         "the photo as displayed, at its full size)",
     )
-    p.add_argument("--view", choices=VIEWS, default="results", help="view to show")
+    p.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="results",
+        help="view to show (grid-results: the results of --query in the main grid)",
+    )
     p.add_argument("--method", help="retrieval method (hybrid, uniform, vocabulary, wta, …)")
     p.add_argument("--screenshot", metavar="PNG", help="write the window to PNG and exit")
     p.add_argument("--size", default="1360x840", metavar="WxH", help="window size for screenshots")
@@ -122,7 +130,14 @@ def _interactive(app, args) -> int:
             QTimer.singleShot(0, lambda: win.query_photo(args.query, args.box))
     if welcome:  # after the folder opened (opening a folder clears the banner)
         QTimer.singleShot(0, win.show_welcome)
-    if args.view != "results":
+    if args.view == "grid-results" and args.query:
+
+        def results_in_grid() -> None:  # (once, when the first results are in)
+            win.results_changed.disconnect(results_in_grid)
+            win.show_results_in_grid()
+
+        win.results_changed.connect(results_in_grid)
+    elif args.view not in ("results", "grid-results"):
         QTimer.singleShot(0, lambda: win.show_view(_view_name(args.view)))
     return app.exec()
 
@@ -135,7 +150,9 @@ def _int_or(text: str):
 
 
 def _view_name(view: str) -> str:
-    return {"results": "library", "clusters": "categories"}.get(view, view)
+    return {"results": "library", "grid-results": "library", "clusters": "categories"}.get(
+        view, view
+    )
 
 
 def _screenshot(app, args) -> int:
@@ -191,6 +208,8 @@ def _screenshot(app, args) -> int:
             win.show_matches(best)
         else:
             win.show_view("library")
+            if args.view == "grid-results":
+                win.show_results_in_grid()
             settle()
 
     def after_index(coll) -> None:

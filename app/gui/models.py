@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +21,8 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
-from app.gui.session import Hit
+from app.gui.results_state import RankedHit, ShownResults
+from app.gui.session import Hit, QueryModel
 from app.gui.thumbnails import ThumbnailProvider
 from engine.index.files import display_path
 
@@ -29,10 +31,13 @@ __all__ = [
     "LABEL_ROLE",
     "PATH_ROLE",
     "PROBABILITY_ROLE",
+    "QUERY_ROLE",
+    "RANK_ROLE",
     "SCORE_ROLE",
     "Hit",
     "PhotoListModel",
     "ResultDelegate",
+    "ResultsGridModel",
     "ResultsModel",
     "ThumbnailDelegate",
 ]
@@ -46,6 +51,8 @@ LABEL_ROLE = Qt.ItemDataRole.UserRole + 21
 RANK_ROLE = Qt.ItemDataRole.UserRole + 3
 #: text of a folder heading row of :class:`PhotoListModel` (None for a photo)
 HEADING_ROLE = Qt.ItemDataRole.UserRole + 4
+#: True for the row or tile of the query itself (its ``RANK_ROLE`` is None)
+QUERY_ROLE = Qt.ItemDataRole.UserRole + 5
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -339,104 +346,150 @@ class PhotoListModel(ThumbModel):
 
 
 class ResultsModel(ThumbModel):
-    """Ranked hits of the current query."""
+    """The side list of the current query's results: a Qt view of a
+    :class:`~app.gui.results_state.ShownResults` (its :meth:`rows`: the query's own hit,
+    if the search returned it, and the hits the filter keeps, by rank). The model resets
+    whenever the shown results change."""
 
-    def __init__(self, thumbs: ThumbnailProvider, parent=None) -> None:
+    def __init__(
+        self, thumbs: ThumbnailProvider, parent=None, shown: ShownResults | None = None
+    ) -> None:
         super().__init__(thumbs, parent)
-        self._scores: list[float] = []
-        self._probs: list[float | None] = []
-        self._labels: list[str] = []
-        self._all_hits: list = []
-        self.verified_only = False
-        self.query: str | None = None
-        self.method: str = ""
+        self.shown = shown if shown is not None else ShownResults()
+        self._rows_shown: list[RankedHit] = []
+        self.shown.events.changed.connect(self._on_changed)
+        self._on_changed()
+
+    # (what the shown results hold, as the model's attributes)
+    @property
+    def query(self) -> str | None:
+        return self.shown.query
+
+    @property
+    def method(self) -> str:
+        return self.shown.method
+
+    @property
+    def verified_only(self) -> bool:
+        return self.shown.filter.verified_only
+
+    @property
+    def min_probability(self) -> float:
+        return self.shown.filter.min_probability
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < len(self._paths):
             return None
-        r = index.row()
-        p = self._paths[r]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return f"{r + 1}. {shown_name(p)}  {self._scores[r]:.3f}"
-        if role == Qt.ItemDataRole.ToolTipRole:
-            parent = display_path(Path(p).parent)
-            prob = self._probs[r]
-            chance = (f"\n{100 * prob:.0f} % likely the same object or place ({self._labels[r]})"
-                      if prob is not None else "")  # fmt: skip
-            return f"#{r + 1}  {shown_name(p)}\nscore {self._scores[r]:.4f}{chance}\n{parent}"
-        if role == Qt.ItemDataRole.DecorationRole:
-            return self.thumbs.pixmap(p)
-        if role == PATH_ROLE:
-            return p
-        if role == SCORE_ROLE:
-            return self._scores[r]
-        if role == PROBABILITY_ROLE:
-            return self._probs[r]
-        if role == LABEL_ROLE:
-            return self._labels[r]
-        if role == RANK_ROLE:
-            return r + 1
-        return None
+        return ranked_data(self._rows_shown[index.row()], role, self.thumbs)
 
-    def set_hits(self, query: str | None, method: str, hits) -> None:
-        self.beginResetModel()
-        self.query = None if query is None else str(query)
-        self.method = method
-        self._all_hits = list(hits)
-        self._fill()
-        self._reindex()
-        self.endResetModel()
-
-    def _fill(self) -> None:
-        """The rows shown: every hit, or (``verified_only``) those that passed the
-        geometric check, with the query itself."""
-        q = None if self.query is None else Path(self.query)
-        hits = [
-            h for h in self._all_hits
-            if not self.verified_only or getattr(h, "label", "") == "same object or place"
-            or (q is not None and Path(h.path) == q)
-        ]  # fmt: skip
-        self._paths = [str(h.path) for h in hits]
-        self._scores = [float(h.score) for h in hits]
-        self._probs = [getattr(h, "probability", None) for h in hits]
-        self._labels = [str(getattr(h, "label", "") or "") for h in hits]
+    def set_hits(self, query: str | None, method: str, hits, box=None) -> None:
+        self.shown.set_hits(query, method, hits, box)
 
     def set_verified_only(self, on: bool) -> None:
         """Show only the hits that passed the geometric check (the same object or place)."""
-        self.beginResetModel()
-        self.verified_only = bool(on)
-        self._fill()
-        self._reindex()
-        self.endResetModel()
+        self.shown.set_filter(verified_only=bool(on))
+
+    def set_min_probability(self, p: float) -> None:
+        """Hide the hits less likely than ``p`` (in [0, 1)) to show the same object or
+        place."""
+        self.shown.set_filter(min_probability=p)
 
     def hidden_count(self) -> int:
-        """Hits left out by :meth:`set_verified_only`."""
-        return len(self._all_hits) - len(self._paths)
+        """Hits left out by the filter."""
+        return self.shown.hidden()
 
     def hits(self) -> list[Hit]:
-        return [
-            Hit(p, s, q, lab)
-            for p, s, q, lab in zip(
-                self._paths, self._scores, self._probs, self._labels, strict=True
-            )
-        ]
+        return [r.hit for r in self._rows_shown]
+
+    def ranked(self) -> list[RankedHit]:
+        """The rows shown, with their ranks (None: the query)."""
+        return list(self._rows_shown)
 
     def score(self, row: int) -> float:
-        return self._scores[row]
+        return self._rows_shown[row].hit.score
 
     def max_score(self) -> float:
         """Best score of a hit other than the query (the query matches itself best)."""
-        q = None if self.query is None else Path(self.query)
-        others = [s for p, s in zip(self._paths, self._scores, strict=True) if Path(p) != q]
-        return max(others, default=max(self._scores, default=0.0))
+        scores = [r.hit.score for r in self._rows_shown]
+        others = [r.hit.score for r in self._rows_shown if not r.is_query]
+        return max(others, default=max(scores, default=0.0))
 
     def best_other(self) -> str | None:
-        """The best-ranked hit that is not the query itself."""
-        q = None if self.query is None else Path(self.query).resolve()
-        for p in self._paths:
-            if q is None or Path(p).resolve() != q:
-                return p
-        return None
+        """The best-ranked hit shown that is not the query itself."""
+        return self.shown.best_other()
+
+    def _on_changed(self, _event=None) -> None:
+        self.beginResetModel()
+        self._rows_shown = self.shown.rows()
+        self._paths = [r.path for r in self._rows_shown]
+        self._reindex()
+        self.endResetModel()
+
+
+class ResultsGridModel(ThumbModel):
+    """The results in the main grid: the query first (its tile marked "Query"), then the
+    hits the filter keeps, by rank (:meth:`ShownResults.others`). Empty while there are
+    no results. Resets whenever the shown results change."""
+
+    def __init__(self, thumbs: ThumbnailProvider, shown: ShownResults, parent=None) -> None:
+        super().__init__(thumbs, parent)
+        self.shown = shown
+        self._tiles: list[RankedHit] = []
+        shown.events.changed.connect(self._on_changed)
+        self._on_changed()
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self._paths):
+            return None
+        return ranked_data(self._tiles[index.row()], role, self.thumbs)
+
+    def tiles(self) -> list[RankedHit]:
+        """The tiles shown, top-left to bottom-right (the query's rank is None)."""
+        return list(self._tiles)
+
+    def _on_changed(self, _event=None) -> None:
+        self.beginResetModel()
+        s = self.shown
+        if s.query is None:
+            self._tiles = []
+        else:  # (the query's own hit, when it is one, carries its score; else a bare tile)
+            own = next((r for r in s.ranked() if r.is_query), None)
+            query = own if own is not None else RankedHit(None, Hit(s.query, math.nan))
+            self._tiles = [query, *s.others()]
+        self._paths = [r.path for r in self._tiles]
+        self._reindex()
+        self.endResetModel()
+
+
+def ranked_data(row: RankedHit, role: int, thumbs: ThumbnailProvider):
+    """What a results row (side list or grid tile) holds for ``role``."""
+    p, h = row.path, row.hit
+    if role == Qt.ItemDataRole.DisplayRole:
+        name = QueryModel.display_name(p) if row.is_query else shown_name(p)
+        return f"{'Query' if row.is_query else row.rank}. {name}"
+    if role == Qt.ItemDataRole.ToolTipRole:
+        parent = display_path(Path(p).parent)
+        if row.is_query:
+            return f"The query: {QueryModel.display_name(p)}\n{parent}"
+        prob = h.probability
+        chance = (f"\n{100 * prob:.0f} % likely the same object or place ({h.label})"
+                  if prob is not None else f"\n{h.label}" if h.label else "")  # fmt: skip
+        return f"#{row.rank}  {shown_name(p)}\nscore {h.score:.4f}{chance}\n{parent}"
+    if role == Qt.ItemDataRole.DecorationRole:
+        return thumbs.pixmap(p)
+    if role == PATH_ROLE:
+        return p
+    if role == SCORE_ROLE:
+        return h.score
+    if role == PROBABILITY_ROLE:
+        return h.probability
+    if role == LABEL_ROLE:
+        return h.label
+    if role == RANK_ROLE:
+        return row.rank
+    if role == QUERY_ROLE:
+        return row.is_query
+    return None
 
 
 # -- painting ------------------------------------------------------------------------------
@@ -464,7 +517,7 @@ def item_data(index, role: int):
     return model.data(index, role) if model is not None else None
 
 
-def _draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
+def draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
     """Draw ``pm`` scaled to fit ``rect`` (aspect kept, centred); return the drawn rect."""
     if pm is None or pm.isNull():
         return rect
@@ -475,7 +528,7 @@ def _draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
     return target
 
 
-def _placeholder(painter: QPainter, rect: QRect, failed: bool, palette: QPalette) -> None:
+def draw_placeholder(painter: QPainter, rect: QRect, failed: bool, palette: QPalette) -> None:
     painter.save()
     r = rect.adjusted(
         rect.width() // 8, rect.height() // 8, -rect.width() // 8, -rect.height() // 8
@@ -545,9 +598,9 @@ class ThumbnailDelegate(QStyledItemDelegate):
         path = item_data(index, PATH_ROLE)
         pm = item_data(index, Qt.ItemDataRole.DecorationRole)
         if pm is None:
-            _placeholder(painter, img_rect, self.thumbs.is_failed(path), pal)
+            draw_placeholder(painter, img_rect, self.thumbs.is_failed(path), pal)
         else:
-            drawn = _draw_pixmap_fit(painter, img_rect, pm)
+            drawn = draw_pixmap_fit(painter, img_rect, pm)
             if path is not None and path == self.query_path:
                 painter.setPen(QPen(QColor(255, 170, 0), 3))
                 painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -604,7 +657,7 @@ class ResultDelegate(QStyledItemDelegate):
         path = item_data(index, PATH_ROLE)
         pm = item_data(index, Qt.ItemDataRole.DecorationRole)
         if pm is None:
-            _placeholder(painter, thumb, self.thumbs.is_failed(path), pal)
+            draw_placeholder(painter, thumb, self.thumbs.is_failed(path), pal)
         else:
             clip = QPainterPath()
             clip.addRoundedRect(QRectF(thumb), 5, 5)
@@ -620,9 +673,10 @@ class ResultDelegate(QStyledItemDelegate):
         f.setBold(True)
         painter.setFont(f)
         painter.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
-        painter.drawText(
-            QRect(r.left(), r.top(), 28, r.height()), Qt.AlignmentFlag.AlignCenter, str(rank)
-        )
+        painter.drawText(  # (the query is not a result: "Q", results from 1)
+            QRect(r.left(), r.top(), 28, r.height()), Qt.AlignmentFlag.AlignCenter,
+            "Q" if rank is None else str(rank),
+        )  # fmt: skip
         x = thumb.right() + 10
         w = r.right() - x - 8
         painter.setPen(pal.color(QPalette.ColorRole.Text))

@@ -1,5 +1,11 @@
 """The results panel: the query photo (drag a box on it to search a region), method and
-count, ranked results with scores."""
+count, a filter by the calibrated score ("At least 50 %", "Only the same object or
+place"), *Show in grid* (the results large in the main grid:
+:mod:`app.gui.results_grid`), and the ranked results with their scores and ✓ / ✗ marks.
+
+The results and the filter live in the window's
+:class:`~app.gui.results_state.ShownResults` (``model.shown``): what the filter hides here
+is hidden in the grid too."""
 
 from __future__ import annotations
 
@@ -42,6 +48,8 @@ class ResultsPanel(QWidget):
     learn_requested = Signal()
     region_drawn = Signal(object)  # (x, y, w, h): fractions of the query photo
     region_cleared = Signal()  # "Whole photo" / Esc on the photo
+    grid_requested = Signal()  # "Show in grid"
+    grid_left = Signal()  # the same button again: all photos in the grid
 
     def __init__(self, model: ResultsModel, parent=None, marks: MarkBook | None = None) -> None:
         super().__init__(parent)
@@ -102,6 +110,30 @@ class ResultsPanel(QWidget):
         self.verified_box.toggled.connect(self._on_verified_only)
         # (cut short on a narrow panel rather than widen the window)
         self.verified_box.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        # the filter by the calibrated score: hide the results less likely than this
+        self.min_percent = QSpinBox()
+        self.min_percent.setRange(0, 99)
+        self.min_percent.setSingleStep(5)
+        self.min_percent.setSuffix(" %")
+        self.min_percent.setSpecialValueText("any")
+        self.min_percent.setToolTip(self._MIN_TIP)
+        self.min_percent.valueChanged.connect(self._on_min_percent)
+        self.min_label = QLabel("At least")
+        self.min_label.setBuddy(self.min_percent)
+        self.count_label = QLabel("")
+        self.count_label.setObjectName("hint")
+        frow = QHBoxLayout()
+        frow.addWidget(self.min_label)
+        frow.addWidget(self.min_percent)
+        frow.addStretch(1)
+        frow.addWidget(self.count_label)
+        self.grid_btn = QPushButton("Show in grid")
+        self.grid_btn.setCheckable(True)
+        self.grid_btn.setToolTip(
+            "Show the results large in the main grid, ranked, with their labels (Ctrl+G; "
+            "Esc: back to all photos)"
+        )
+        self.grid_btn.toggled.connect(self._on_grid_toggled)
         self.list = QListView()
         self.list.setModel(model)
         self.delegate = MarkingResultDelegate(model.thumbs, self.marks, self.list)
@@ -154,17 +186,45 @@ class ResultsPanel(QWidget):
         lay.setContentsMargins(8, 8, 8, 8)
         lay.addLayout(qrow)
         lay.addLayout(srow)
-        lay.addWidget(self.status)
+        strow = QHBoxLayout()
+        strow.addWidget(self.status, 1)
+        strow.addWidget(self.grid_btn)
+        lay.addLayout(strow)
+        lay.addLayout(frow)
         lay.addWidget(self.verified_box)
         lay.addWidget(self.list, 1)
         lay.addLayout(brow)
         lay.addLayout(lrow)
+        self._kept: str | None = None  # the result selected before a reset
+        self._rows_for = None  # (query, method, box) the rows were of
+        model.modelAboutToBeReset.connect(self._before_reset)
         model.modelReset.connect(self._on_reset)
         self._on_reset()
         self.update_marks()
 
     def _on_verified_only(self, on: bool) -> None:
         self.model.set_verified_only(on)  # (resets the model: _on_reset says what is hidden)
+
+    def _on_min_percent(self, value: int) -> None:
+        self.model.set_min_probability(value / 100.0)
+
+    def _on_grid_toggled(self, on: bool) -> None:
+        if on:
+            self.grid_requested.emit()
+        else:
+            self.grid_left.emit()
+
+    def set_in_grid(self, on: bool) -> None:
+        """Show whether the results fill the main grid (the button's state)."""
+        self.grid_btn.blockSignals(True)
+        self.grid_btn.setChecked(bool(on))
+        self.grid_btn.blockSignals(False)
+        self.grid_btn.setText("Back to all photos" if on else "Show in grid")
+        self.grid_btn.setEnabled(bool(on) or self.model.shown.query is not None)
+
+    def set_min_percent(self, percent: int) -> None:
+        """Set the minimum calibrated percentage shown (0: any), as the spin box does."""
+        self.min_percent.setValue(int(percent))
 
     # -- API -------------------------------------------------------------------------------
     def set_methods(self, methods: list[str]) -> None:
@@ -179,6 +239,11 @@ class ResultsPanel(QWidget):
         i = self.method.findData(current)
         self.method.setCurrentIndex(max(0, i))
         self.method.blockSignals(False)
+
+    _MIN_TIP = (
+        "Hide the results less likely than this to show the same object or place (the "
+        "calibrated percentage on each result), in this list and in the grid"
+    )
 
     #: keys that mark the selected result: ✓ (True) or ✗ (False)
     MARK_KEYS: ClassVar[dict[int, bool]] = {
@@ -249,19 +314,41 @@ class ResultsPanel(QWidget):
 
     # -- internals -------------------------------------------------------------------------
     def _on_reset(self) -> None:
-        hidden = self.model.hidden_count()
+        shown = self.model.shown
+        # (what the checkbox hides by itself; the count says what all of the filter hides)
+        hidden = shown.hidden_by_label() if shown.filter.verified_only else 0
         self.verified_box.setText(
             "Only the same object or place" + (f" ({hidden} hidden)" if hidden else "")
         )
+        calibrated = shown.calibrated() or shown.query is None
+        self.min_percent.setEnabled(calibrated)
+        self.min_label.setEnabled(calibrated)
+        self.min_percent.setToolTip(
+            self._MIN_TIP if calibrated else
+            "This method gives no calibrated percentage: nothing is hidden by it"
+        )  # fmt: skip
+        self.count_label.setText(shown.count_text() if shown.hidden() else "")
         self.delegate.max_score = self.model.max_score() or 1.0
         self.delegate.query_path = self.model.query
         has = self.model.rowCount() > 0
         for b in (self.why_btn, self.open_btn, self.export_btn):
             b.setEnabled(has)
+        self.grid_btn.setEnabled(shown.query is not None or shown.in_grid)
+        # the result selected stays selected while filtering; new results: the best one
+        search = (shown.query, shown.method, shown.box)
+        kept = self._kept if search == self._rows_for else None
+        self._rows_for, self._kept = search, None
         if has:
-            best = self.model.best_other()
-            if best is not None:
-                self.list.setCurrentIndex(self.model.index(self.model.row_of(best)))
+            row = self.model.row_of(kept) if kept else -1
+            if row < 0:
+                best = self.model.best_other()
+                row = self.model.row_of(best) if best is not None else -1
+            if row >= 0:
+                self.list.setCurrentIndex(self.model.index(row))
+
+    def _before_reset(self) -> None:
+        idx = self.list.currentIndex()
+        self._kept = item_data(idx, PATH_ROLE) if idx.isValid() else None
 
     def _emit_change(self, *_a) -> None:
         self._debounce.stop()

@@ -138,25 +138,69 @@ def export_results(
     path: str | Path,
     query: str | Path,
     method: str,
-    hits: Sequence[tuple[str | Path, float]],
+    hits: Sequence,
+    *,
+    ranks: Sequence[int] | None = None,
+    hidden: int = 0,
+    filter_text: str = "",
 ) -> Path:
     """Write ranked results to CSV or JSON, chosen by the file suffix.
 
-    CSV columns: ``rank, path, score``; JSON: ``{"query", "method", "results": [...]}``.
+    Parameters
+    ----------
+    path : path ending in .csv or .json
+    query, method : the photo searched with and the method that ranked the results
+    hits : sequence of (path, score) pairs or of hits
+        Objects with ``path``, ``score`` and optionally ``probability`` (the calibrated
+        probability of showing the same object or place) and ``label``.
+    ranks : sequence of int, optional
+        Each hit's rank (default 1, 2, ...: a filter that hid some leaves gaps).
+    hidden, filter_text : how many results a filter left out, and the filter in words
+        (JSON only).
+
+    CSV columns: ``query, method, rank, path, score, probability, label`` (one row per
+    result; ``probability`` empty when the method has no calibration). JSON: ``{"query",
+    "method", "filter", "hidden", "results": [{"rank", "path", "score", "probability",
+    "label"}]}``.
     """
     path = Path(path)
-    rows = [{"rank": i + 1, "path": str(p), "score": float(s)} for i, (p, s) in enumerate(hits)]
     suffix = path.suffix.lower()
-    if suffix == ".json":
-        doc = {"query": str(query), "method": method, "results": rows}
-        path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    elif suffix == ".csv":
-        with path.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=["rank", "path", "score"])
-            writer.writeheader()
-            writer.writerows(rows)
-    else:
+    if suffix not in (".csv", ".json"):
         raise ValueError(f"path must end in .csv or .json, got {path.name!r}")
+    if ranks is not None and len(ranks) != len(hits):
+        raise ValueError(f"ranks must give one rank per hit ({len(hits)}), got {len(ranks)}")
+    rows = []
+    for i, h in enumerate(hits):
+        if isinstance(h, tuple | list):
+            p, score, prob, label = (*h, None, "")[:4]  # (path, score[, prob[, label]])
+        else:
+            p, score = h.path, h.score
+            prob, label = getattr(h, "probability", None), getattr(h, "label", "") or ""
+        rows.append({
+            "rank": int(ranks[i]) if ranks is not None else i + 1,
+            "path": str(p),
+            "score": float(score),
+            "probability": None if prob is None else round(float(prob), 4),
+            "label": str(label or ""),
+        })  # fmt: skip
+    if suffix == ".json":
+        doc = {
+            "query": str(query),
+            "method": method,
+            "filter": filter_text or None,
+            "hidden": int(hidden),
+            "results": rows,
+        }
+        path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    else:
+        fields = ["query", "method", "rank", "path", "score", "probability", "label"]
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            for r in rows:
+                prob = "" if r["probability"] is None else r["probability"]
+                writer.writerow({"query": str(query), "method": method, **r,
+                                 "probability": prob})  # fmt: skip
     return path
 
 

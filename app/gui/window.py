@@ -24,17 +24,16 @@ from PySide6.QtGui import (
     QKeySequence,
 )
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
-    QListView,
     QMainWindow,
     QProgressBar,
     QPushButton,
     QSlider,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
     QToolButton,
     QVBoxLayout,
@@ -46,17 +45,21 @@ from app.gui import workers
 from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
 from app.gui.duplicates import DuplicatesView, describe_copies, find_groups
 from app.gui.feedback import save_mark
+from app.gui.grid import PhotoGridView
 from app.gui.info_panel import InfoPanel
 from app.gui.matches import CorrespondenceView, compute_match
 from app.gui.models import (
     PATH_ROLE,
     PhotoListModel,
+    ResultsGridModel,
     ResultsModel,
     ThumbnailDelegate,
     item_data,
 )
 from app.gui.region import search as region_search
 from app.gui.results import ResultsPanel
+from app.gui.results_grid import ResultsGridHeader, ResultsGridView, ResultTileDelegate
+from app.gui.results_state import ShownResults
 from app.gui.session import ActionRefused, MarkBook, QueryModel, Session
 from app.gui.sorting import SortBar
 from app.gui.state import (
@@ -94,56 +97,6 @@ REPAIR_LABEL = "Repair the index"
 def icon(name: str) -> QIcon:
     f = RESOURCES / f"{name}.svg"
     return QIcon(str(f)) if f.is_file() else QIcon()
-
-
-class PhotoGridView(QListView):
-    """Virtualised thumbnail grid: a click selects a photo (the info panel shows it); a
-    double-click or Enter makes it the query, Space opens it."""
-
-    query_requested = Signal(str)
-    open_requested = Signal(str)
-
-    def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self.setViewMode(QListView.ViewMode.IconMode)
-        self.setResizeMode(QListView.ResizeMode.Adjust)
-        self.setMovement(QListView.Movement.Static)
-        self.setUniformItemSizes(True)
-        self.setLayoutMode(QListView.LayoutMode.Batched)
-        self.setBatchSize(400)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
-        self.setMouseTracking(True)
-        self.setSpacing(2)
-        self.setWordWrap(False)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.doubleClicked.connect(self._emit_query)  # (a click only selects)
-
-    def set_cell_size(self, size: QSize) -> None:
-        """Lay photos out in cells of ``size`` (not while folder headings are shown: a
-        heading is as wide as the grid)."""
-        self._cell = QSize(size)
-        self.set_headings(getattr(self, "_headings", False))
-
-    def set_headings(self, on: bool) -> None:
-        self._headings = bool(on)
-        self.setUniformItemSizes(not on)
-        self.setGridSize(QSize() if on else getattr(self, "_cell", QSize()))
-        self.doItemsLayout()
-
-    def _emit_query(self, index) -> None:
-        if index.isValid() and item_data(index, PATH_ROLE):
-            self.query_requested.emit(item_data(index, PATH_ROLE))
-
-    def keyPressEvent(self, event) -> None:
-        idx = self.currentIndex()
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and idx.isValid():
-            self.query_requested.emit(item_data(idx, PATH_ROLE))
-            return
-        if event.key() == Qt.Key.Key_Space and idx.isValid():
-            self.open_requested.emit(item_data(idx, PATH_ROLE))
-            return
-        super().keyPressEvent(event)
 
 
 class Banner(QFrame):
@@ -229,7 +182,10 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.thumbs = ThumbnailProvider(default_cache_dir(), parent=self)
         self.photos = PhotoListModel(self.thumbs, self)
-        self.results = ResultsModel(self.thumbs, self)
+        #: the results shown (Qt-free): the side list and the results grid render it
+        self.shown = ShownResults()
+        self.results = ResultsModel(self.thumbs, self, shown=self.shown)
+        self.results_grid_model = ResultsGridModel(self.thumbs, self.shown, self)
 
         self._build_views()
         self._build_status_bar()
@@ -414,6 +370,7 @@ class MainWindow(QMainWindow):
 
     def _on_marks_changed(self, _event) -> None:
         self.results_panel.update_marks()
+        self.results_grid.viewport().update()
 
     def _on_refused(self, event) -> None:
         self.show_error(event.message, kind="warning")
@@ -443,18 +400,121 @@ class MainWindow(QMainWindow):
             "none": "Double-click a photo, press Enter, or drop/paste an image.",
             "pending": "Searching when indexing finishes…",
             "searching": f"Searching ({label})…",
-            "done": f"{event.n} results · {label}",
+            "done": f"{self._result_count(event)} · {label}",
             "failed": "Search failed.",
         }[event.status]
         self.results_panel.set_query(name, pm, hint)
         self._show_region()
+        if self.shown.in_grid:
+            self._update_results_header()
         if event.status in ("none", "searching"):
             self.results_panel.status.setText("")
         elif event.status == "done" and event.seconds is not None:
             self.results_panel.status.setText(f"Found in {event.seconds * 1000:.0f} ms")
 
+    def _result_count(self, event) -> str:
+        """``"19 results"``: the results other than the query itself (as the grid's
+        heading counts them)."""
+        s = self.shown
+        n = s.total() if s.query is not None and s.query == event.source else event.n
+        return f"{n} result{'s' if n != 1 else ''}"
+
     def _on_query_results(self, event) -> None:
-        self.results.set_hits(event.source, event.method, event.hits)
+        # (no source: no results -- a folder opened --, and the grid shows all photos)
+        self.results.set_hits(event.source, event.method, event.hits, event.box)
+
+    # ======================================================================== results grid
+    def show_results_in_grid(self) -> bool:
+        """Show the results in the main grid (the query first, then the hits by rank),
+        on the Library tab; False (and why, in the banner) when there are none yet."""
+        if self.shown.query is None:
+            searching = self.session.query.status in ("pending", "searching")
+            self.results_panel.set_in_grid(self.shown.in_grid)
+            self.results_grid_act.setChecked(self.shown.in_grid)
+            self.show_error(
+                "The results show in the grid once the search has finished." if searching
+                else "Search first: double-click a photo, press Enter, or drop an image; "
+                "then its results can fill the grid.", kind="info",
+            )  # fmt: skip
+            return False
+        self.shown.show_in_grid()
+        self.show_view("library")
+        return True
+
+    def show_all_photos(self) -> None:
+        """Show all photos in the main grid again, in the order and with the filter they
+        had (Esc, *Back to all photos*)."""
+        self.shown.leave_grid()
+
+    def toggle_results_grid(self, on: bool) -> None:
+        if on:
+            self.show_results_in_grid()
+        else:
+            self.show_all_photos()
+
+    def _on_results_grid(self, event) -> None:
+        """The grid shows the results (``event.on``) or all photos again."""
+        on = bool(event.on)
+        self.results_panel.set_in_grid(on)
+        self.results_grid_act.setChecked(on)
+        self.library_stack.setCurrentWidget(self.results_page if on else self.photos_page)
+        if on:
+            self._update_results_header()
+            self._select_best_tile()
+            self.results_grid.setFocus()
+        else:
+            self.grid.setFocus()
+
+    def _on_results_shown(self, _event=None) -> None:
+        """New results, or the filter changed: the heading, and a tile selected (the one
+        selected before when the filter still shows it, else the best result)."""
+        self._update_results_header()
+        if self.shown.in_grid:
+            self._select_best_tile(keep=True)
+
+    def _select_best_tile(self, keep: bool = False) -> None:
+        """Select the best result shown (else the query) in the grid -- with ``keep``,
+        the tile selected before if these are still the same query's results and it is
+        still shown; the info panel is not changed (the person did not choose it)."""
+        m, s = self.results_grid_model, self.shown
+        search = (s.query, s.method, s.box)
+        before, self._tile_search = self._tile_search, search
+        row = m.row_of(self._tile_path) if keep and before == search and self._tile_path else -1
+        if row < 0:
+            best = s.best_other()
+            row = m.row_of(best) if best is not None else (0 if m.rowCount() else -1)
+            if row >= 0:
+                self.results_grid.scrollTo(m.index(0))
+        if row >= 0:
+            self.results_grid.setCurrentIndex(m.index(row))
+            self.results_grid.scrollTo(m.index(row))
+
+    def _remember_tile(self, index, _previous=None) -> None:
+        if index.isValid():
+            self._tile_path = item_data(index, PATH_ROLE)
+
+    def _update_results_header(self) -> None:
+        s, q = self.shown, self.session.query
+        status = ""
+        if q.status in ("pending", "searching") and q.source is not None:
+            status = f"· Searching with {QueryModel.display_name(q.source)}…"
+        elif q.status == "failed":
+            status = "· The last search failed"
+        self.results_header.set_text(s.heading(), s.count_text(), status)
+        self.results_grid_delegate.query_path = s.query
+
+    def _sync_result_selection(self, path, *, to_grid: bool) -> None:
+        """The same result selected in the side list and the grid."""
+        if not path:
+            return
+        view, model = (
+            (self.results_grid, self.results_grid_model) if to_grid
+            else (self.results_panel.list, self.results)
+        )  # fmt: skip
+        row = model.row_of(path)
+        if row >= 0 and view.currentIndex().row() != row:
+            view.setCurrentIndex(model.index(row))
+            view.scrollTo(model.index(row))
 
     def _show_region(self) -> None:
         """The query photo's region (search by region): the box searched, a line about
@@ -579,13 +639,63 @@ class MainWindow(QMainWindow):
         self.grid.selectionModel().currentChanged.connect(
             lambda idx, _prev: self._show_info(item_data(idx, PATH_ROLE))
         )
-        left = QWidget()
-        ll = QVBoxLayout(left)
+        # a click selects; double-click, Enter or this button searches
+        self.find_btn = QPushButton("Find similar")
+        self.find_btn.setToolTip(
+            "Search with the selected photo (Ctrl+F; double-click or Enter does the same)"
+        )
+        self.find_btn.clicked.connect(self.search_selected)
+        self.find_btn.setEnabled(False)  # (until a photo is selected)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 6, 0)
+        top.addWidget(self.sort_bar, 1)
+        top.addWidget(self.find_btn, 0, Qt.AlignmentFlag.AlignTop)
+        self.photos_page = QWidget()
+        ll = QVBoxLayout(self.photos_page)
         ll.setContentsMargins(0, 0, 0, 0)
         ll.setSpacing(0)
-        ll.addWidget(self.sort_bar)
+        ll.addLayout(top)
         ll.addWidget(self.empty_hint)
         ll.addWidget(self.grid, 1)
+        # the results in the grid (app/gui/results_grid.py): another page of the same place,
+        # so that all photos come back exactly as they were (order, filter, scroll, selection)
+        self.results_grid = ResultsGridView()
+        self.results_grid.setModel(self.results_grid_model)
+        self.results_grid_delegate = ResultTileDelegate(self.thumbs, self.marks, 160,
+                                                        self.results_grid)  # fmt: skip
+        self.results_grid.setItemDelegate(self.results_grid_delegate)
+        self.results_grid.query_requested.connect(self.query_photo)
+        self.results_grid.open_requested.connect(self.open_full_size)
+        self.results_grid.mark_requested.connect(self.mark_result)
+        self.results_grid.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        rgrid = self.results_grid  # (the person's choice, not the automatic one)
+        rgrid.selectionModel().currentChanged.connect(
+            lambda idx, _prev: rgrid.hasFocus() and self._show_info(item_data(idx, PATH_ROLE))
+        )
+        rgrid.selectionModel().currentChanged.connect(
+            lambda idx, _prev: self._sync_result_selection(item_data(idx, PATH_ROLE),
+                                                           to_grid=False)
+        )  # fmt: skip
+        rgrid.clicked.connect(lambda idx: self._show_info(item_data(idx, PATH_ROLE)))
+        rgrid.selectionModel().currentChanged.connect(self._remember_tile)
+        self._tile_path: str | None = None  # the tile selected, kept while filtering
+        self._tile_search = None  # (query, method, box) it was selected in
+        self.results_header = ResultsGridHeader()
+        self.results_header.back_requested.connect(self.show_all_photos)
+        self.results_header.search_requested.connect(self.search_selected)
+        for view in (self.grid, self.results_grid):  # "Find similar": once one is selected
+            view.selectionModel().currentChanged.connect(self._update_find_buttons)
+            view.model().modelReset.connect(self._update_find_buttons)
+        self.results_page = QWidget()
+        rl = QVBoxLayout(self.results_page)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(0)
+        rl.addWidget(self.results_header)
+        rl.addWidget(self.results_grid, 1)
+        self.library_stack = QStackedWidget()
+        self.library_stack.addWidget(self.photos_page)
+        self.library_stack.addWidget(self.results_page)
+        left = self.library_stack
         self.photos.modelReset.connect(self._update_empty_hint)
         self.photos.rowsInserted.connect(self._update_empty_hint)
         self.results_panel = ResultsPanel(self.results, marks=self.marks)
@@ -597,12 +707,22 @@ class MainWindow(QMainWindow):
         self.results_panel.export_requested.connect(self.export_results_dialog)
         self.results_panel.region_drawn.connect(self.search_region_fractions)
         self.results_panel.region_cleared.connect(self.search_whole_photo)
+        self.results_panel.grid_requested.connect(self.show_results_in_grid)
+        self.results_panel.grid_left.connect(self.show_all_photos)
+        self.shown.events.changed.connect(self._on_results_shown)
+        self.shown.events.grid.connect(self._on_results_grid)
         self.thumbs.ready.connect(self._on_query_thumbnail)
         rlist = self.results_panel.list  # (the person's choice, not the automatic one)
         rlist.selectionModel().currentChanged.connect(
             lambda idx, _prev: rlist.hasFocus() and self._show_info(item_data(idx, PATH_ROLE))
         )
         rlist.clicked.connect(lambda idx: self._show_info(item_data(idx, PATH_ROLE)))
+        rlist.selectionModel().currentChanged.connect(
+            lambda idx, _prev: (
+                self.shown.in_grid
+                and self._sync_result_selection(item_data(idx, PATH_ROLE), to_grid=True)
+            )
+        )
         self.info_panel = InfoPanel()
         self.side_splitter = QSplitter(Qt.Orientation.Vertical)
         self.side_splitter.addWidget(self.results_panel)
@@ -758,6 +878,13 @@ class MainWindow(QMainWindow):
             title = self.tabs.tabText(self.tabs.indexOf(self.views[name]))
             self._act(m, title, lambda _=False, n=name: self.show_view(n), f"Alt+{i + 1}")
         m.addSeparator()
+        self.results_grid_act = self._act(
+            m, "Results in the &Grid", self.toggle_results_grid, "Ctrl+G",
+            "Show the results large in the main grid, ranked, with their labels (Esc: back "
+            "to all photos)",
+        )  # fmt: skip
+        self.results_grid_act.setCheckable(True)
+        m.addSeparator()
         self._act(
             m, "&Larger Thumbnails", lambda: self.step_thumbnail_size(+1), ["Ctrl+=", "Ctrl++"]
         )
@@ -783,6 +910,10 @@ class MainWindow(QMainWindow):
             self.method_actions[mid] = a
         self.method_actions["learned"].setVisible(False)
         m.addSeparator()
+        self._act(
+            m, "&Find Similar", self.search_selected, "Ctrl+F",
+            "Search with the selected photo (double-click or Enter in the grid does the same)",
+        )  # fmt: skip
         self._act(
             m,
             "&Why Do They Match?",
@@ -818,15 +949,28 @@ class MainWindow(QMainWindow):
         m = mb.addMenu("&Help")
         self._act(m, "&About Simile", self.show_about, "F1")
 
-        for text, slot in (
+        grid_actions = (
             ("Search Similar", lambda: self.query_photo(self._selected_path())),
             ("Open Full Size", lambda: self.open_full_size(self._selected_path())),
             ("Show in File Manager", lambda: self.reveal(self._selected_path())),
             ("Copy Path", self.copy_path),
-        ):
+        )
+        for text, slot in grid_actions:
             a = QAction(text, self.grid)
             a.triggered.connect(slot)
             self.grid.addAction(a)
+        # the results grid: the same, and what the side list offers for a result
+        for text, slot in (
+            *grid_actions[:2],
+            ("Why Do They Match?", lambda: self.show_matches(self._selected_path())),
+            ("Mark ✓ Similar (Y)", lambda: self.results_grid.mark_selected(True)),
+            ("Mark ✗ Not Similar (N)", lambda: self.results_grid.mark_selected(False)),
+            *grid_actions[2:],
+            ("Back to All Photos (Esc)", self.show_all_photos),
+        ):
+            a = QAction(text, self.results_grid)
+            a.triggered.connect(slot)
+            self.results_grid.addAction(a)
         self._rebuild_recent_menu()
 
     # ======================================================================== settings
@@ -1097,10 +1241,13 @@ class MainWindow(QMainWindow):
         w.start()
 
     def _on_escape(self) -> None:
-        """Esc: stop indexing or learning when either runs, else search the whole query
-        photo again after a search by region."""
+        """Esc: stop indexing or learning when either runs, else show all photos again
+        when the grid shows results, else search the whole query photo again after a
+        search by region."""
         if self.is_indexing() or self.is_learning():
             self.cancel_indexing()
+        elif self.shown.in_grid and self.tabs.currentWidget() is self.views.get("library"):
+            self.show_all_photos()
         elif self.session.query.box is not None:
             self.search_whole_photo()
 
@@ -1377,15 +1524,29 @@ class MainWindow(QMainWindow):
             self.export_results(fname)
 
     def export_results(self, fname) -> Path | None:
-        q = self.session.query
+        """Save the results shown (the filter applied; the query itself left out: it is
+        the ``query`` column) with their ranks, scores, calibrated probabilities and
+        labels, as CSV or JSON (by the suffix of ``fname``)."""
+        s = self.shown
+        rows = s.others()
+        if s.query is None:
+            self.show_error("There are no results to export yet.", kind="warning")
+            return None
+        if not rows and s.total():
+            self.show_error(f"The filter hides all {s.total()} results: nothing to export.",
+                            kind="warning")  # fmt: skip
+            return None
         try:
             out = export_results(
-                fname, q.hits_source or "", q.hits_method, [(h.path, h.score) for h in q.hits]
-            )
+                fname, s.query, s.method, [r.hit for r in rows],
+                ranks=[r.rank for r in rows], hidden=s.hidden(),
+                filter_text=s.filter.describe() if s.hidden() else "",
+            )  # fmt: skip
         except (OSError, ValueError) as exc:
             self.show_error(plain_error(exc, "Export failed"))
             return None
-        self.status_label.setText(f"Saved {len(q.hits)} results to {out}")
+        hidden = f" ({s.hidden()} hidden by the filter left out)" if s.hidden() else ""
+        self.status_label.setText(f"Saved {len(rows)} results{hidden} to {out}")
         return out
 
     def copy_results_dialog(self, mode: str) -> None:
@@ -1652,10 +1813,33 @@ class MainWindow(QMainWindow):
         w = QGuiApplication.focusObject()
         if w is self.results_panel.list:
             return self.results_panel.selected_path()
+        if self.shown.in_grid:
+            idx = self.results_grid.currentIndex()
+            return item_data(idx, PATH_ROLE) if idx.isValid() else self.shown.best_other()
         idx = self.grid.currentIndex()
         if idx.isValid():
             return item_data(idx, PATH_ROLE)
         return self.results_panel.selected_path()
+
+    def search_selected(self) -> None:
+        """Search with the photo selected (*Find similar*, Ctrl+F): in the grid shown
+        (all photos or the results), or in the side list when it has the focus."""
+        if QGuiApplication.focusObject() is self.results_panel.list:
+            view = self.results_panel.list
+        else:
+            view = self.results_grid if self.shown.in_grid else self.grid
+        idx = view.currentIndex()
+        path = item_data(idx, PATH_ROLE) if idx.isValid() else None
+        if not path:
+            self.show_error("Select a photo first (a click), then Find similar.", kind="info")
+            return
+        self.query_photo(path)
+
+    def _update_find_buttons(self, *_a) -> None:
+        for view, btn in ((self.grid, self.find_btn),
+                          (self.results_grid, self.results_header.find_btn)):  # fmt: skip
+            idx = view.currentIndex()
+            btn.setEnabled(idx.isValid() and bool(item_data(idx, PATH_ROLE)))
 
     def show_view(self, name: str) -> None:
         w = self.views.get(name)
@@ -1669,6 +1853,10 @@ class MainWindow(QMainWindow):
             return
         self.grid_delegate.size = size
         self.grid.set_cell_size(self.grid_delegate.sizeHint(None, None) + QSize(4, 4))
+        self.results_grid_delegate.size = size
+        self.results_grid.set_cell_size(
+            self.results_grid_delegate.sizeHint(None, None) + QSize(4, 4)
+        )
 
     def step_thumbnail_size(self, direction: int) -> None:
         self.set_thumbnail_size(self.size_slider.value() + direction * THUMB_STEP)
@@ -1711,7 +1899,8 @@ class MainWindow(QMainWindow):
         self.run_worker(
             load,
             str(path),
-            connect={"returned": lambda r: viewer.set_image(*r)},
+            # (a viewer closed before its photo was read is gone: nothing to show it in)
+            connect={"returned": lambda r: viewer in self._viewers and viewer.set_image(*r)},
             context=f"Opening {Path(path).name} failed",
         )
 
@@ -1993,7 +2182,12 @@ def _preload_engine() -> None:
 
 
 def _same_file(a, b) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (symlinks resolved)."""
+    """Whether paths ``a`` and ``b`` name one file: symlinks resolved, hard links too
+    (a file that is gone: by its resolved path)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, TypeError, ValueError):
+        pass
     try:
         return Path(a).resolve() == Path(b).resolve()
     except (OSError, RuntimeError, TypeError):

@@ -254,11 +254,6 @@ def test_the_query_itself_is_never_the_pair(qtbot, window, demo_subset, tmp_path
     assert Path(data.path_b) == Path(window.results.best_other())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="window.py / models.py: best_other() compares resolved paths, so a hard link "
-    "of the query (the same file; the duplicates clean-up makes them) is its 'best other'",
-)
 def test_a_hard_link_of_the_query_is_not_the_pair(qtbot, window, demo_subset, tmp_path):
     folder, _index, _col = demo_subset
     photos = tmp_path / "photos"
