@@ -59,8 +59,8 @@ def open_collection(
 
     ``check`` (default: ``readonly``) loads the search models and data at once, so that
     a damaged index is one line here, with its remedy, rather than a failed query.
-    ``map_data``: memory-map the search data instead of reading it (a one-shot query:
-    :attr:`engine.index.searcher.Searcher.map_data`).
+    ``map_data``: memory-map every segment of the search data instead of reading it (a
+    one-shot query: :attr:`engine.index.searcher.Searcher.map_data`).
     """
     import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
     from engine.collection import Collection, default_index_dir

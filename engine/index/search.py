@@ -11,6 +11,10 @@
 - :func:`histograms_from_codes`, :func:`code_values` -- the values of those histograms
   (pyramid-match or idf weights); :func:`fit_key_idf` -- the idf of every bin.
 
+- :class:`SegmentedIndex` -- the same scores over rows that lie in several indexes (the
+  memory-mapped segments of a one-shot reader, :mod:`engine.index.mapped`), without
+  concatenating them: exactly the scores of their concatenation.
+
 Candidates for large collections (hashes and an inverted file) are chosen by
 :mod:`engine.index.candidates` and then scored exactly here; the same-object
 verification (:func:`verify_pair`, re-exported here) lives in :mod:`engine.index.verify`.
@@ -30,8 +34,10 @@ __all__ = [
     "Verification",
     "code_values",
     "descriptor_matches",
+    "entry_positions",
     "fit_key_idf",
     "histograms_from_codes",
+    "row_sums",
     "single_threaded_blas",
     "verify_pair",
 ]
@@ -39,12 +45,12 @@ __all__ = [
 
 # IntersectionIndex._score_rows: below this many distinct bins the query is a dense vector,
 # above it entries are matched through a filter of _FILTER_SLOTS (a power of two) slots
-_DENSE_QUERY_MAX = 1 << 20
+DENSE_QUERY_MAX = 1 << 20
 _FILTER_SLOTS = 1 << 16
 _DIRECTORY_MIN_KEYS = 1 << 16  # IntersectionIndex._lookup: bucket directory from here on
 
 
-def _row_sums(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+def row_sums(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     """(n,) float64 sums of the rows of a CSR layout (``values`` per entry, ``indptr``
     (n + 1,)); empty rows sum to 0."""
     out = np.zeros(indptr.shape[0] - 1)
@@ -54,7 +60,7 @@ def _row_sums(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     return out
 
 
-def _entry_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def entry_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The entries of ``rows`` of a CSR layout, in that order: their own ``(len(rows) +
     1,)`` indptr and the (nnz,) positions of their entries in the layout's arrays."""
     starts = indptr[rows]
@@ -263,7 +269,7 @@ class IntersectionIndex:
             self._columns = (uk.astype(np.int64), inv.ravel().astype(np.int32))
         return self._columns
 
-    def _lookup(self, q_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def lookup(self, q_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Column of each query key: ``pos`` (k,) int64 (clipped) and ``hit`` (k,) bool.
 
         Millions of columns (the uniform pyramids of indexes that saved their columns:
@@ -306,7 +312,7 @@ class IntersectionIndex:
         if self._columns is None:
             return self._score_rows_by_key(q_keys, q_values, rows)
         uk, cols = self.columns()
-        pos, hit = self._lookup(q_keys)
+        pos, hit = self.lookup(q_keys)
         if getattr(self, "_csr", None) is None:
             import scipy.sparse as sp
 
@@ -321,7 +327,7 @@ class IntersectionIndex:
         if qcols.size == 0:
             return np.zeros(rows.shape[0])
         idx = sub.indices
-        if uk.shape[0] < _DENSE_QUERY_MAX:
+        if uk.shape[0] < DENSE_QUERY_MAX:
             # few distinct bins (vocabulary pyramids): the query as a dense vector over
             # the K columns, a cache-resident buffer kept between calls and cleared after
             with self._scratch_lock:
@@ -331,7 +337,7 @@ class IntersectionIndex:
                 q[qcols] = qvals
                 qx = np.take(q, idx)  # faster than q[idx] for int32 indices
                 q[qcols] = 0.0
-            return _row_sums(np.minimum(sub.data, qx), sub.indptr)
+            return row_sums(np.minimum(sub.data, qx), sub.indptr)
         # Many distinct bins (an index written with the uniform pyramids' columns):
         # gathering from a dense (K,) query vector would cost a cache miss per entry
         return self._filter_sums(idx, sub.data, sub.indptr, qcols.astype(idx.dtype), qvals)
@@ -343,7 +349,7 @@ class IntersectionIndex:
         rows' entries are gathered and matched to the query by their keys -- no lookup of
         the query's keys in a collection-wide table, and no such table to build when
         batches are concatenated."""
-        sub_indptr, at = _entry_positions(self.indptr, rows)
+        sub_indptr, at = entry_positions(self.indptr, rows)
         if at.size == 0 or q_keys.size == 0:
             return np.zeros(rows.shape[0])
         keys = np.take(self._keys, at)
@@ -386,7 +392,7 @@ class IntersectionIndex:
             tag[slot] = slot ^ 1
         contrib = np.minimum(ent_values, qx)
         contrib[t != ent] = 0.0
-        out = _row_sums(contrib, indptr)
+        out = row_sums(contrib, indptr)
         n_rows = out.shape[0]
         if clash.size:
             amb = np.flatnonzero(t == (es ^ 2))
@@ -408,7 +414,7 @@ class IntersectionIndex:
 
     def self_similarity(self) -> np.ndarray:
         """(n,) float64 ``sum_b x_b`` = intersection of each row with itself."""
-        return _row_sums(self.values, self.indptr)
+        return row_sums(self.values, self.indptr)
 
     def _build(self) -> None:
         n = len(self)
@@ -515,7 +521,7 @@ class IntersectionIndex:
             def idx(a: np.ndarray) -> np.ndarray:
                 return np.concatenate([a[s:e] for s, e in spans])
         else:
-            indptr, at = _entry_positions(self.indptr, rows)
+            indptr, at = entry_positions(self.indptr, rows)
 
             def idx(a: np.ndarray) -> np.ndarray:
                 return a[at]

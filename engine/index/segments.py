@@ -29,10 +29,12 @@ of each segment). An index written before segments holds one segment.
 - **Refits** (the models re-fitted on a grown collection, or more hash bits) encode every
   photo again and commit the models with a single new segment, atomically.
 
-A reader loads every segment, keeps its live rows and concatenates them
-(:func:`read_data`); queries then run as on one state. The uniform pyramids, three
-quarters of the bytes and used by the ``uniform`` method alone, are read only when first
-used (:class:`LazyIndex`).
+A reader that answers many queries (the app) loads every segment, keeps its live rows
+and concatenates them (:func:`read_data`); queries then run as on one state. The uniform
+pyramids, three quarters of the bytes and used by the ``uniform`` method alone, are read
+only when first used (:class:`LazyIndex`). A one-shot reader (``simile query``) maps
+every segment instead and concatenates nothing (:mod:`engine.index.mapped`): a query
+touches the pages it reads, and gets the same scores.
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ import numpy as np
 
 from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
 from engine.index.keys import DATA_STATE
+from engine.index.mapped import SegmentedImages, map_segments
 from engine.index.search import IntersectionIndex
 from engine.index.states import (
     NPZ_ERRORS,
     SEGMENTS_KEY,
     damaged_file,
+    live_masks,
     read_arrays,
     segment_files,
 )
@@ -132,9 +136,10 @@ def _member_shape(npz: Any, key: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def read_layout(snap: Snapshot) -> Layout | None:
+def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) -> Layout | None:
     """The segments of the search data of version ``snap``: per segment its ids and row
-    keys (the only arrays read) and the shapes of its codes.
+    keys (the only arrays read) and the shapes of its codes. ``handles``: the state's
+    files, opened by the caller (else opened and closed here).
 
     Returns
     -------
@@ -153,7 +158,9 @@ def read_layout(snap: Snapshot) -> Layout | None:
     if entry is None:
         return None
     groups = segment_files(snap.states_dir, DATA_STATE, entry.scalars, entry.files)
-    handles = snap.open([DATA_STATE])[DATA_STATE]
+    own = handles is None
+    if handles is None:
+        handles = snap.open([DATA_STATE])[DATA_STATE]
     ids, keys = [], []
     wta = rh = None
     try:
@@ -178,54 +185,11 @@ def read_layout(snap: Snapshot) -> Layout | None:
             ids.append(np.asarray(got["ids"], np.int64))
             keys.append(np.asarray(got[ROW_KEYS], np.uint64))
     finally:
-        _close(handles)
+        if own:
+            _close(handles)
     if wta is None or rh is None:
         return None
     return Layout(groups, ids, keys, int(entry.scalars["bow.n_words"]), int(wta), int(rh))
-
-
-def live_masks(
-    seg_ids: Sequence[np.ndarray],
-    seg_keys: Sequence[np.ndarray | None],
-    ids: np.ndarray,
-    keys: np.ndarray,
-) -> list[np.ndarray]:
-    """Which rows of each segment are live.
-
-    A row is live when its id is one of the catalogue's usable ``ids`` with the same row
-    key (a segment without keys, ``None``: the id alone), and no later segment holds a
-    live row of the same id (the newest encoding of a photo wins).
-
-    Parameters
-    ----------
-    seg_ids : sequence of (m_s,) int64
-    seg_keys : sequence of (m_s,) uint64 or None
-    ids : (n,) int64
-        The catalogue's usable ids, ascending.
-    keys : (n,) uint64
-        Their row keys.
-
-    Returns
-    -------
-    list of (m_s,) bool
-    """
-    sizes = [int(s.size) for s in seg_ids]
-    if not sizes:
-        return []
-    every = np.concatenate(seg_ids) if sum(sizes) else np.zeros(0, np.int64)
-    pos = np.minimum(np.searchsorted(ids, every), max(ids.size - 1, 0))
-    ok = ids[pos] == every if ids.size else np.zeros(every.shape, bool)
-    start = 0
-    for sk, m in zip(seg_keys, sizes, strict=True):
-        if sk is not None:
-            part = slice(start, start + m)
-            ok[part] &= keys[pos[part]] == sk if ids.size else False
-        start += m
-    cand = np.flatnonzero(ok)[::-1]  # newest first: np.unique keeps the first
-    _, first = np.unique(every[cand], return_index=True)
-    live = np.zeros(every.size, bool)
-    live[cand[first]] = True
-    return np.split(live, np.cumsum(sizes)[:-1])
 
 
 def _tier(n: int) -> int:
@@ -289,10 +253,16 @@ def _read_group(
 
 
 def load_segments(
-    snap: Snapshot, layout: Layout, which: Sequence[int]
+    snap: Snapshot,
+    layout: Layout,
+    which: Sequence[int],
+    handles: Mapping[str, IO[bytes]] | None = None,
 ) -> list[tuple[EncodedImages, np.ndarray]]:
-    """The data and row keys of segments ``which`` of ``layout`` (version ``snap``)."""
-    handles = snap.open([DATA_STATE])[DATA_STATE]
+    """The data and row keys of segments ``which`` of ``layout`` (version ``snap``);
+    ``handles``: the state's files, opened by the caller (else opened and closed here)."""
+    own = handles is None
+    if handles is None:
+        handles = snap.open([DATA_STATE])[DATA_STATE]
     try:
         out = []
         for i in which:
@@ -302,7 +272,8 @@ def load_segments(
             out.append((EncodedImages.from_state(st, consume=True), keys))
         return out
     finally:
-        _close(handles)
+        if own:
+            _close(handles)
 
 
 class LazyIndex:
@@ -367,76 +338,22 @@ class LazyIndex:
         return getattr(self.get(), name)
 
 
-def _mapped_group(
-    snap: Snapshot, handles: Mapping[str, IO[bytes]], group: Sequence[str], *, skip: str
-) -> dict[str, Any] | None:
-    """The arrays of one segment's files (but those whose name starts with ``skip``) as
-    read-only memory maps of the files: nothing is read into memory but what a query then
-    touches. Each member's CRC is checked first, streaming (a damaged file is found as
-    when it is read). None when a member is stored compressed (it is read instead)."""
-    import struct
-    import zipfile
-
-    out: dict[str, Any] = {}
-    for file in group:
-        fh = handles[file]
-        try:
-            fh.seek(0)
-            with zipfile.ZipFile(fh) as z:
-                infos = z.infolist()
-                for info in infos:
-                    if not info.filename.endswith(".npy"):
-                        raise ValueError(f"{info.filename!r} is not an array")
-                    if info.compress_type != zipfile.ZIP_STORED:
-                        return None
-                    key = info.filename[: -len(".npy")]
-                    if key.startswith(skip):
-                        continue
-                    with z.open(info) as member:  # (zipfile checks the CRC at its end)
-                        while member.read(1 << 22):
-                            pass
-            for info in infos:
-                key = info.filename[: -len(".npy")]
-                if key.startswith(skip):
-                    continue
-                fh.seek(info.header_offset)
-                local = fh.read(30)
-                name_len, extra_len = struct.unpack("<HH", local[26:30])
-                fh.seek(info.header_offset + 30 + name_len + extra_len)
-                version = np.lib.format.read_magic(fh)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-                else:
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-                if dtype.hasobject:
-                    raise ValueError(f"array {key!r} holds objects")
-                if int(np.prod(shape)) == 0:
-                    out[key] = np.zeros(shape, dtype)
-                    continue
-                out[key] = np.memmap(
-                    fh, dtype=dtype, mode="r", offset=fh.tell(), shape=shape,
-                    order="F" if fortran else "C",
-                )  # fmt: skip
-        except (*NPZ_ERRORS, struct.error) as exc:
-            raise damaged_file(snap.states_dir, DATA_STATE, file, exc) from exc
-    return out
-
-
 def read_data(
     snap: Snapshot, ids: np.ndarray, keys: np.ndarray, *, mapped: bool = False
-) -> tuple[EncodedImages, np.ndarray | None]:
+) -> tuple[EncodedImages | SegmentedImages, np.ndarray | None]:
     """A reader's search data of version ``snap``: the live rows of its segments
     (:func:`live_masks` against the catalogue's usable ``ids`` and their row ``keys``), in
     ascending id order, and their row keys (None: an index written before row keys, whose
     one segment is returned whole for the caller to check). The uniform pyramids are a
     :class:`LazyIndex`, read from the same files when first used.
 
-    With ``mapped``, a search data of one segment is memory-mapped instead of read (a
-    one-shot reader, ``simile query``: it touches the hash codes and bags of every row
-    and the pyramids of a few, so its memory and time no longer grow with the whole
-    data; a process that answers many queries reads the data into memory of its own,
-    where the random gathers of exact scoring run about twice as fast). Several
-    segments are read and concatenated as usual.
+    With ``mapped``, every segment is memory-mapped instead of read, and nothing is
+    concatenated (:func:`engine.index.mapped.map_segments`: a one-shot reader, ``simile
+    query``, touches the hash codes and bags of every row and the pyramids of a few, so
+    its memory and time no longer grow with the whole data; the data returned is then a
+    :class:`~engine.index.mapped.SegmentedImages`, whose scores are the same to the
+    last bit). A process that answers many queries reads the data into memory of its
+    own, where the random gathers of exact scoring run about twice as fast.
 
     Raises
     ------
@@ -452,20 +369,21 @@ def read_data(
     entry = snap.entries[DATA_STATE]
     groups = segment_files(snap.states_dir, DATA_STATE, entry.scalars, entry.files)
     handles = snap.open([DATA_STATE])[DATA_STATE]
+    if mapped:
+        try:
+            maps = map_segments(snap, handles)
+        finally:
+            _close(handles)
+        if maps is not None:
+            return maps.data(ids, keys)
+        handles = snap.open([DATA_STATE])[DATA_STATE]  # (a compressed member: read)
     parts: list[tuple[EncodedImages, np.ndarray | None]] = []
     try:
         for group in groups:
-            st = None
-            if mapped and len(groups) == 1:
-                st = _mapped_group(snap, handles, group, skip="uniform.")
-            as_mapped = st is not None
-            if st is None:
-                st = _read_group(snap, handles, group, skip="uniform.")
+            st = _read_group(snap, handles, group, skip="uniform.")
             st["bow.n_words"] = entry.scalars["bow.n_words"]
             row_keys = st.pop(ROW_KEYS, None)
-            data = EncodedImages.from_state(
-                st, consume=True, copy=len(groups) == 1, uniform=False, mapped=as_mapped
-            )
+            data = EncodedImages.from_state(st, consume=True, copy=len(groups) == 1, uniform=False)
             if row_keys is not None and row_keys.shape != data.ids.shape:
                 row_keys = None
             parts.append((data, None if row_keys is None else np.asarray(row_keys, np.uint64)))

@@ -35,6 +35,7 @@ from engine.index.store_errors import IndexCorruptError
 __all__ = [
     "SEGMENTS_KEY",
     "damaged_file",
+    "live_masks",
     "load_array",
     "load_state_files",
     "read_arrays",
@@ -304,3 +305,47 @@ def read_legacy_state(json_path: Path) -> tuple[dict[str, Any], list[str]]:
             path=json_path,
         )
     return scalars, files
+
+
+def live_masks(
+    seg_ids: Sequence[np.ndarray],
+    seg_keys: Sequence[np.ndarray | None],
+    ids: np.ndarray,
+    keys: np.ndarray,
+) -> list[np.ndarray]:
+    """Which rows of each segment are live.
+
+    A row is live when its id is one of the catalogue's usable ``ids`` with the same row
+    key (a segment without keys, ``None``: the id alone), and no later segment holds a
+    live row of the same id (the newest encoding of a photo wins).
+
+    Parameters
+    ----------
+    seg_ids : sequence of (m_s,) int64
+    seg_keys : sequence of (m_s,) uint64 or None
+    ids : (n,) int64
+        The catalogue's usable ids, ascending.
+    keys : (n,) uint64
+        Their row keys.
+
+    Returns
+    -------
+    list of (m_s,) bool
+    """
+    sizes = [int(s.size) for s in seg_ids]
+    if not sizes:
+        return []
+    every = np.concatenate(seg_ids) if sum(sizes) else np.zeros(0, np.int64)
+    pos = np.minimum(np.searchsorted(ids, every), max(ids.size - 1, 0))
+    ok = ids[pos] == every if ids.size else np.zeros(every.shape, bool)
+    start = 0
+    for sk, m in zip(seg_keys, sizes, strict=True):
+        if sk is not None:
+            part = slice(start, start + m)
+            ok[part] &= keys[pos[part]] == sk if ids.size else False
+        start += m
+    cand = np.flatnonzero(ok)[::-1]  # newest first: np.unique keeps the first
+    _, first = np.unique(every[cand], return_index=True)
+    live = np.zeros(every.size, bool)
+    live[cand[first]] = True
+    return np.split(live, np.cumsum(sizes)[:-1])

@@ -27,6 +27,26 @@ every operation is run as a whole ``simile`` process on a private copy of the in
 
 The folder is restored after each checkout's run. Ratios between checkouts are the
 numbers to read: the machine is shared and noisy.
+
+``--segments``: only ``simile query``, on an index of several segments made from an
+existing library without touching it (its folder, its index and the photos to add are
+read only)::
+
+    nice python tests/benchmarks/bench_library.py --segments --n 100000
+        --library /tmp/simile_library_100000 --index /tmp/simile_library_100000.index
+        --extra /tmp/simile_library_100000_extra --work /tmp/simile_segments_100000
+        --code OLD --code NEW --repeat 3
+
+The work folder gets a folder of hard links to the library's photos and a copy of its
+index (its immutable feature and state files hard-linked, ``cp -al``: the store never
+writes into an existing one, it writes new files and renames them; the catalogue copied,
+its paths moved to the new folder). The first ``--code`` then adds 10 and 5 photos in two
+``simile index`` runs, removes one and changes one (a third run): the search data is the
+library's segment and three small ones. Each checkout then answers the same queries (the
+last extra photo, not in the library, by every method, and one by region), whole
+processes, interleaved ``--repeat`` times; their best wall time and CPU time (user +
+system: what a shared machine's load does not change much), worst peak RSS and whether
+their hits and scores are the same as the first checkout's are reported.
 """
 
 from __future__ import annotations
@@ -71,20 +91,38 @@ def _simile(code: Path, args: list[str]) -> tuple[float, str]:
 def _peak_rss(code: Path, args: list[str]) -> tuple[float, float]:
     """Whole-process wall time and peak RSS (GB) of ``simile ARGS`` in a wrapper process
     (``ru_maxrss`` of its only child)."""
+    wall, rss, _ = _peak_rss_output(code, args)
+    return wall, rss
+
+
+def _peak_rss_output(code: Path, args: list[str]) -> tuple[float, float, str]:
+    """:func:`_peak_rss` and the process's stdout."""
+    wall, rss, _, out = _peak_rss_cpu(code, args)
+    return wall, rss, out
+
+
+def _peak_rss_cpu(code: Path, args: list[str]) -> tuple[float, float, float, str]:
+    """:func:`_peak_rss`, the process's CPU seconds (user + system) and its stdout."""
     wrapper = (
         "import resource, subprocess, sys, time\n"
         "t = time.perf_counter()\n"
-        "subprocess.run(sys.argv[1:], check=True, capture_output=True)\n"
+        "p = subprocess.run(sys.argv[1:], check=True, capture_output=True, text=True)\n"
         "w = time.perf_counter() - t\n"
-        "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(w, u.ru_maxrss, u.ru_utime + u.ru_stime)\n"
+        "sys.stdout.write(p.stdout)\n"
     )
     env = _env(code)
     cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", *args]
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-c", wrapper, *cmd], env=env, capture_output=True, text=True,
-        check=True, cwd=code,
-    ).stdout.split()  # fmt: skip
-    return float(out[0]), float(out[1]) / 1024**2
+        check=False, cwd=code,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {proc.stderr[-1500:]}")
+    first, _, rest = proc.stdout.partition("\n")
+    wall, rss, cpu = first.split()
+    return float(wall), float(rss) / 1024**2, float(cpu), rest
 
 
 def _du(path: Path) -> int:
@@ -177,6 +215,106 @@ def run(code: Path, folder: Path, extra: Path, pristine: Path, repeat: int) -> d
     return out
 
 
+def segmented_copy(library: Path, index: Path, extra: Path, work: Path, code: Path) -> Path:
+    """A library of several segments in ``work`` made from ``library`` (photos) and its
+    ``index``, which are only read: ``work/photos`` (hard links), ``work/index`` (a copy:
+    feature and state files hard-linked, the rest copied, the catalogue's paths moved).
+    Checkout ``code`` adds 10, then 5 photos of ``extra``, then removes one photo and
+    changes another (three ``simile index`` runs). Made once: an existing ``work`` is
+    returned as it is."""
+    import sqlite3
+
+    photos, copy = work / "photos", work / "index"
+    if (work / "done").is_file():
+        return work
+    shutil.rmtree(work, ignore_errors=True)
+    photos.mkdir(parents=True)
+    for p in library.glob("*.jpg"):
+        os.link(p, photos / p.name)
+    copy.mkdir()
+    for entry in index.iterdir():
+        if entry.name in ("features", "states"):  # immutable files: never written in place
+            subprocess.run(["cp", "-al", str(entry), str(copy / entry.name)], check=True)
+        else:
+            subprocess.run(["cp", "-a", str(entry), str(copy / entry.name)], check=True)
+    con = sqlite3.connect(copy / "catalog.sqlite")
+    with con:
+        old = f"{library.resolve()}/"
+        con.execute(
+            "UPDATE images SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
+            (f"{photos.resolve()}/", len(old) + 1, len(old), old),
+        )
+    con.close()
+    idx = ["index", str(photos), "--index", str(copy), "--jobs", "2", "--json"]
+    extras = sorted(extra.glob("*.jpg"))[:-1]  # (the last one is the query)
+    t = time.perf_counter()
+    _simile(code, idx)  # nothing changed: nothing written (or a format migration)
+    print(f"rescan of the copy: {time.perf_counter() - t:.1f} s", flush=True)
+    for batch in (extras[:10], extras[10:15]):
+        for p in batch:
+            os.link(p, photos / p.name)
+        t = time.perf_counter()
+        _simile(code, idx)
+        print(f"added {len(batch)}: {time.perf_counter() - t:.1f} s", flush=True)
+    originals = sorted(photos.glob("ukbench*.jpg"))
+    (photos / originals[17].name).unlink()
+    changed = photos / originals[18].name
+    changed.unlink()
+    shutil.copy(extras[20], changed)  # a new file (not a link): the library keeps its own
+    t = time.perf_counter()
+    _simile(code, idx)
+    print(f"removed 1, changed 1: {time.perf_counter() - t:.1f} s", flush=True)
+    (work / "done").write_text("")
+    return work
+
+
+def query_runs(codes: list[Path], work: Path, extra: Path, repeat: int) -> dict:
+    """Whole ``simile query`` processes of every checkout on the copy ``work``: best wall
+    time, worst peak RSS and whether the output equals the first checkout's, per query."""
+    photos, index = work / "photos", work / "index"
+    q = str(sorted(extra.glob("*.jpg"))[-1])
+    base = ["query", str(photos), q, "--index", str(index), "--json", "--top", "10"]
+    queries = {
+        "hybrid": base,
+        **{m: [*base, "--method", m] for m in ("vocabulary", "uniform", "wta")},
+        "region": [*base, "--box", "40,30,200,150"],
+    }
+    table: dict[str, dict[str, float | str]] = {str(c): {} for c in codes}
+    outputs: dict[tuple[str, str], str] = {}
+    for label, args in queries.items():
+        runs: dict[str, list[tuple[float, float, float]]] = {str(c): [] for c in codes}
+        for _ in range(repeat):
+            for code in codes:
+                wall, rss, cpu, out = _peak_rss_cpu(code, args)
+                runs[str(code)].append((wall, rss, cpu))
+                outputs.setdefault((label, str(code)), out)
+        for code in codes:
+            r = runs[str(code)]
+            same = outputs[(label, str(code))] == outputs[(label, str(codes[0]))]
+            table[str(code)][f"{label} s"] = min(w for w, _, _ in r)
+            table[str(code)][f"{label} CPU s"] = min(c for _, _, c in r)
+            table[str(code)][f"{label} GB"] = max(g for _, g, _ in r)
+            table[str(code)][f"{label} same"] = "yes" if same else "NO"
+        print(json.dumps({c: {k: v for k, v in t.items() if k.startswith(label)}
+                          for c, t in table.items()}), flush=True)  # fmt: skip
+    return table
+
+
+def main_segments(args: argparse.Namespace, codes: list[Path]) -> int:
+    """``--segments``: query processes on a segmented copy of an existing library."""
+    if not (args.library and args.index and args.extra and args.work):
+        raise SystemExit("--segments needs --library, --index, --extra and --work")
+    work = segmented_copy(
+        Path(args.library), Path(args.index), Path(args.extra), Path(args.work), codes[0]
+    )
+    table = query_runs(codes, work, Path(args.extra), args.repeat)
+    print(f"\n{args.n} photos, several segments | " + " | ".join(str(c) for c in table))
+    for k in next(iter(table.values())):
+        row = [table[c][k] for c in table]
+        print(f"{k:>16} | " + " | ".join(v if isinstance(v, str) else f"{v:.2f}" for v in row))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=10_000)
@@ -185,8 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         "--code", action="append", default=None, help="checkout(s) to compare, oldest first"
     )
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--segments", action="store_true", help="query processes only (see above)")
+    ap.add_argument("--library", help="--segments: the library's photo folder (read only)")
+    ap.add_argument("--index", help="--segments: its index folder (read only)")
+    ap.add_argument("--extra", help="--segments: photos to add (read only)")
+    ap.add_argument("--work", help="--segments: the folder of the segmented copy")
     args = ap.parse_args(argv)
     codes = [Path(c).resolve() for c in (args.code or [str(ROOT)])]
+    if args.segments:
+        return main_segments(args, codes)
     pristine = Path(f"{args.dir}_{args.n}.index")
     folder, extra = build(args.n, Path(args.dir), codes[0])
     if not pristine.is_dir():

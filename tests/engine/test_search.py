@@ -203,7 +203,7 @@ def test_row_scoring_paths_match_bruteforce(monkeypatch, dense_max):
     pyramids) and the filter + sorted lookup used when bins are too many (uniform)."""
     import engine.index.search as search
 
-    monkeypatch.setattr(search, "_DENSE_QUERY_MAX", dense_max)
+    monkeypatch.setattr(search, "DENSE_QUERY_MAX", dense_max)
     rng = np.random.default_rng(3)
     indptr, keys, vals = _random_rows(rng, 80, n_keys=60)
     ix = IntersectionIndex(indptr, keys, vals)
@@ -307,7 +307,7 @@ def test_lookup_directory_matches_binary_search():
     ix = es.IntersectionIndex(indptr, None, vals, columns=(uk, cols))
     q = np.concatenate([uk[rng.choice(K, 500, replace=False)], uk[[0, K - 1]]])
     q = np.unique(np.concatenate([q, rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64)]))
-    pos, hit = ix._lookup(q)
+    pos, hit = ix.lookup(q)
     assert ix._directory is not None
     want = np.minimum(np.searchsorted(uk, q), K - 1)
     np.testing.assert_array_equal(hit, uk[want] == q)
@@ -386,7 +386,7 @@ def test_rows_scored_by_key_equal_the_exact_sum(monkeypatch, dense_max):
     import engine.index.search as es
 
     if dense_max is not None:
-        monkeypatch.setattr(es, "_DENSE_QUERY_MAX", dense_max)
+        monkeypatch.setattr(es, "DENSE_QUERY_MAX", dense_max)
     rng = np.random.default_rng(5)
     pool = np.unique(rng.integers(-(2**63), 2**63 - 1, 100_000, dtype=np.int64))
     n = 40

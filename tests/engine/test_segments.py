@@ -292,8 +292,9 @@ def test_closing_the_collection_lets_go_of_every_file(tmp_path, small):
 
 
 def test_a_one_shot_reader_maps_the_data_and_still_finds_damage(tmp_path, small):
-    """``map_data`` (``simile query``): one segment is memory-mapped, not read; the
+    """``map_data`` (``simile query``): the segment is memory-mapped, not read; the
     queries answer as a reader that reads it; a damaged byte is found (CRC) before use."""
+    from engine.index.mapped import SegmentedImages
     from engine.index.store_errors import IndexCorruptError
 
     folder = tmp_path / "photos"
@@ -306,7 +307,10 @@ def test_a_one_shot_reader_maps_the_data_and_still_finds_damage(tmp_path, small)
     col = Collection.open(folder, readonly=True)
     col.searcher.map_data = True
     _, data = col.searcher.ensure()
-    for arr in (data.vocab.values, data.bow.data, data.rh, data.wta):
+    assert isinstance(data, SegmentedImages)
+    (part,) = data.vocab.parts
+    (bow,) = data.bow.parts
+    for arr in (part.values, part.stored_columns[1], bow[1], bow[2]):
         assert not arr.flags.owndata and not arr.flags.writeable  # (read-only maps)
     for n in NAMES[:3]:
         assert [(h.path, h.score) for h in col.query(folder / f"{n}.jpg", top=5)] == want[n]
@@ -329,6 +333,7 @@ def test_a_one_shot_reader_maps_the_data_and_still_finds_damage(tmp_path, small)
         fh.write(bytes([b[0] ^ 0xFF]))
     col = Collection.open(folder, readonly=True)
     col.searcher.map_data = True
-    with pytest.raises(IndexCorruptError, match="damaged"):
+    with pytest.raises(IndexCorruptError, match="damaged"):  # before any score is made
         col.searcher.ensure()
+        col.query(folder / f"{NAMES[0]}.jpg", method="vocabulary", top=5)
     col.close()

@@ -1,0 +1,677 @@
+"""The search data of a one-shot reader: every segment memory-mapped, nothing concatenated.
+
+A reader that answers one query (``simile query``) and exits need not read the search
+data into memory of its own: :func:`map_segments` maps every file of every segment of
+the version it opened (:mod:`engine.index.segments`), and :meth:`MappedSegments.data`
+gives an :class:`SegmentedImages` that stands for the data
+(:class:`~engine.index.encode.EncodedImages`) a reader that reads them would hold -- the
+live rows of the segments in ascending id order -- without concatenating their big
+arrays. A query then touches only what it reads:
+
+- the hash codes of every row (``wta``, ``rh``: a few hundred bytes a photo, copied into
+  the one array the candidate search scans);
+- the bags of words of every row, for the tf-idf cosine of the candidate search: a
+  sparse matrix-vector product over each segment in turn (:class:`SegmentedRows`),
+  merged into one score per live row;
+- the pyramids of the candidates only, gathered from their segments
+  (:class:`~engine.index.segmented.SegmentedIndex`); the uniform pyramids only when the
+  ``uniform`` method asks, and only the candidates' then.
+
+Every score is the one the concatenated data gives, to the last bit: a row's score is
+computed from its own entries alone, by the same operations in the same order.
+
+Damage is found as when the files are read: each member's CRC-32 is checked (the zip's
+own) before any of its bytes is used. The small members (ids, row keys, row pointers,
+hash codes) are checked at once; the bags of words and the vocabulary pyramids in a
+background thread started when the files are mapped (a query waits for, or helps with,
+those it is about to read, :meth:`FileChecks.require`); the uniform pyramids when a
+query first needs them. A damaged file raises the one-line
+:class:`~engine.index.store_errors.IndexCorruptError` of a read. Pages read only to be
+checked, or once per query (the bags of words), are handed back after use
+(``madvise(MADV_DONTNEED)``: they stay in the page cache), so the process's memory is the
+arrays it keeps, not the files it read.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import struct
+import threading
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
+from engine.index.keys import DATA_STATE
+from engine.index.segmented import SegmentedIndex
+from engine.index.states import NPZ_ERRORS, damaged_file, live_masks, segment_files
+from engine.index.store_errors import StoreError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
+    from engine.index.manifest import Snapshot
+
+__all__ = [
+    "FileChecks",
+    "MappedSegments",
+    "SegmentedImages",
+    "SegmentedRows",
+    "map_segments",
+]
+
+_PAGE = mmap.PAGESIZE
+_CHUNK = 1 << 24  # bytes checked (and pages handed back) at a time
+_MATVEC_ROWS = 8192  # rows of a segment's bags multiplied (and handed back) at a time
+#: Members checked when the files are mapped: read whole by every reader, and small.
+_AT_ONCE = ("ids", ROW_KEYS, "vocab.indptr", "vocab.ukeys", "bow.indptr", "wta", "rh")
+
+
+def _group(key: str) -> str:
+    """When member ``key`` is checked: ``"open"``, ``"bow"``, ``"vocab"``, ``"uniform"``."""
+    if key.startswith("uniform."):
+        return "uniform"
+    if key in _AT_ONCE:
+        return "open"
+    return "bow" if key.startswith("bow.") else "vocab"
+
+
+def _release(mm: mmap.mmap, start: int, end: int) -> None:
+    """Hand back the whole pages of ``mm[start:end]`` (their bytes stay in the page
+    cache; a later read maps them again)."""
+    a = -(-start // _PAGE) * _PAGE
+    b = (end // _PAGE) * _PAGE
+    if b > a and hasattr(mm, "madvise"):
+        mm.madvise(mmap.MADV_DONTNEED, a, b - a)
+
+
+@dataclass
+class _Member:
+    """One ``.npy`` member of a mapped file: where its bytes are and their CRC-32."""
+
+    file: str
+    key: str
+    mm: mmap.mmap
+    start: int  # first byte of the member (its .npy header)
+    data: int  # first byte of its array
+    end: int
+    crc: int
+    state: str = "waiting"  # "running", "done"
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self.done = threading.Event()
+
+
+class FileChecks:
+    """The CRC-32 checks of the members of mapped files, each run once: in a background
+    thread, or by the first caller that needs it (:meth:`require`).
+
+    Parameters
+    ----------
+    states : Path
+        The index's ``states`` folder (for the error messages).
+    name : str
+        The state the files are of.
+    """
+
+    def __init__(self, states: Path, name: str) -> None:
+        self._states, self._name = states, name
+        self._members: list[_Member] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def add(self, member: _Member) -> None:
+        self._members.append(member)
+
+    def _claim(self, member: _Member) -> bool:
+        with self._lock:
+            if member.state != "waiting":
+                return False
+            member.state = "running"
+            return True
+
+    def _run(self, member: _Member) -> None:
+        """Check ``member`` (claimed by this thread)."""
+        try:
+            crc, view = 0, memoryview(member.mm)
+            try:
+                for a in range(member.start, member.end, _CHUNK):
+                    b = min(a + _CHUNK, member.end)
+                    crc = zlib.crc32(view[a:b], crc)
+                    _release(member.mm, a, b)
+            finally:
+                view.release()
+            if crc != member.crc:
+                raise zipfile.BadZipFile(f"Bad CRC-32 for file '{member.key}.npy'")
+        except (*NPZ_ERRORS, struct.error) as exc:
+            member.error = damaged_file(self._states, self._name, member.file, exc)
+        except BaseException as exc:  # (e.g. the file shrank under the map: SIGBUS is
+            member.error = exc  # not catchable, an OSError is)
+        finally:
+            member.state = "done"
+            member.done.set()
+
+    def start(self, groups: Sequence[str]) -> None:
+        """Check the members of ``groups`` in a background thread, in that order."""
+        todo = [m for g in groups for m in self._members if _group(m.key) == g]
+
+        def work() -> None:
+            for m in todo:
+                if self._closed:
+                    return
+                if self._claim(m):
+                    self._run(m)
+
+        threading.Thread(target=work, name="simile-check", daemon=True).start()
+
+    def require(self, group: str) -> None:
+        """Return once every member of ``group`` is checked (checking those no thread
+        has started, here).
+
+        Raises
+        ------
+        IndexCorruptError
+            One is damaged.
+        StoreError
+            The store was closed before they were checked.
+        """
+        members = [m for m in self._members if _group(m.key) == group]
+        for m in members:
+            if m.state == "waiting" and self._closed:
+                raise StoreError("the index store is closed")
+            if self._claim(m):
+                self._run(m)
+        for m in members:
+            m.done.wait()
+            if m.error is not None:
+                raise m.error
+
+    def close(self) -> None:
+        """No check starts after this (those needed later raise :class:`StoreError`)."""
+        self._closed = True
+
+
+def _map_file(
+    states: Path, fh: IO[bytes], file: str, checks: FileChecks
+) -> tuple[dict[str, np.ndarray], dict[str, _Member]] | None:
+    """The arrays of one ``.npz`` file as read-only views of a map of it, and its
+    members (added to ``checks``); None when a member is compressed (the file is read
+    instead). Only the zip directory and the array headers are read here.
+
+    Raises
+    ------
+    IndexCorruptError
+        The zip directory, a member's header or an array header is damaged, or an array
+        does not fill its member (a truncated file).
+    """
+    arrays: dict[str, np.ndarray] = {}
+    members: dict[str, _Member] = {}
+    try:
+        fh.seek(0)
+        with zipfile.ZipFile(fh) as z:
+            infos = z.infolist()
+        if any(i.compress_type != zipfile.ZIP_STORED for i in infos):
+            return None
+        size = fh.seek(0, io.SEEK_END)
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        for info in infos:
+            if not info.filename.endswith(".npy"):
+                raise ValueError(f"{info.filename!r} is not an array")
+            key = info.filename[: -len(".npy")]
+            local = mm[info.header_offset : info.header_offset + 30]
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                raise zipfile.BadZipFile(f"bad local header of {info.filename!r}")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            end = start + info.compress_size
+            if end > size:
+                raise EOFError(f"{info.filename!r} is truncated")
+            head = io.BytesIO(mm[start : min(end, start + (1 << 16))])
+            version = np.lib.format.read_magic(head)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+            if dtype.hasobject:
+                raise ValueError(f"array {key!r} holds objects")
+            data = start + head.tell()
+            count = int(np.prod(shape, dtype=np.int64))
+            if data + count * dtype.itemsize != end:
+                raise ValueError(f"array {key!r} does not fill its member")
+            if key in arrays:
+                raise ValueError(f"array {key!r} is stored twice")
+            arr = np.frombuffer(mm, dtype, count, data) if count else np.zeros(0, dtype)
+            arrays[key] = arr.reshape(shape, order="F" if fortran else "C")
+            members[key] = _Member(file, key, mm, start, data, end, info.CRC)
+            checks.add(members[key])
+    except (*NPZ_ERRORS, struct.error) as exc:
+        raise damaged_file(states, DATA_STATE, file, exc) from exc
+    return arrays, members
+
+
+def _runs(glob: np.ndarray, pos: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(first row, first position, length)`` of the runs where both ascending
+    ``glob`` and ``pos`` step by one."""
+    if glob.size == 0:
+        return []
+    breaks = np.flatnonzero((np.diff(glob) != 1) | (np.diff(pos) != 1)) + 1
+    starts = np.r_[0, breaks]
+    lengths = np.diff(np.r_[starts, glob.size])
+    return list(zip(glob[starts].tolist(), pos[starts].tolist(), lengths.tolist(), strict=True))
+
+
+def _own(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """``a`` as ``dtype`` in memory of its own (a small mapped array, read whole)."""
+    return np.array(a, dtype, copy=True, order="C")
+
+
+class SegmentedRows:
+    """The bags of words of the live rows of several segments, as one
+    ``(n, n_words)`` CSR matrix that is never built: a matrix-vector product runs over
+    each segment's rows in turn, a row gather copies those rows only. Stands for the
+    ``scipy.sparse.csr_matrix`` a reader that reads the data holds (same values, same
+    products to the last bit); any other use gets that matrix, made on first use
+    (:meth:`whole`).
+
+    Parameters
+    ----------
+    parts : sequence of (indptr, indices, data)
+        Each segment's CSR arrays (``(m_s + 1,)``, ``(nnz_s,)``, ``(nnz_s,)`` float32),
+        with the spans of their maps to hand back after a product (or None).
+    n_words : int
+    seg, pos : (n,) int
+        Segment and row in it of every row.
+    ready : callable
+        Called before the segments' entries are read.
+    """
+
+    ndim = 2
+    format = "csr"
+
+    def __init__(
+        self,
+        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, Sequence[_Member]]],
+        n_words: int,
+        seg: np.ndarray,
+        pos: np.ndarray,
+        ready: Any,
+    ) -> None:
+        self.parts = list(parts)
+        self.n_words = int(n_words)
+        self.seg, self.pos = seg, pos
+        self._ready = ready
+        self._whole: sp.csr_matrix | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.seg.shape[0]), self.n_words)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.parts[0][2].dtype if self.parts else np.dtype(np.float32)
+
+    @property
+    def nnz(self) -> int:
+        return int(
+            sum(
+                (ip[self.pos[self.seg == k] + 1] - ip[self.pos[self.seg == k]]).sum()
+                for k, (ip, _, _, _) in enumerate(self.parts)
+            )
+        )
+
+    def __matmul__(self, other: Any) -> Any:
+        """``A @ x`` for a dense ``(n_words,)`` vector of the bags' dtype: ``(n,)``; any
+        other operand: the whole matrix's product."""
+        if not (
+            other.__class__ is np.ndarray
+            and other.shape == (self.n_words,)
+            and other.dtype == self.dtype
+        ):
+            return self.whole() @ other
+        from scipy.sparse._sparsetools import csr_matvec
+
+        self._ready()
+        x = np.ascontiguousarray(other)
+        out = np.zeros(self.shape[0], self.dtype)
+        for k, (indptr, indices, data, spans) in enumerate(self.parts):
+            glob = np.flatnonzero(self.seg == k)
+            if glob.size == 0:
+                continue
+            m = indptr.shape[0] - 1
+            y = np.zeros(m, self.dtype)
+            if indptr.dtype != indices.dtype:
+                indptr = indptr.astype(indices.dtype)
+            for r0 in range(0, m, _MATVEC_ROWS):
+                r1 = min(m, r0 + _MATVEC_ROWS)
+                e0, e1 = int(indptr[r0]), int(indptr[r1])
+                ptr = indptr[r0 : r1 + 1] - indptr[r0]
+                csr_matvec(r1 - r0, self.n_words, ptr, indices[e0:e1], data[e0:e1], x, y[r0:r1])
+                for mem, arr in zip(spans, (indices, data), strict=False):
+                    size = arr.dtype.itemsize
+                    _release(mem.mm, mem.data + e0 * size, mem.data + e1 * size)
+            out[glob] = y[self.pos[glob]]
+        return out
+
+    def __getitem__(self, key: Any) -> sp.csr_matrix:
+        """Rows ``key`` (an integer array: gathered from their segments), else the whole
+        matrix's ``[key]``."""
+        if isinstance(key, np.ndarray) and key.ndim == 1 and key.dtype.kind in "iu":
+            return self._rows(key.astype(np.int64))
+        return self.whole()[key]
+
+    def _rows(self, rows: np.ndarray) -> sp.csr_matrix:
+        self._ready()
+        seg, pos = self.seg[rows], self.pos[rows]
+        lens = np.zeros(rows.shape[0], np.int64)
+        chosen = []
+        for k, (indptr, _, _, _) in enumerate(self.parts):
+            sel = np.flatnonzero(seg == k)
+            if sel.size:
+                lens[sel] = indptr[pos[sel] + 1] - indptr[pos[sel]]
+                chosen.append((k, sel))
+        out_ptr = np.zeros(rows.shape[0] + 1, np.int64)
+        np.cumsum(lens, out=out_ptr[1:])
+        nnz = int(out_ptr[-1])
+        index = np.int32 if max(nnz, self.n_words) < 2**31 - 1 else np.int64
+        indices = np.empty(nnz, index)
+        data = np.empty(nnz, self.dtype)
+        for k, sel in chosen:
+            indptr, ind, dat, _ = self.parts[k]
+            p = pos[sel]
+            starts = indptr[p]
+            n_ent = indptr[p + 1] - starts
+            at = np.repeat(starts - np.cumsum(n_ent) + n_ent, n_ent) + np.arange(n_ent.sum())
+            dest = np.repeat(out_ptr[sel] - np.cumsum(n_ent) + n_ent, n_ent) + np.arange(
+                n_ent.sum()
+            )
+            indices[dest] = ind[at]
+            data[dest] = dat[at]
+        return sp.csr_matrix(
+            (data, indices, out_ptr.astype(index)), shape=(rows.shape[0], self.n_words)
+        )
+
+    def whole(self) -> sp.csr_matrix:
+        """The whole matrix, made once."""
+        if self._whole is None:
+            self._whole = self._rows(np.arange(self.shape[0], dtype=np.int64))
+        return self._whole
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("parts", "seg", "pos", "_ready", "_whole"):
+            raise AttributeError(name)
+        return getattr(self.whole(), name)
+
+    def subset(self, rows: np.ndarray) -> SegmentedRows:
+        return SegmentedRows(self.parts, self.n_words, self.seg[rows], self.pos[rows], self._ready)
+
+    def with_part(self, bow: sp.csr_matrix, order: np.ndarray) -> SegmentedRows:
+        """These rows and those of ``bow`` (after these), in ``order``."""
+        m = bow.shape[0]
+        seg = np.concatenate([self.seg, np.full(m, len(self.parts), np.int32)])[order]
+        pos = np.concatenate([self.pos, np.arange(m, dtype=np.int64)])[order]
+        part = (bow.indptr, bow.indices, bow.data.astype(self.dtype, copy=False), ())
+        return SegmentedRows([*self.parts, part], self.n_words, seg, pos, self._ready)
+
+
+@dataclass(eq=False)
+class SegmentedImages:
+    """The search data of a reader, held by mapped segments
+    (:meth:`MappedSegments.data`): what :class:`~engine.index.encode.EncodedImages`
+    holds, read the same way by the search methods.
+
+    Attributes
+    ----------
+    ids : (n,) int64
+        Store ids, ascending.
+    vocab, uniform : SegmentedIndex
+        The pyramids.
+    bow : SegmentedRows
+        The bags of words.
+    wta : (n, m) uint8
+    rh : (n, n_bits / 8) uint8
+        The hash codes, in memory of their own.
+    """
+
+    ids: np.ndarray
+    vocab: SegmentedIndex
+    uniform: SegmentedIndex
+    bow: SegmentedRows
+    wta: np.ndarray
+    rh: np.ndarray
+    checks: FileChecks | None = None
+
+    def subset(self, rows: np.ndarray) -> SegmentedImages:
+        """Rows ``rows`` ((k,) int64 positions), in that order (nothing is copied but
+        the ids and hash codes)."""
+        rows = np.asarray(rows, np.int64)
+        return SegmentedImages(
+            self.ids[rows],
+            self.vocab.subset(rows),
+            self.uniform.subset(rows),
+            self.bow.subset(rows),
+            self.wta[rows],
+            self.rh[rows],
+            self.checks,
+        )
+
+    def with_rows(self, new: EncodedImages) -> SegmentedImages:
+        """These rows and ``new``'s (encoded in memory), in ascending id order."""
+        ids = np.concatenate([self.ids, new.ids])
+        order = np.argsort(ids, kind="stable")
+        return SegmentedImages(
+            ids[order],
+            self.vocab.with_part(new.vocab, order),
+            self.uniform.with_part(new.uniform, order),
+            self.bow.with_part(new.bow, order),
+            np.concatenate([self.wta, new.wta])[order],
+            np.concatenate([self.rh, new.rh])[order],
+            self.checks,
+        )
+
+    def materialize(self) -> EncodedImages:
+        """The same data in memory of its own, as one :class:`EncodedImages`."""
+        return EncodedImages(
+            self.ids, self.vocab.whole(), self.uniform.whole(), self.bow.whole(),
+            self.wta, self.rh,
+        )  # fmt: skip
+
+    def to_state(self, *, uniform: bool = True) -> dict[str, Any]:
+        """:meth:`EncodedImages.to_state` of the same data."""
+        return self.materialize().to_state(uniform=uniform)
+
+    def close(self) -> None:
+        """No file is checked after this: pyramids not yet checked (the uniform ones,
+        before a query needs them) raise :class:`StoreError` when read later."""
+        if self.checks is not None:
+            self.checks.close()
+
+
+class MappedSegments:
+    """Every segment of one version's search data, mapped (:func:`map_segments`).
+
+    Attributes
+    ----------
+    groups : list of tuple of str
+        The files of each segment.
+    arrays : list of dict of str to ndarray
+        Each segment's arrays: read-only views of the maps.
+    members : list of dict of str to _Member
+    checks : FileChecks
+    n_words : int
+    """
+
+    def __init__(
+        self,
+        groups: list[tuple[str, ...]],
+        arrays: list[dict[str, np.ndarray]],
+        members: list[dict[str, _Member]],
+        checks: FileChecks,
+        n_words: int,
+    ) -> None:
+        self.groups, self.arrays, self.members = groups, arrays, members
+        self.checks, self.n_words = checks, int(n_words)
+
+    def _owned(self, k: int, key: str, dtype: Any) -> np.ndarray:
+        """Array ``key`` of segment ``k`` copied into memory, its pages handed back."""
+        out = _own(self.arrays[k][key], dtype)
+        m = self.members[k][key]
+        _release(m.mm, m.start, m.end)
+        return out
+
+    def data(self, ids: np.ndarray, keys: np.ndarray) -> tuple[SegmentedImages, np.ndarray | None]:
+        """The reader's data: the live rows of every segment
+        (:func:`engine.index.states.live_masks` against the catalogue's usable ``ids``
+        and their row ``keys``), in ascending id order, and their row keys; an index
+        written before row keys (one segment, no keys): the segment whole and None.
+
+        Raises
+        ------
+        IndexCorruptError
+            A member read here is damaged.
+        ValueError
+            The arrays do not fit together (another version's format), or a segment has
+            no row keys.
+        """
+
+        self.checks.require("open")
+        n_seg = len(self.arrays)
+        seg_ids = [self._owned(k, "ids", np.int64) for k in range(n_seg)]
+        seg_keys: list[np.ndarray | None] = []
+        for k in range(n_seg):
+            got = self.arrays[k].get(ROW_KEYS)
+            if got is not None and got.shape == seg_ids[k].shape:
+                seg_keys.append(self._owned(k, ROW_KEYS, np.uint64))
+            else:
+                seg_keys.append(None)
+        if n_seg == 1 and seg_keys[0] is None:  # written before row keys: whole
+            live = [np.arange(seg_ids[0].size)]
+            data_keys = None
+        else:
+            if any(k is None for k in seg_keys):
+                raise ValueError("a segment of the search data has no row keys")
+            masks = live_masks(seg_ids, seg_keys, ids, keys)
+            live = [np.flatnonzero(m) for m in masks]
+            data_keys = np.concatenate([sk[r] for sk, r in zip(seg_keys, live, strict=True)])
+        every = np.concatenate([si[r] for si, r in zip(seg_ids, live, strict=True)])
+        seg = np.concatenate([np.full(r.size, k, np.int32) for k, r in enumerate(live)])
+        pos = np.concatenate(live).astype(np.int64)
+        order = np.argsort(every, kind="stable")
+        if not np.array_equal(order, np.arange(order.size)):
+            every, seg, pos = every[order], seg[order], pos[order]
+            if data_keys is not None:
+                data_keys = data_keys[order]
+        vocab_parts, uniform_parts, bow_parts = [], [], []
+        wta = rh = None
+        for k, st in enumerate(self.arrays):
+            st = dict(st)
+            for key in ("vocab.indptr", "vocab.ukeys", "bow.indptr"):
+                if key in st:
+                    st[key] = self._owned(k, key, np.int64)
+
+            def own(key: str, dtype: Any, st: dict = st) -> np.ndarray:
+                a = st.pop(key)
+                return a if a.dtype == dtype else np.asarray(a, dtype)
+
+            vocab_parts.append(pyramid_from_state(st, "vocab", own, st.pop))
+            uniform_parts.append(pyramid_from_state(st, "uniform", own, st.pop))
+            glob = np.flatnonzero(seg == k)
+            runs = _runs(glob, pos[glob])
+            for name in ("wta", "rh"):
+                codes = np.asarray(st.pop(name), np.uint8)
+                if codes.ndim != 2:
+                    raise ValueError(f"the search data's {name} codes are not a matrix")
+                if name == "wta" and wta is None:
+                    wta = np.empty((every.size, codes.shape[1]), np.uint8)
+                if name == "rh" and rh is None:
+                    rh = np.empty((every.size, codes.shape[1]), np.uint8)
+                target = wta if name == "wta" else rh
+                if codes.shape[1] != target.shape[1]:
+                    raise ValueError(f"the segments' {name} codes differ in length")
+                if len(runs) > 256:
+                    target[glob] = codes[pos[glob]]
+                for g0, p0, length in runs if len(runs) <= 256 else ():
+                    target[g0 : g0 + length] = codes[p0 : p0 + length]  # (a few long runs)
+                m = self.members[k][name]
+                _release(m.mm, m.start, m.end)
+            spans = [self.members[k][f"bow.{n}"] for n in ("indices", "data")]
+            bow_parts.append(
+                (st["bow.indptr"], st["bow.indices"], np.asarray(st["bow.data"]), spans)
+            )
+            for part, name in ((vocab_parts[-1], "vocab"), (uniform_parts[-1], "uniform")):
+                if len(part) != seg_ids[k].size:
+                    raise ValueError(f"the {name} pyramids do not match the segment's rows")
+            if st["bow.indptr"].shape[0] != seg_ids[k].size + 1:
+                raise ValueError("the bags of words do not match the segment's rows")
+        checks = self.checks
+        data = SegmentedImages(
+            every,
+            SegmentedIndex(vocab_parts, seg, pos, ready=lambda: checks.require("vocab")),
+            SegmentedIndex(uniform_parts, seg, pos, ready=lambda: checks.require("uniform")),
+            SegmentedRows(bow_parts, self.n_words, seg, pos, lambda: checks.require("bow")),
+            wta,
+            rh,
+            checks,
+        )
+        return data, data_keys
+
+
+def map_segments(
+    snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None
+) -> MappedSegments | None:
+    """Map every file of the search data of version ``snap`` and start checking the
+    members a query reads in part (the bags of words, then the vocabulary pyramids) in
+    the background. None when a file holds a compressed member (the data is read).
+
+    Parameters
+    ----------
+    snap : Snapshot
+    handles : mapping of str to file, optional
+        The state's files, opened (else opened here); they can be closed once mapped.
+
+    Raises
+    ------
+    KeyError
+        No search data in ``snap``.
+    FileNotFoundError
+        A file is gone (a writer committed meanwhile: read the manifest again).
+    IndexCorruptError
+        A file's directory or headers are damaged.
+    """
+    entry = snap.entries[DATA_STATE]
+    groups = segment_files(snap.states_dir, DATA_STATE, entry.scalars, entry.files)
+    if not groups:
+        raise ValueError("the search data has no segment")
+    own = handles is None
+    if handles is None:
+        handles = snap.open([DATA_STATE])[DATA_STATE]
+    checks = FileChecks(snap.states_dir, DATA_STATE)
+    arrays, members = [], []
+    try:
+        for group in groups:
+            st: dict[str, np.ndarray] = {}
+            mem: dict[str, _Member] = {}
+            for file in group:
+                got = _map_file(snap.states_dir, handles[file], file, checks)
+                if got is None:
+                    return None
+                for key in got[0]:
+                    if key in st:
+                        exc = ValueError(f"array {key!r} is stored twice")
+                        raise damaged_file(snap.states_dir, DATA_STATE, file, exc)
+                st.update(got[0])
+                mem.update(got[1])
+            arrays.append(st)
+            members.append(mem)
+    finally:
+        if own:
+            for fh in handles.values():
+                fh.close()
+    checks.start(["bow", "vocab"])
+    return MappedSegments(groups, arrays, members, checks, entry.scalars["bow.n_words"])

@@ -1,0 +1,230 @@
+"""A one-shot reader maps every segment (engine.index.mapped) and answers exactly as a
+reader that reads and concatenates them: same hits, same order, same scores."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+
+from engine.collection import Collection
+from engine.index import candidates
+from engine.index.keys import DATA_STATE
+from engine.index.manifest import read_snapshot
+from engine.index.mapped import SegmentedImages
+from engine.index.states import segment_files
+from engine.index.store_errors import IndexCorruptError
+
+NAMES = (
+    "astronaut", "brick", "coffee", "camera", "chelsea", "rocket", "coins", "grass",
+    "gravel", "astronaut_crop", "brick_crop", "coffee_light", "camera_crop",
+    "chelsea_crop", "coins_crop", "grass_crop",
+)  # fmt: skip
+METHODS = ("hybrid", "vocabulary", "uniform", "wta")
+
+
+def _index(folder):
+    with Collection.open(folder) as col:
+        for _ in col.update(jobs=1):
+            pass
+
+
+def _groups(folder):
+    snap = read_snapshot(folder / ".simile" / "states")
+    e = snap.entries[DATA_STATE]
+    return snap, segment_files(snap.states_dir, DATA_STATE, e.scalars, e.files)
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory, demo_folder):
+    """An index of four segments made by adding photos in three batches, then removing
+    one photo and changing another (its old row is dead, its new one a segment)."""
+    import cv2
+
+    root = tmp_path_factory.mktemp("mapped")
+    small = root / "small"
+    small.mkdir()
+    for n in NAMES:
+        img = cv2.imread(str(demo_folder / f"{n}.jpg"))
+        cv2.imwrite(str(small / f"{n}.jpg"), cv2.resize(img, None, fx=0.35, fy=0.35))
+    folder = root / "photos"
+    folder.mkdir()
+    for batch in (NAMES[:7], NAMES[7:11], NAMES[11:14]):
+        for n in batch:
+            shutil.copy(small / f"{n}.jpg", folder / f"{n}.jpg")
+        _index(folder)
+    (folder / f"{NAMES[2]}.jpg").unlink()
+    shutil.copy(small / "grass_crop.jpg", folder / f"{NAMES[9]}.jpg")  # changed content
+    os.utime(folder / f"{NAMES[9]}.jpg", ns=(10**9, 10**9))
+    _index(folder)
+    _, groups = _groups(folder)
+    assert len(groups) == 4
+    return folder, small
+
+
+def _read(folder):
+    return Collection.open(folder, readonly=True)
+
+
+def _mapped(folder):
+    col = Collection.open(folder, readonly=True)
+    col.searcher.map_data = True
+    return col
+
+
+def _answers(col, queries, method, box=None, top=20):
+    return [
+        [(h.path, h.score, h.probability, h.label)
+         for h in col.query(q, method=method, top=top, box=box)]
+        for q in queries
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_mapped_segments_answer_exactly_as_the_read_data(segmented, monkeypatch, hashed):
+    """Every method, photos inside and outside the folder, and a search by region: the
+    same hits in the same order with the same scores, exhaustive and through candidates
+    (a candidate set smaller than the collection)."""
+    folder, small = segmented
+    if hashed:
+        monkeypatch.setattr(candidates, "EXHAUSTIVE_LIMIT", 0)
+        monkeypatch.setattr(candidates, "MIN_CANDIDATES", 5)
+        monkeypatch.setattr(candidates, "CANDIDATE_FRACTION", 0.3)
+    queries = [
+        folder / f"{NAMES[0]}.jpg",
+        folder / f"{NAMES[9]}.jpg",  # the changed photo
+        folder / f"{NAMES[12]}.jpg",
+        small / f"{NAMES[15]}.jpg",  # not in the folder
+        small / f"{NAMES[2]}.jpg",  # removed from the folder
+    ]
+    with _read(folder) as ref, _mapped(folder) as col:
+        _, data = col.searcher.ensure()
+        assert isinstance(data, SegmentedImages)
+        assert len(data.vocab.parts) == 4 and data.ids.size == 13
+        top = 5 if hashed else 20  # (hashed: 5 candidates of 13 scored)
+        box = (40, 30, 120, 100)
+        for method in METHODS:
+            want = _answers(ref, queries, method, top=top)
+            assert len(want[0]) == min(top, 13)
+            assert _answers(col, queries, method, top=top) == want, method
+            if hashed:
+                assert col.searcher.last_scored < data.ids.size
+            want = _answers(ref, queries[:2], method, box, top)
+            assert _answers(col, queries[:2], method, box, top) == want, method
+
+
+def test_the_mapped_data_is_the_read_data(segmented):
+    """Row for row: ids, hash codes, bags of words, pyramid scores of any rows (in any
+    order) and self-similarities are those of the concatenated data, bit for bit."""
+    folder, _ = segmented
+    rng = np.random.default_rng(0)
+    with _read(folder) as ref, _mapped(folder) as col:
+        _, want = ref.searcher.ensure()
+        _, got = col.searcher.ensure()
+        assert np.array_equal(got.ids, want.ids)
+        assert np.array_equal(got.wta, want.wta) and np.array_equal(got.rh, want.rh)
+        assert got.bow.shape == want.bow.shape and got.bow.nnz == want.bow.nnz
+        x = rng.random(want.bow.shape[1]).astype(np.float32)
+        assert np.array_equal(got.bow @ x, want.bow @ x)
+        rows = rng.permutation(want.ids.size)[:7]
+        assert (got.bow[rows] != want.bow[rows]).nnz == 0
+        assert (got.bow.copy() != want.bow).nnz == 0  # (the whole matrix, when asked)
+        for name in ("vocab", "uniform"):
+            g, w = getattr(got, name), getattr(want, name)
+            for i in range(want.ids.size):
+                assert all(np.array_equal(a, b) for a, b in zip(g.row(i), w.row(i), strict=True))
+                qk, qv = w.row(i)
+                assert np.array_equal(g.score(qk, qv, rows), w.score(qk, qv, rows))
+            self_sim = w.self_similarity()
+            assert np.array_equal(g.self_similarity()[rows], self_sim[rows])
+            assert np.array_equal(np.asarray(g.self_similarity()), self_sim)
+
+
+def _flip(path, at):
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ 0xFF]))
+
+
+def _member_at(folder, member, offset=200):
+    """A byte inside ``member`` of the largest segment's files."""
+    snap, groups = _groups(folder)
+    for f in groups[0]:
+        with zipfile.ZipFile(snap.states_dir / f) as z:
+            if f"{member}.npy" in z.namelist():
+                info = z.getinfo(f"{member}.npy")
+                return snap.states_dir / f, info.header_offset + 30 + len(info.filename) + offset
+    raise AssertionError(member)
+
+
+@pytest.mark.parametrize(
+    ("member", "method", "at_open"),
+    [
+        ("ids", "vocabulary", True),  # read whole when mapped: checked at once
+        ("rh", "vocabulary", True),
+        ("bow.data", "wta", False),  # checked before the candidate search reads it
+        ("vocab.cols", "vocabulary", False),
+        ("uniform.values", "uniform", False),  # only when a query reads the uniform ones
+    ],
+)
+def test_a_damaged_member_is_found_before_it_is_used(
+    segmented, tmp_path, monkeypatch, member, method, at_open
+):
+    folder, _ = segmented
+    monkeypatch.setattr(candidates, "EXHAUSTIVE_LIMIT", 0)  # (the bags are read then)
+    copy = tmp_path / "photos"
+    shutil.copytree(folder, copy)
+    path, at = _member_at(copy, member)
+    _flip(path, at)
+    col = _mapped(copy)
+    try:
+        if at_open:
+            with pytest.raises(IndexCorruptError, match=f"damaged .*{path.name}.*CRC"):
+                col.searcher.ensure()
+            return
+        col.searcher.ensure()
+        if method == "uniform":  # the others answer, unaware of the damage
+            assert col.query(copy / f"{NAMES[0]}.jpg", method="vocabulary", top=3)
+        with pytest.raises(IndexCorruptError, match=f"damaged .*{path.name}.*CRC"):
+            col.query(copy / f"{NAMES[0]}.jpg", method=method, top=3)
+    finally:
+        col.close()
+
+
+def test_a_truncated_segment_is_found_when_it_is_mapped(segmented, tmp_path):
+    folder, _ = segmented
+    copy = tmp_path / "photos"
+    shutil.copytree(folder, copy)
+    snap, groups = _groups(copy)
+    path = snap.states_dir / groups[-1][0]
+    os.truncate(path, os.path.getsize(path) - 100)
+    with _mapped(copy) as col, pytest.raises(IndexCorruptError, match=path.name):
+        col.searcher.ensure()
+
+
+def test_photos_the_data_lacks_are_encoded_in_memory(segmented, tmp_path):
+    """An update interrupted between the catalogue's commit and the data's leaves photos
+    the search data does not hold: a mapped reader encodes them in memory, as a reader
+    that reads the data does, and answers the same."""
+    folder, small = segmented
+    copy = tmp_path / "photos"
+    shutil.copytree(folder, copy)
+    states = copy / ".simile" / "states"
+    shutil.copytree(states, tmp_path / "states")
+    shutil.copy(small / f"{NAMES[14]}.jpg", copy / f"{NAMES[14]}.jpg")  # (no refit due)
+    _index(copy)
+    shutil.rmtree(states)
+    shutil.copytree(tmp_path / "states", states)  # the models and data as before
+    queries = [copy / f"{NAMES[14]}.jpg", copy / f"{NAMES[0]}.jpg"]
+    with _read(copy) as ref, _mapped(copy) as col:
+        _, data = col.searcher.ensure()
+        assert isinstance(data, SegmentedImages) and len(data.vocab.parts) == 5
+        assert data.ids.size == 14
+        for method in METHODS:
+            assert _answers(col, queries, method) == _answers(ref, queries, method), method
+        assert _answers(col, queries, "vocabulary")[0][0][0] == queries[0]
