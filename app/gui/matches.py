@@ -85,6 +85,8 @@ class MatchData:
         Accepted correspondences the ranking needs to call the pair the same object.
     n_putative : int
         The check's putative (ratio-test) pairs, accepted or not.
+    verified : bool
+        Whether the ranking's check calls the pair the same object or place.
     score, probability, label :
         The ``hybrid`` score of the pair, its calibrated probability and label (None /
         "" when the result is not in the collection).
@@ -103,6 +105,7 @@ class MatchData:
     n_inliers: int
     min_inliers: int
     n_putative: int
+    verified: bool = False
     rank: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     paint_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     score: float | None = None
@@ -123,11 +126,6 @@ class MatchData:
     @property
     def n_accepted(self) -> int:
         return int(np.count_nonzero(self.kind == ACCEPTED))
-
-    @property
-    def verified(self) -> bool:
-        """Whether the ranking's check calls the pair the same object or place."""
-        return self.n_inliers >= self.min_inliers
 
     def count(self, *kinds: int) -> int:
         """Lines of these kinds."""
@@ -226,6 +224,7 @@ def compute_match(collection, path_a: str, path_b: str, box=None) -> MatchData:
         n_inliers=int(exp.n_inliers),
         min_inliers=int(exp.min_inliers),
         n_putative=len(exp),
+        verified=exp.verified,
         rank=rank,
         paint_order=paint_order,
         score=exp.score,
@@ -568,8 +567,8 @@ class CorrespondenceView(QWidget):
             colour = "#8fd694"
         elif d.n_inliers > 0:
             text = (
-                f"✗ No consistent set of matches: only {d.n_inliers} details agree "
-                f"({d.min_inliers} needed), so this result only looks alike ({loose})"
+                f"✗ Only {d.n_inliers} details agree on one view: too few to be sure it is "
+                f"the same object or place, so this result only looks alike ({loose})"
             )
             colour = "#f0c040"
         else:

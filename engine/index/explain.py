@@ -2,13 +2,12 @@
 
 The ``hybrid`` method ranks first the hits that pass its same-object check
 (:func:`engine.index.verify.ranking_check`: nearest neighbours with Lowe's ratio test,
-then a robust geometric fit; :func:`engine.index.verify.verified_scores` gives a hit
-with at least :data:`~engine.index.verify.VERIFY_MIN_INLIERS` accepted correspondences
-its bonus). :func:`explain_pair` runs *that* check -- the function itself, never a copy,
-so an explanation follows whatever the ranking does -- on the features the ranking uses,
-and keeps what a person needs to see it: the putative correspondences with their
-positions in both images, which of them the check accepted, and whether they are enough
-for the ranking to call the pair the same object or place. It also keeps the
+then a robust geometric fit; :func:`engine.index.verify.verified_scores` gives a hit the
+check verifies its bonus). :func:`explain_pair` runs *that* check -- the function itself,
+never a copy, so an explanation follows whatever the ranking does -- on the features the
+ranking uses, and keeps what a person needs to see it: the putative correspondences with
+their positions in both images, which of them the check accepted, and whether they are
+enough for the ranking to call the pair the same object or place. It also keeps the
 vocabulary-guided pyramid match's explicit correspondences (Grauman's thesis, Sec.
 3.2.3; :func:`engine.index.verify.match_pair`), the looser "looks alike" evidence that
 the ``vocabulary`` score counts.
@@ -96,9 +95,9 @@ class Explanation:
 
     @property
     def verified(self) -> bool:
-        """Whether the check accepts the pair as the same object or place
-        (``n_inliers >= min_inliers``): the ``hybrid`` ranking's bonus."""
-        return self.n_inliers >= self.min_inliers
+        """Whether the check calls the pair the same object or place (``check.verified``):
+        the ``hybrid`` ranking's bonus."""
+        return bool(self.check.verified)
 
     @property
     def accepted(self) -> np.ndarray:

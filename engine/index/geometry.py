@@ -21,8 +21,8 @@ from engine.core.validate import check_choice, check_positive
 
 __all__ = ["GeometryResult", "verify"]
 
-MODELS = ("homography", "affine", "similarity")
-_MIN_POINTS = {"homography": 4, "affine": 3, "similarity": 2}
+MODELS = ("homography", "affine", "similarity", "fundamental")
+_MIN_POINTS = {"homography": 4, "affine": 3, "similarity": 2, "fundamental": 8}
 _ROBUST = getattr(cv2, "USAC_MAGSAC", cv2.RANSAC)
 
 
@@ -38,7 +38,8 @@ class GeometryResult:
         ``inliers.sum()``, 0 when no model was found.
     model : (3, 3) float64 or None
         Transform mapping ``xy_a`` to ``xy_b`` in homogeneous coordinates
-        (affine models have last row ``[0, 0, 1]``), None when none was found.
+        (affine models have last row ``[0, 0, 1]``; for ``"fundamental"`` the matrix
+        ``F`` with ``[x_b, 1] F [x_a, 1]^T = 0``), None when none was found.
     kind : str
         The model family that was fitted.
     """
@@ -71,19 +72,24 @@ def verify(
     """Fit a transform to correspondences ``xy_a[i] <-> xy_b[i]`` robustly.
 
     Uses OpenCV's ``findHomography`` with ``USAC_MAGSAC`` (RANSAC on builds without
-    USAC) for ``model="homography"``, ``estimateAffine2D`` for ``"affine"`` and
+    USAC) for ``model="homography"``, ``estimateAffine2D`` for ``"affine"``,
     ``estimateAffinePartial2D`` (rotation, uniform scale, translation) for
-    ``"similarity"``.
+    ``"similarity"``, and ``findFundamentalMat`` with ``USAC_MAGSAC`` for
+    ``"fundamental"``: the epipolar geometry of two views of a 3-D scene (Hartley &
+    Zisserman, ch. 9), which a homography fits only for a plane or a rotating camera.
 
     Parameters
     ----------
     xy_a, xy_b : (P, 2) float
         Pixel coordinates of the matched points in image a and image b.
-    model : {"homography", "affine", "similarity"}
+    model : {"homography", "affine", "similarity", "fundamental"}
         Transform family.  Homography suits planar scenes and rotations of the camera;
-        similarity is the most robust with few matches.
+        similarity is the most robust with few matches; fundamental suits any rigid
+        scene seen from two places (an inlier only has to lie near its epipolar line, so
+        it needs more inliers to mean as much).
     threshold : float
-        Maximum reprojection error in pixels for an inlier.
+        Maximum reprojection error in pixels for an inlier (for ``"fundamental"``: the
+        distance to the epipolar line).
     confidence : float
         RANSAC confidence in ``(0, 1)``.
     max_iters : int
@@ -93,7 +99,8 @@ def verify(
         plus 2, so a model is supported by more points than it needs).
     max_scale : float
         Fits whose local area change at an inlier exceeds ``max_scale**2`` (or below its
-        inverse), reflections and perspective folds are rejected as degenerate.
+        inverse), reflections and perspective folds are rejected as degenerate (not
+        for ``"fundamental"``, which maps points to lines).
     random_state : int
         Seeds OpenCV's RNG so results are reproducible.
 
@@ -128,6 +135,8 @@ def verify(
             m, mask = cv2.findHomography(
                 a, b, _ROBUST, threshold, maxIters=max_iters, confidence=confidence
             )
+        elif model == "fundamental":
+            m, mask = cv2.findFundamentalMat(a, b, _ROBUST, threshold, confidence, max_iters)
         else:
             fn = cv2.estimateAffine2D if model == "affine" else cv2.estimateAffinePartial2D
             m, mask = fn(
@@ -146,6 +155,10 @@ def verify(
     n = int(inliers.sum())
     if n < floor or not np.isfinite(m).all():
         return _none(p, model)
+    if model == "fundamental":  # (several solutions stacked: not one geometry)
+        if m.shape != (3, 3):
+            return _none(p, model)
+        return GeometryResult(inliers, n, np.asarray(m, dtype=np.float64), model)
     if m.shape == (2, 3):
         m = np.vstack([m, [0.0, 0.0, 1.0]])
     m = np.asarray(m, dtype=np.float64)

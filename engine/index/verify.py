@@ -1,12 +1,16 @@
-"""Same-object verification: explicit correspondences checked by a robust homography,
-and the re-ranking of search hits by it.
+"""Same-object verification: explicit correspondences checked by robust geometry, and
+the re-ranking of search hits by it.
 
 - :func:`descriptor_matches` / :func:`verify_pair` -- nearest neighbours with Lowe's
   ratio test, then a robust homography (:func:`engine.index.geometry.verify`): the
-  "same object" check of the ``hybrid`` method and of near-duplicates.
+  "same photo" check of near-duplicates.
+- :func:`ranking_check` -- the ``hybrid`` method's "same object or place" check: the
+  homography of :func:`verify_pair`, else a weak geometric consistency gate
+  (:func:`wgc_peak`) and the epipolar geometry of two views (a fundamental matrix by
+  MAGSAC), so that a 3-D scene photographed from two places verifies too.
 - :func:`verified_scores` -- the ``hybrid`` method's re-ranking: the best
-  ``VERIFY_TOP`` hits whose check finds at least ``VERIFY_MIN_INLIERS`` inliers get
-  ``1 + inliers / (inliers + 40)`` added to their score.
+  ``VERIFY_TOP`` hits that the check verifies get ``1 + inliers / (inliers + 40)``
+  added to their score, those with weak epipolar evidence a little.
 - :func:`match_pair` -- the vocabulary-guided pyramid match's explicit correspondences
   of two images (thesis 3.2.3) with their inlier mask.
 """
@@ -36,12 +40,36 @@ __all__ = [
     "ranking_check",
     "verified_scores",
     "verify_pair",
+    "wgc_peak",
 ]
 
 #: Hits of the ``hybrid`` method checked geometrically.
 VERIFY_TOP = 30
 #: Inliers a check needs to count as the same object.
 VERIFY_MIN_INLIERS = 8
+#: A hit without a homography of ``VERIFY_MIN_INLIERS`` inliers (a 3-D scene seen from
+#: two places) is verified when this many matches agree on one rotation and scale
+#: change (:func:`wgc_peak`) and ``EPIPOLAR_MIN_INLIERS`` fit one epipolar geometry.
+WGC_MIN_AGREEING = 8
+EPIPOLAR_MIN_INLIERS = 12
+#: ... and those inliers are at least this share of the ratio-test matches: among many
+#: accidental matches an epipolar geometry finds a dozen by chance.
+EPIPOLAR_MIN_SHARE = 0.25
+#: Weaker epipolar evidence (at least ``WEAK_MIN_AGREEING`` agreeing matches and
+#: ``VERIFY_MIN_INLIERS`` epipolar inliers) moves a hit up, by at most
+#: ``WEAK_BONUS``, without calling it the same object.
+WEAK_MIN_AGREEING = 4
+WEAK_BONUS = 0.3
+#: Bins of the weak geometric consistency histogram: 30 degrees of rotation, a factor of
+#: 2 of scale change.
+WGC_ANGLE_BINS = 12
+WGC_LOG2_SCALE_RANGE = 5
+#: Distance to the epipolar line within which a match is an inlier, as a share of the
+#: hit's larger side (at least 1 px).
+EPIPOLAR_THRESHOLD = 0.005
+#: Fewer ratio-test matches than this are not fitted (8 points always fit a
+#: fundamental matrix exactly).
+EPIPOLAR_MIN_MATCHES = 10
 
 
 def descriptor_matches(
@@ -79,20 +107,28 @@ def descriptor_matches(
 
 @dataclass(frozen=True)
 class Verification:
-    """Outcome of :func:`verify_pair`.
+    """Outcome of :func:`verify_pair` or :func:`ranking_check`.
 
     Attributes
     ----------
     pairs : (P, 2) int64
         Putative correspondences (indices into the two feature sets).
     inliers : (P,) bool
-        Pairs consistent with the fitted homography.
+        Pairs consistent with the fitted geometry.
     n_inliers : int
+        Inliers, counted once per point on each side (0 when they cover too little of
+        image b).
+    verified : bool
+        Enough evidence to call the pair the same object or place.
+    geometry : str
+        The model the inliers fit: ``"homography"``, ``"fundamental"`` or ``""`` (none).
     """
 
     pairs: np.ndarray
     inliers: np.ndarray
     n_inliers: int
+    verified: bool = False
+    geometry: str = ""
 
 
 def verify_pair(
@@ -124,39 +160,142 @@ def verify_pair(
     Verification
     """
     pairs = descriptor_matches(desc_a, desc_b, ratio=ratio)
+    return _homography_check(pairs, xy_a, xy_b, image_size, threshold)
+
+
+def _homography_check(
+    pairs: np.ndarray,
+    xy_a: np.ndarray,
+    xy_b: np.ndarray,
+    image_size: tuple[int, int] | None,
+    threshold: float | None = None,
+) -> Verification:
+    """:func:`verify_pair` on given correspondences ``pairs`` (P, 2) int64."""
     if threshold is None:
         threshold = max(3.0, 0.015 * max(image_size)) if image_size else 6.0
     g = verify(xy_a[pairs[:, 0]], xy_b[pairs[:, 1]], model="homography", threshold=threshold)
-    n = g.n_inliers
-    if n:
-        # many-to-one matches inflate the count: count distinct points on both sides, and
-        # require the inliers to cover some area of image b (not a collapsed cluster)
-        ia, ib = pairs[g.inliers, 0], pairs[g.inliers, 1]
-        n = min(np.unique(ia).size, np.unique(ib).size)
-        side = max(image_size) if image_size else float(np.ptp(xy_b, axis=0).max() or 1.0)
-        spread = np.ptp(xy_b[ib], axis=0).min() if ib.size else 0.0
-        if spread < 0.05 * side:
-            n = 0
-    return Verification(pairs, g.inliers if n else np.zeros(len(pairs), bool), int(n))
+    n = _distinct_spread(xy_b, image_size, pairs, g.inliers) if g.n_inliers else 0
+    inliers = g.inliers if n else np.zeros(len(pairs), bool)
+    return Verification(pairs, inliers, n, n >= VERIFY_MIN_INLIERS, "homography" if n else "")
 
 
-def ranking_check(fa: Features, fb: Features) -> Verification:
-    """The ``hybrid`` method's same-object check of query ``fa`` against hit ``fb``.
+def wgc_peak(fa: Features, fb: Features, pairs: np.ndarray) -> int | None:
+    """Weak geometric consistency (Jégou, Douze & Schmid, ECCV 2008): how many matches
+    agree on one rotation and one change of scale.
 
-    The one check the ranking applies (:func:`verified_scores`); the "why" view shows
-    its accepted correspondences, so what a person sees is what ranked the hit.
+    The matches of one object seen in two photos turn by about the same angle and scale
+    by about the same factor; accidental matches spread over all of them. The matches
+    are counted in a 2-D histogram of the difference of their dominant orientations
+    (:data:`WGC_ANGLE_BINS` bins) and the log2 ratio of their scales (bins of 1,
+    ``[-WGC_LOG2_SCALE_RANGE, WGC_LOG2_SCALE_RANGE)``, clipped); the fullest bin is the
+    answer.
 
     Parameters
     ----------
     fa, fb : Features
-        The query's and the hit's features (``fb.image_size`` sets the threshold).
+        With ``scale`` and ``angle`` (M,) float32.
+    pairs : (P, 2) int64
+        Matches, indices into ``fa`` and ``fb``.
+
+    Returns
+    -------
+    int or None
+        The count of the fullest bin; None when either side has no scales or angles.
+    """
+    if fa.scale is None or fb.scale is None or fa.angle is None or fb.angle is None:
+        return None
+    if len(pairs) == 0:
+        return 0
+    ia, ib = pairs[:, 0], pairs[:, 1]
+    ds = np.log2(np.maximum(fb.scale[ib], 1e-3) / np.maximum(fa.scale[ia], 1e-3))
+    da = np.mod(fb.angle[ib].astype(np.float64) - fa.angle[ia], 360.0)
+    a_bin = np.floor(da / (360.0 / WGC_ANGLE_BINS)).astype(np.int64) % WGC_ANGLE_BINS
+    s_bins = 2 * WGC_LOG2_SCALE_RANGE
+    s_bin = np.clip(np.floor(ds + WGC_LOG2_SCALE_RANGE).astype(np.int64), 0, s_bins - 1)
+    return int(np.bincount(a_bin * s_bins + s_bin, minlength=WGC_ANGLE_BINS * s_bins).max())
+
+
+def ranking_check(fa: Features, fb: Features) -> Verification:
+    """The ``hybrid`` method's same-object-or-place check of query ``fa`` against hit
+    ``fb``.
+
+    The one check the ranking applies (:func:`verified_scores`); the "why" view shows
+    its accepted correspondences, so what a person sees is what ranked the hit.
+
+    1. Ratio-test nearest neighbours (Lowe's ratio 0.85, :func:`descriptor_matches`).
+       Unless at least :data:`WEAK_MIN_AGREEING` of them agree on one rotation and scale
+       change (weak geometric consistency, :func:`wgc_peak`), no geometry is fitted: the
+       pair is not verified.
+    2. A robust homography, as :func:`verify_pair`: at least :data:`VERIFY_MIN_INLIERS`
+       inliers verify the pair (a flat object, a turning camera).
+    3. Otherwise, the epipolar geometry of the two views: a 3-D scene photographed from
+       two places (the same coast from another spot) fits no homography. A fundamental
+       matrix is fitted by MAGSAC (:func:`engine.index.geometry.verify`, ``model="fundamental"``,
+       :data:`EPIPOLAR_THRESHOLD` of the hit's larger side). The epipolar constraint is
+       looser than a homography (a point only has to lie near a line), so it verifies
+       the pair only with :data:`EPIPOLAR_MIN_INLIERS` inliers that are
+       :data:`EPIPOLAR_MIN_SHARE` of the matches or more, and :data:`WGC_MIN_AGREEING`
+       agreeing matches; fewer (at least
+       :data:`VERIFY_MIN_INLIERS`) are weak evidence that moves the hit up a little
+       (:func:`verified_scores`) without calling it the same.
+    4. Inliers count once per point on each side and must cover 5 % of the hit's
+       larger side.
+
+    Chosen on the three retrieval dev sets (UKBench, Holidays, ETH-80 classes) with
+    ``VERIFY_TOP = 30``: mean mAP 0.659 (homography alone) -> 0.677, every set gained,
+    while the verified hits stay right (precision 0.998 UKBench, 0.993 Holidays, against
+    0.999 / 1.000 with the homography alone; they are 2 % / 4 % more). Verifying on the
+    epipolar geometry at the weak level gave the same mAP but called 76 % of the
+    Holidays pairs it accepted wrongly the same place. The share of the matches changed
+    nothing on the dev sets; it keeps 120 accidental matches, of which an epipolar
+    geometry fits 13, from verifying (``tests/engine/test_ranking_check.py``).
+
+    Parameters
+    ----------
+    fa, fb : Features
+        The query's and the hit's features (``fb.image_size`` sets the thresholds).
 
     Returns
     -------
     Verification
-        ``n_inliers >= VERIFY_MIN_INLIERS`` means the hit was verified.
+        ``verified``: the hit is the same object or place; ``n_inliers`` of the
+        ``geometry`` that was fitted (``""``: none).
     """
-    return verify_pair(fa.descriptors, fa.xy, fb.descriptors, fb.xy, image_size=fb.image_size)
+    pairs = descriptor_matches(fa.descriptors, fb.descriptors, ratio=0.85)
+    peak = wgc_peak(fa, fb, pairs)
+    if peak is not None and peak < WEAK_MIN_AGREEING:
+        # no geometry to find: on the dev sets no pair a homography verified had fewer
+        # agreeing matches (3 of 1,842); skipping the fit makes the check cheaper
+        return Verification(pairs, np.zeros(len(pairs), bool), 0)
+    h = _homography_check(pairs, fa.xy, fb.xy, fb.image_size)
+    if h.verified or len(pairs) < EPIPOLAR_MIN_MATCHES:
+        return h
+    side = max(fb.image_size) if fb.image_size else 0
+    threshold = max(1.0, EPIPOLAR_THRESHOLD * side) if side else 3.0
+    g = verify(
+        fa.xy[pairs[:, 0]], fb.xy[pairs[:, 1]], model="fundamental", threshold=threshold,
+        confidence=0.999, min_inliers=1,
+    )  # fmt: skip
+    n = _distinct_spread(fb.xy, fb.image_size, pairs, g.inliers) if g.n_inliers else 0
+    if n < VERIFY_MIN_INLIERS:
+        return h
+    strong = n >= max(EPIPOLAR_MIN_INLIERS, EPIPOLAR_MIN_SHARE * len(pairs)) and (
+        peak is None or peak >= WGC_MIN_AGREEING
+    )
+    return Verification(pairs, g.inliers, n, strong, "fundamental")
+
+
+def _distinct_spread(
+    xy_b: np.ndarray, image_size: tuple[int, int] | None, pairs: np.ndarray, inliers: np.ndarray
+) -> int:
+    """Many-to-one matches inflate a count: inliers count once per point on each side,
+    and they must cover 5 % of image b's larger side (``image_size``; else the span of
+    ``xy_b``), not a collapsed cluster (0 then)."""
+    ia, ib = pairs[inliers, 0], pairs[inliers, 1]
+    n = min(np.unique(ia).size, np.unique(ib).size)
+    side = max(image_size) if image_size else float(np.ptp(xy_b, axis=0).max() or 1.0)
+    spread = np.ptp(xy_b[ib], axis=0).min() if ib.size else 0.0
+    return 0 if spread < 0.05 * side else int(n)
 
 
 def verified_scores(
@@ -178,23 +317,28 @@ def verified_scores(
     Returns
     -------
     (k,) float64
-        ``scores``, where each checked hit with ``n >= VERIFY_MIN_INLIERS`` inliers has
-        ``1 + n / (n + 40)`` added. A query with fewer than 4 features is not checked.
+        ``scores``, where each checked hit that :func:`ranking_check` verifies with
+        ``n`` inliers has ``1 + n / (n + 40)`` added, and one with weak epipolar
+        evidence ``WEAK_BONUS * n / (n + 40)``. A query with fewer than 4 features is not
+        checked.
     """
     if len(feats) < 4:
         return scores
     stored = [f for _i, f in store.iter_features(ids[:VERIFY_TOP])]  # not on the threads
 
-    def inliers(f: Features) -> int:
-        return ranking_check(feats, f).n_inliers
+    def check(f: Features) -> Verification:
+        return ranking_check(feats, f)
 
     # each check is one BLAS product and one OpenCV fit, both without the GIL: the
     # checks run side by side, each on one BLAS thread
     with single_threaded_blas():
-        counts = thread_map(inliers, stored)
-    for j, n_in in enumerate(counts):
-        if n_in >= VERIFY_MIN_INLIERS:
+        checks = thread_map(check, stored)
+    for j, v in enumerate(checks):
+        n_in = v.n_inliers
+        if v.verified:
             scores[j] += 1.0 + n_in / (n_in + 40.0)
+        elif n_in >= VERIFY_MIN_INLIERS:
+            scores[j] += WEAK_BONUS * n_in / (n_in + 40.0)
     return scores
 
 

@@ -42,7 +42,7 @@ def _same(e: Explanation, ref: Verification) -> None:
     np.testing.assert_array_equal(e.pairs, ref.pairs)
     np.testing.assert_array_equal(e.inliers, ref.inliers)
     assert e.n_inliers == ref.n_inliers
-    assert e.verified == (ref.n_inliers >= VERIFY_MIN_INLIERS)
+    assert e.verified == ref.verified
 
 
 def test_accepted_pairs_are_the_ranking_checks_inliers(collection):
@@ -91,9 +91,9 @@ def test_a_box_query_is_explained_by_the_boxs_features(collection):
 
 @pytest.mark.parametrize("boxed", [False, True])
 def test_explanations_agree_with_the_hybrid_ranking(collection, boxed):
-    """Every hit of a hybrid search: verified in the list iff its explanation has at
-    least VERIFY_MIN_INLIERS accepted correspondences; the same score, probability and
-    label."""
+    """Every hit of a hybrid search: verified in the list iff its explanation is
+    verified (with VERIFY_MIN_INLIERS accepted correspondences or more); the same score,
+    probability and label."""
     col, query, left, width = collection
     if boxed:
         cases = [(query, (left, 0, width - left, H))]
@@ -109,8 +109,6 @@ def test_explanations_agree_with_the_hybrid_ranking(collection, boxed):
             assert e.verified is is_verified, h.path.name
             if is_verified:
                 assert e.n_inliers >= VERIFY_MIN_INLIERS
-            else:
-                assert e.n_inliers < VERIFY_MIN_INLIERS
             assert e.score == pytest.approx(h.score, rel=1e-6, abs=1e-9), h.path.name
             assert e.probability == pytest.approx(h.probability)
             assert e.label == h.label
@@ -129,7 +127,7 @@ def test_the_explanation_follows_the_ranking_check(collection, monkeypatch):
         m = min(len(fa), len(fb), 20)
         pairs = np.stack([np.arange(m), np.arange(m)], axis=1).astype(np.int64)
         inl = np.arange(m) % 2 == 0  # every other pair "accepted"
-        return Verification(pairs, inl, int(inl.sum()))
+        return Verification(pairs, inl, int(inl.sum()), True, "homography")
 
     monkeypatch.setattr(verify_mod, "ranking_check", stub)
     e = col.explain(a, b)
