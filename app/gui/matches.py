@@ -390,11 +390,14 @@ class CorrespondenceView(QWidget):
         lay.addLayout(bottom)
 
     # -- API -------------------------------------------------------------------------------
-    def set_choices(self, paths: list[str], current: str | None) -> None:
+    def set_choices(self, paths: list, current: str | None) -> None:
+        """The results to choose from: paths, or ``(path, rank)`` pairs numbered as the
+        result list numbers them (rank None: the query itself, "Q")."""
         self.result_combo.blockSignals(True)
         self.result_combo.clear()
-        for i, p in enumerate(paths):
-            self.result_combo.addItem(f"#{i + 1}  {Path(p).name}", p)
+        for i, item in enumerate(paths):
+            p, rank = item if isinstance(item, tuple) else (item, i + 1)
+            self.result_combo.addItem(f"{'Q' if rank is None else f'#{rank}'}  {Path(p).name}", p)
         if current is not None:
             i = self.result_combo.findData(current)
             if i >= 0:

@@ -539,7 +539,10 @@ class MainWindow(QMainWindow):
     def _on_match_busy(self, event) -> None:
         view = getattr(self, "matches_view", None)
         if view is not None:
-            view.set_choices([h.path for h in self.session.query.hits], event.result)
+            ranks = {r.hit.path: r.rank for r in self.shown.ranked()}
+            view.set_choices(
+                [(h.path, ranks.get(h.path)) for h in self.session.query.hits], event.result
+            )
             view.set_busy(f"Matching {Path(event.query).name} with {Path(event.result).name}…")
 
     def _on_match_changed(self, event) -> None:

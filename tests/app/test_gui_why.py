@@ -212,6 +212,13 @@ def test_the_why_view_explains_the_list(qtbot, window, demo_subset, tmp_path):
 
     check()
     assert view.data.verified  # chelsea's best other result is one of its copies
+    # the view's list of results numbers them as the result list does: the query "Q"
+    rank = {r.hit.path: r.rank for r in window.shown.ranked()}
+    combo = view.result_combo
+    for i in range(combo.count()):
+        r = rank[combo.itemData(i)]
+        assert combo.itemText(i).split()[0] == ("Q" if r is None else f"#{r}")
+    assert combo.currentText().split()[0] == f"#{rank[view.data.path_b]}"
     # another result, picked in the view's list of results: an unverified one
     combo = view.result_combo
     hits = window.session.query.hits
