@@ -8,7 +8,8 @@ state):
   hierarchical scoring of Nistér & Stewénius on every tree level), with the collection's
   columns;
 - the uniform pyramid with the pyramid match's bin weights (``uniform`` scores, thesis
-  Eq. 3.12), by key;
+  Eq. 3.12), by key -- not stored: made from the stored features when read
+  (:mod:`engine.index.uniform_rows`; it was three quarters of the stored bytes);
 - the tf-idf bag of words over the tree's leaves and its densified WTA codes
   (Chen & Shrivastava Eq. 7);
 - the random-hyperplane bits of the pyramid-match embedding of the vocabulary pyramid
@@ -45,6 +46,7 @@ __all__ = [
     "ALL_PARTS",
     "DATA_STATE",
     "ENCODE_BATCH",
+    "INDEX_PARTS",
     "RH_CACHE_AFTER",
     "ROW_KEYS",
     "EncodedImages",
@@ -82,8 +84,11 @@ class EncodedImages:
         Store ids (-1 for a query).
     vocab : IntersectionIndex
         idf-weighted, L1-normalised vocabulary pyramids (with their columns).
-    uniform : IntersectionIndex
-        Uniform pyramids (pyramid-match weights, thesis Eq. 3.10), unnormalised, by key.
+    uniform : IntersectionIndex, UniformRows or None
+        Uniform pyramids (pyramid-match weights, thesis Eq. 3.10), unnormalised, by key:
+        encoded (a query), made from the stored features when read (a reader's data,
+        :class:`~engine.index.uniform_rows.UniformRows`), or None (the index's encoding,
+        :data:`INDEX_PARTS`: not stored).
     bow : (n, n_words) float32 scipy.sparse.csr_matrix
         tf-idf bags of words over the tree's leaves, L2-normalised rows.
     wta : (n, m) uint8
@@ -95,20 +100,26 @@ class EncodedImages:
 
     ids: np.ndarray
     vocab: IntersectionIndex
-    uniform: IntersectionIndex
+    uniform: Any
     bow: sp.csr_matrix
     wta: np.ndarray
     rh: np.ndarray
 
-    def to_state(self, *, uniform: bool = True) -> dict[str, Any]:
-        """Arrays and scalars of the data (``uniform=False``: without the uniform
-        pyramids, saved apart by :func:`pyramid_state`)."""
+    def to_state(self, *, uniform: bool = False) -> dict[str, Any]:
+        """Arrays and scalars of the data, as the index stores them: without the uniform
+        pyramids (made from the features when read, :mod:`engine.index.uniform_rows`;
+        ``uniform=True``: with them, as indexes written before kept them), the bags of
+        words' column indices as int32 (int64 only beyond ``2**31`` words)."""
         st: dict[str, Any] = {"ids": self.ids}
         st.update(pyramid_state("vocab", self.vocab))
-        if uniform:
-            st.update(pyramid_state("uniform", self.uniform))
+        if uniform and self.uniform is not None:
+            ix = self.uniform
+            st.update(
+                pyramid_state("uniform", ix if isinstance(ix, IntersectionIndex) else ix.whole())
+            )
+        n_words = int(self.bow.shape[1])
         st["bow.indptr"] = self.bow.indptr.astype(np.int64)
-        st["bow.indices"] = self.bow.indices.astype(np.int64)
+        st["bow.indices"] = self.bow.indices.astype(np.int32 if n_words < 2**31 - 1 else np.int64)
         st["bow.data"] = self.bow.data.astype(np.float32)
         st["bow.n_words"] = int(self.bow.shape[1])
         st["wta"] = self.wta
@@ -129,19 +140,20 @@ class EncodedImages:
 
         The vocabulary pyramids are saved with their columns and loaded without their
         ``(nnz,) int64`` keys (queries score candidate rows through the columns alone, see
-        :class:`engine.index.search.IntersectionIndex`); the uniform pyramids are saved and loaded
-        by key (:func:`uniform_index`; indexes written before that hold their columns,
-        which load as the vocabulary pyramids' do). Arrays that do not own their memory
-        (``np.load`` of an npz returns views of the read buffer) are copied into numpy's own
-        allocations: the random gathers of exact scoring are about twice as fast there
-        (measured: 19 -> 9 ms per query at 10,000 images). With ``consume`` the arrays are
-        popped from ``st`` one by one, so each buffer is freed as soon as it is copied and
-        the peak memory of loading stays near the size of the index. Without ``copy`` the
-        arrays are kept as read (segments about to be concatenated: the concatenation
-        copies them anyway). Without ``uniform`` the uniform pyramids are not read (the
-        result's ``uniform`` is None: set by the caller, e.g. read on first use,
-        :mod:`engine.index.segments`). With ``mapped`` (memory-mapped arrays) nothing is
-        copied nor converted: the bags keep the index dtype they were saved with.
+        :class:`engine.index.search.IntersectionIndex`); the uniform pyramids, which only
+        indexes of earlier versions hold, are loaded by key (or by column, as the
+        vocabulary pyramids, when saved so) when they are present and ``uniform``. Arrays
+        that do not own their memory (``np.load`` of an npz returns views of the read
+        buffer) are copied into numpy's own allocations: the random gathers of exact
+        scoring are about twice as fast there (measured: 19 -> 9 ms per query at 10,000
+        images). With ``consume`` the arrays are popped from ``st`` one by one, so each
+        buffer is freed as soon as it is copied and the peak memory of loading stays near
+        the size of the index. Without ``copy`` the arrays are kept as read (segments about
+        to be concatenated: the concatenation copies them anyway). Without ``uniform`` (or
+        stored pyramids) the result's ``uniform`` is None: the reader makes them from the
+        features when they are read (:class:`~engine.index.uniform_rows.UniformRows`). With
+        ``mapped`` (memory-mapped arrays) nothing is copied nor converted: the bags keep
+        the index dtype they were saved with.
         """
         get = st.pop if consume else st.get
         copy = copy and not mapped
@@ -152,7 +164,10 @@ class EncodedImages:
 
         ids = own("ids", np.int64)
         ixs: dict[str, IntersectionIndex | None] = {"uniform": None}
-        for name in ("vocab", "uniform") if uniform else ("vocab",):
+        # (the uniform pyramids: only in indexes written before they were made from the
+        # features when read)
+        stored = uniform and "uniform.indptr" in st
+        for name in ("vocab", "uniform") if stored else ("vocab",):
             ixs[name] = pyramid_from_state(st, name, own, get)
         # 32-bit indices whenever they fit (a third of the bags' memory; scipy keeps
         # them: indices and indptr of one dtype)
@@ -191,7 +206,8 @@ class EncodedImages:
         already concatenated)."""
         if len(parts) == 1 and uniform is None:  # no copy (a loaded index keeps its arrays)
             return parts[0]
-        if uniform is None and any(p.uniform is None for p in parts):
+        if uniform is None and any(not isinstance(p.uniform, IntersectionIndex) for p in parts):
+            # (not encoded, or made from the features when read: left to the reader)
             vocab = IntersectionIndex.concat([p.vocab for p in parts])  # (none kept)
         elif uniform is None:
             # the two pyramids' merges (sorts and copies, without the GIL) side by side
@@ -302,8 +318,11 @@ def uniform_index(
     return intersection_index(codes, code_values(codes, weighting="pm"), columns=False)
 
 
-#: The optional parts of :func:`encode` (all of them: what the index holds).
+#: The optional parts of :func:`encode` (all of them).
 ALL_PARTS = frozenset({"uniform", "wta", "rh"})
+#: The optional parts the index stores (the uniform pyramids are made from the stored
+#: features when read: :mod:`engine.index.uniform_rows`).
+INDEX_PARTS = frozenset({"wta", "rh"})
 
 
 def encode(
@@ -330,7 +349,8 @@ def encode(
         already computed.
     parts : frozenset of str
         Which of the optional encodings to compute (``"uniform"``, ``"wta"``, ``"rh"``): a
-        query needs only some; the others are left empty (zeros).
+        query needs only some, the index stores :data:`INDEX_PARTS`; the others are left
+        empty (zeros; the uniform pyramids: None).
     uniform : IntersectionIndex, optional
         Their uniform pyramids, already encoded (:func:`uniform_index`).
 
@@ -353,8 +373,6 @@ def encode(
     n = len(ids)
     if uniform is None and "uniform" in parts:
         uniform = uniform_index(models, sets)
-    elif uniform is None:
-        uniform = IntersectionIndex(np.zeros(n + 1, np.int64), np.zeros(0), np.zeros(0))
     bow = (
         bow_from_codes(models, codes)
         if parts == ALL_PARTS or "wta" in parts

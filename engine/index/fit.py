@@ -36,9 +36,9 @@ import numpy as np
 from engine.core.blas import single_threaded_blas
 from engine.index import candidates
 from engine.index.codes import batch_codes
-from engine.index.encode import ENCODE_BATCH, descriptor_sets, stacked, uniform_index
+from engine.index.encode import ENCODE_BATCH, descriptor_sets, stacked
 from engine.index.keys import MODELS_STATE
-from engine.index.search import IntersectionIndex, fit_key_idf
+from engine.index.search import fit_key_idf
 from engine.index.threads import ENCODE_THREADS, thread_map
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -367,8 +367,9 @@ class Prefit:
     (:meth:`plan` receives them); once all of them are in the store the models are fitted
     on a seeded sample of those (sorted by path, so the models do not depend on the order
     in which workers finish), then every image added by this run is encoded as soon as
-    its batch is committed: its vocabulary pyramid (:func:`batch_codes`) and uniform pyramid
-    -- the parts that need no collection-wide statistics. :meth:`finish` hands these to
+    its batch is committed: its vocabulary pyramid (:func:`batch_codes`), the part that
+    needs no collection-wide statistics (the uniform pyramids are not stored,
+    :mod:`engine.index.uniform_rows`). :meth:`finish` hands these to
     :meth:`engine.index.searcher.Searcher.refresh`, which computes the idf weights and the rest.
 
     Only images whose path was not in the catalogue before the run are encoded here (a
@@ -391,7 +392,6 @@ class Prefit:
         self.models: SearchModels | None = None
         self.ids: list[np.ndarray] = []
         self.codes: list[SimpleNamespace] = []
-        self.uniform: list[IntersectionIndex] = []
         self.error: BaseException | None = None
         self._done = threading.Event()
         self._stop = threading.Event()
@@ -455,17 +455,11 @@ class Prefit:
                         if self._stop.is_set():
                             return
                         batch = new[s0 : s0 + ENCODE_BATCH]
-                        sets = stacked(self.store, batch)
-                        jobs = (
-                            lambda sets=sets: batch_codes(self.models.vocab, sets),
-                            lambda sets=sets: uniform_index(self.models, sets),
+                        # (the uniform pyramids are not stored: made from the
+                        # features when read, engine.index.uniform_rows)
+                        self.codes.append(
+                            batch_codes(self.models.vocab, stacked(self.store, batch))
                         )
-                        if finished:  # the workers are done: both pyramids at once
-                            codes, uniform = thread_map(lambda f: f(), jobs)
-                        else:  # the cores are extracting: no second thread
-                            codes, uniform = (f() for f in jobs)
-                        self.codes.append(codes)
-                        self.uniform.append(uniform)
                         self.ids.append(batch)
                     encoded = np.concatenate([encoded, new])
                 elif finished:
@@ -485,9 +479,7 @@ class Prefit:
         if self.error is not None or self.models is None:
             return None
         ids = np.concatenate(self.ids) if self.ids else np.zeros(0, np.int64)
-        return SimpleNamespace(
-            models=self.models, ids=ids, batches=self.ids, codes=self.codes, uniform=self.uniform
-        )
+        return SimpleNamespace(models=self.models, ids=ids, batches=self.ids, codes=self.codes)
 
     def cancel(self) -> None:
         """Stop the thread without waiting for it (a cancelled or failed run)."""

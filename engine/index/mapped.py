@@ -14,8 +14,9 @@ arrays. A query then touches only what it reads:
   sparse matrix-vector product over each segment in turn (:class:`SegmentedRows`),
   merged into one score per live row;
 - the pyramids of the candidates only, gathered from their segments
-  (:class:`~engine.index.segmented.SegmentedIndex`); the uniform pyramids only when the
-  ``uniform`` method asks, and only the candidates' then.
+  (:class:`~engine.index.segmented.SegmentedIndex`). The uniform pyramids are not
+  stored: the ``uniform`` method's candidates' are made from their stored features
+  (:mod:`engine.index.uniform_rows`; those of segments written before are not read).
 
 Every score is the one the concatenated data gives, to the last bit: a row's score is
 computed from its own entries alone, by the same operations in the same order.
@@ -24,8 +25,7 @@ Damage is found as when the files are read: each member's CRC-32 is checked (the
 own) before any of its bytes is used. The small members (ids, row keys, row pointers,
 hash codes) are checked at once; the bags of words and the vocabulary pyramids in a
 background thread started when the files are mapped (a query waits for, or helps with,
-those it is about to read, :meth:`FileChecks.require`); the uniform pyramids when a
-query first needs them. A damaged file raises the one-line
+those it is about to read, :meth:`FileChecks.require`). A damaged file raises the one-line
 :class:`~engine.index.store_errors.IndexCorruptError` of a read. Pages read only to be
 checked, or once per query (the bags of words), are handed back after use
 (``madvise(MADV_DONTNEED)``: they stay in the page cache), so the process's memory is the
@@ -430,8 +430,11 @@ class SegmentedImages:
     ----------
     ids : (n,) int64
         Store ids, ascending.
-    vocab, uniform : SegmentedIndex
-        The pyramids.
+    vocab : SegmentedIndex
+        The vocabulary pyramids.
+    uniform : UniformRows or None
+        The uniform pyramids, made from the stored features when read (set by the
+        reader: :class:`~engine.index.uniform_rows.UniformRows`; not stored).
     bow : SegmentedRows
         The bags of words.
     wta : (n, m) uint8
@@ -441,7 +444,7 @@ class SegmentedImages:
 
     ids: np.ndarray
     vocab: SegmentedIndex
-    uniform: SegmentedIndex
+    uniform: Any
     bow: SegmentedRows
     wta: np.ndarray
     rh: np.ndarray
@@ -454,7 +457,7 @@ class SegmentedImages:
         return SegmentedImages(
             self.ids[rows],
             self.vocab.subset(rows),
-            self.uniform.subset(rows),
+            None if self.uniform is None else self.uniform.subset(rows),
             self.bow.subset(rows),
             self.wta[rows],
             self.rh[rows],
@@ -462,13 +465,14 @@ class SegmentedImages:
         )
 
     def with_rows(self, new: EncodedImages) -> SegmentedImages:
-        """These rows and ``new``'s (encoded in memory), in ascending id order."""
+        """These rows and ``new``'s (encoded in memory), in ascending id order (the
+        uniform pyramids: None, set again by the reader)."""
         ids = np.concatenate([self.ids, new.ids])
         order = np.argsort(ids, kind="stable")
         return SegmentedImages(
             ids[order],
             self.vocab.with_part(new.vocab, order),
-            self.uniform.with_part(new.uniform, order),
+            None,
             self.bow.with_part(new.bow, order),
             np.concatenate([self.wta, new.wta])[order],
             np.concatenate([self.rh, new.rh])[order],
@@ -478,11 +482,10 @@ class SegmentedImages:
     def materialize(self) -> EncodedImages:
         """The same data in memory of its own, as one :class:`EncodedImages`."""
         return EncodedImages(
-            self.ids, self.vocab.whole(), self.uniform.whole(), self.bow.whole(),
-            self.wta, self.rh,
+            self.ids, self.vocab.whole(), self.uniform, self.bow.whole(), self.wta, self.rh,
         )  # fmt: skip
 
-    def to_state(self, *, uniform: bool = True) -> dict[str, Any]:
+    def to_state(self, *, uniform: bool = False) -> dict[str, Any]:
         """:meth:`EncodedImages.to_state` of the same data."""
         return self.materialize().to_state(uniform=uniform)
 
@@ -567,7 +570,7 @@ class MappedSegments:
             every, seg, pos = every[order], seg[order], pos[order]
             if data_keys is not None:
                 data_keys = data_keys[order]
-        vocab_parts, uniform_parts, bow_parts = [], [], []
+        vocab_parts, bow_parts = [], []
         wta = rh = None
         for k, st in enumerate(self.arrays):
             st = dict(st)
@@ -580,7 +583,8 @@ class MappedSegments:
                 return a if a.dtype == dtype else np.asarray(a, dtype)
 
             vocab_parts.append(pyramid_from_state(st, "vocab", own, st.pop))
-            uniform_parts.append(pyramid_from_state(st, "uniform", own, st.pop))
+            # (uniform pyramids of segments written before: not read, made from the
+            # features when a query reads them)
             glob = np.flatnonzero(seg == k)
             runs = _runs(glob, pos[glob])
             for name in ("wta", "rh"):
@@ -604,16 +608,15 @@ class MappedSegments:
             bow_parts.append(
                 (st["bow.indptr"], st["bow.indices"], np.asarray(st["bow.data"]), spans)
             )
-            for part, name in ((vocab_parts[-1], "vocab"), (uniform_parts[-1], "uniform")):
-                if len(part) != seg_ids[k].size:
-                    raise ValueError(f"the {name} pyramids do not match the segment's rows")
+            if len(vocab_parts[-1]) != seg_ids[k].size:
+                raise ValueError("the vocab pyramids do not match the segment's rows")
             if st["bow.indptr"].shape[0] != seg_ids[k].size + 1:
                 raise ValueError("the bags of words do not match the segment's rows")
         checks = self.checks
         data = SegmentedImages(
             every,
             SegmentedIndex(vocab_parts, seg, pos, ready=lambda: checks.require("vocab")),
-            SegmentedIndex(uniform_parts, seg, pos, ready=lambda: checks.require("uniform")),
+            None,
             SegmentedRows(bow_parts, self.n_words, seg, pos, lambda: checks.require("bow")),
             wta,
             rh,

@@ -67,11 +67,11 @@ from engine.index.codes import batch_codes
 from engine.index.encode import (
     ALL_PARTS,
     ENCODE_BATCH,
+    INDEX_PARTS,
     ROW_KEYS,
     EncodedImages,
     compatible,
     encode,
-    pyramid_state,
     rehash_bits,
     stacked,
 )
@@ -80,9 +80,9 @@ from engine.index.keys import DATA_STATE, MODELS_STATE
 from engine.index.manifest import SNAPSHOT_TRIES
 from engine.index.mapped import MappedSegments, SegmentedImages, map_segments
 from engine.index.rows import RowOfId, RowPaths
-from engine.index.search import IntersectionIndex
 from engine.index.segments import (
     commit_segments,
+    holds_uniform,
     live_masks,
     load_segments,
     plan_merges,
@@ -92,6 +92,7 @@ from engine.index.segments import (
 )
 from engine.index.store_errors import IndexCorruptError
 from engine.index.threads import thread_map
+from engine.index.uniform_rows import UniformRows
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.store import IndexStore, Snapshot
@@ -212,6 +213,12 @@ class Searcher:
                 prefit.cancel()
             return summary
         yield IngestProgress(0, 0, None, "finalizing", "fitting models and hashing")
+        if holds_uniform(store.snapshot()):
+            # (an index of an earlier version: its stored uniform pyramids are dropped,
+            # they are made from the features when read; int64 indices rewritten int32)
+            yield IngestProgress(
+                0, 0, None, "finalizing", "making the search data compact (a smaller index)"
+            )
         t0 = time.perf_counter()
         prepared = prefit.finish() if prefit is not None else None
         try:
@@ -281,10 +288,9 @@ class Searcher:
         if models is None or token != self.states_token:
             # nothing in memory, or a writer committed another version meanwhile
             models, data, data_keys, token = self._load_saved(snap, save, rows, maps)
-        uniform_part = None  # (uniform pyramids, their state file) written early
         changed = False
         if self._needs_refit(models, ids):
-            models, data, uniform_part = self._refit(ids, prepared, save)
+            models, data = self._refit(ids, prepared)
             data_keys = keys[np.searchsorted(ids, data.ids)]
             changed = True
         elif (
@@ -302,14 +308,9 @@ class Searcher:
         data_keys = keys[np.searchsorted(ids, data.ids)]
         changed = changed or covered
         if save and changed and not store.readonly:
-            whole = uniform_part is None or uniform_part[0] is not data.uniform
-            # (rows changed since the part was written: no state names it, gc deletes it)
-            data_state = data.to_state(uniform=whole)
+            data_state = data.to_state()
             data_state[ROW_KEYS] = data_keys
-            store.save_states(
-                {MODELS_STATE: models.to_state(), DATA_STATE: data_state},
-                parts=None if whole else {DATA_STATE: [uniform_part[1]]},
-            )
+            store.save_states({MODELS_STATE: models.to_state(), DATA_STATE: data_state})
             token = store.snapshot().token(SEARCH_STATES)
         self._install(models, data, rows, data.ids, data_keys, token)
 
@@ -379,10 +380,8 @@ class Searcher:
                         data, data_keys = read_data(
                             snap, rows.ids, rows.keys, mapped=self.map_data
                         )
-                    # (the files of what is read on first use, until read)
-                    store.close_with(
-                        data.checks if isinstance(data, SegmentedImages) else data.uniform
-                    )
+                    if isinstance(data, SegmentedImages):  # (files checked on first use)
+                        store.close_with(data.checks)
                 elif snap.has(DATA_STATE):  # damaged (a legacy JSON)
                     store.load_version([DATA_STATE])  # raises IndexCorruptError
                 break
@@ -460,6 +459,9 @@ class Searcher:
         layout = read_layout(snap, handles)
         if layout is None or not layout.fits(models):
             return False
+        # uniform pyramids stored by an earlier version: their files alone leave the
+        # segments, the segments holding them among other arrays are rewritten
+        layout, mixed = layout.without_uniform()
         masks = live_masks(layout.ids, layout.keys, ids, keys)
         held = np.concatenate([i[m] for i, m in zip(layout.ids, masks, strict=True)])
         new_ids = ids[~np.isin(ids, held)]
@@ -468,7 +470,7 @@ class Searcher:
         def encode_new(batch: np.ndarray) -> EncodedImages | None:
             if cancel is not None and cancel.is_set():
                 return None  # cancelled: what is encoded so far is kept
-            return encode(models, batch, stacked(store, batch))
+            return encode(models, batch, stacked(store, batch), parts=INDEX_PARTS)
 
         encoded = [e for e in thread_map(encode_new, batches) if e is not None]
         new = EncodedImages.concat(encoded) if encoded else None
@@ -477,10 +479,10 @@ class Searcher:
         if new is not None:
             live.append(len(new.ids))
             total.append(len(new.ids))
-        merge = plan_merges(live, total)
+        merge = sorted(set(plan_merges(live, total)) | {i for i in mixed if live[i] > 0})
         n_old = len(layout.files)
         keep = [i for i in range(n_old) if live[i] > 0 and i not in merge]
-        dropped = any(lv == 0 for lv in live[:n_old])
+        dropped = any(lv == 0 for lv in live[:n_old]) or bool(layout.uniform)
         current = self.data is not None and self.states_token == snap.token(SEARCH_STATES)
         if new is None and not merge and not dropped:
             self._install_after_segments(current, models, rows, None)
@@ -551,11 +553,10 @@ class Searcher:
         return refit
 
     def _refit(
-        self, ids: np.ndarray, prepared: SimpleNamespace | None, save: bool
-    ) -> tuple[fit.SearchModels, EncodedImages, tuple[IntersectionIndex, str] | None]:
+        self, ids: np.ndarray, prepared: SimpleNamespace | None
+    ) -> tuple[fit.SearchModels, EncodedImages]:
         """Fit the models (or take the prefit's) and encode every image ``ids``: the
-        models, the data, and the uniform pyramids with their state part when they were
-        written ahead."""
+        models and the data (without uniform pyramids: :data:`INDEX_PARTS`)."""
         store = self.store
         pre = prepared
         if pre is not None and not np.isin(pre.ids, ids).all():
@@ -567,7 +568,7 @@ class Searcher:
             models.rh = RandomHyperplaneHash(candidates.rh_bits(ids.size), random_state=0)
             models.n_fit = int(ids.size)
             rest = ids[~np.isin(ids, pre.ids)]
-            pre_parts = list(zip(pre.batches, pre.codes, pre.uniform, strict=True))
+            pre_parts = list(zip(pre.batches, pre.codes, strict=True))
         else:
             if self.fit_paths:  # a first index completed after an interruption
                 chosen = fit.path_sample(store, {store.norm_path(p) for p in self.fit_paths})
@@ -579,38 +580,20 @@ class Searcher:
             rest = ids
             pre_parts = []
         batches = [rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)]
-        merging = None
-        if pre_parts and not batches:
-            # (a first index: every image was encoded during extraction) their
-            # uniform pyramids need no collection-wide weight: merged, and written
-            # (most of the data's bytes), while the idf and the rest are computed
-            from concurrent.futures import ThreadPoolExecutor
-
-            def merge_uniform(parts: list[IntersectionIndex]):
-                ix = IntersectionIndex.concat(parts)
-                part = None
-                if save and not store.readonly:
-                    part = store.write_state_part(DATA_STATE, pyramid_state("uniform", ix))
-                return ix, part
-
-            merger = ThreadPoolExecutor(1, thread_name_prefix="simile-merge")
-            merging = merger.submit(merge_uniform, [u for _, _, u in pre_parts])
-            merger.shutdown(wait=False)
         all_codes = thread_map(lambda b: batch_codes(models.vocab, stacked(store, b)), batches)
-        fit.fit_weights(models, [c for _, c, _ in pre_parts] + all_codes)
-        parts = thread_map(lambda p: encode(models, p[0], None, p[1], uniform=p[2]), pre_parts)
+        fit.fit_weights(models, [c for _, c in pre_parts] + all_codes)
+        parts = thread_map(
+            lambda p: encode(models, p[0], None, p[1], parts=INDEX_PARTS), pre_parts
+        )
         parts += thread_map(
-            lambda k: encode(models, batches[k], stacked(store, batches[k]), all_codes[k]),
+            lambda k: encode(
+                models, batches[k], stacked(store, batches[k]), all_codes[k], parts=INDEX_PARTS
+            ),
             range(len(batches)),
         )
         all_codes.clear()  # (freed before the concatenation)
         del pre_parts
-        uniform = uniform_part = None
-        if merging is not None:
-            uniform, part = merging.result()
-            if part is not None:
-                uniform_part = (uniform, part)
-        return models, EncodedImages.concat(parts, uniform=uniform), uniform_part
+        return models, EncodedImages.concat(parts)
 
     def _cover(
         self,
@@ -646,12 +629,16 @@ class Searcher:
         def encode_new(batch: np.ndarray) -> EncodedImages | None:
             if cancel is not None and cancel.is_set() and save:
                 return None  # cancelled: what is encoded so far is kept
-            return encode(models, batch, stacked(self.store, batch))
+            return encode(models, batch, stacked(self.store, batch), parts=INDEX_PARTS)
 
         encoded = [e for e in thread_map(encode_new, new_batches) if e is not None]
         parts.extend(encoded)
         changed = changed or bool(encoded)
-        data = EncodedImages.concat(parts) if parts else encode(models, new_ids[:0], [])
+        data = (
+            EncodedImages.concat(parts)
+            if parts
+            else encode(models, new_ids[:0], [], parts=INDEX_PARTS)
+        )
         # rows in ascending id order (= store order)
         order = np.argsort(data.ids, kind="stable")
         if not np.array_equal(order, np.arange(order.size)):
@@ -677,7 +664,9 @@ class Searcher:
             data = data.subset(np.flatnonzero(held))
         new_ids = ids[~np.isin(ids, data.ids)]
         batches = [new_ids[s : s + ENCODE_BATCH] for s in range(0, new_ids.size, ENCODE_BATCH)]
-        for new in thread_map(lambda b: encode(models, b, stacked(self.store, b)), batches):
+        for new in thread_map(
+            lambda b: encode(models, b, stacked(self.store, b), parts=INDEX_PARTS), batches
+        ):
             data = data.with_rows(new)
             changed = True
         return data, changed
@@ -693,7 +682,15 @@ class Searcher:
     ) -> None:
         """Install what :meth:`refresh` made: ``rows`` (:meth:`IndexStore.usable_rows
         <engine.index.store.IndexStore.usable_rows>`) name the paths of the data's ``ids``
-        (a subset) from the same catalogue state."""
+        (a subset) from the same catalogue state. The data's uniform pyramids are made
+        from the stored features when read (:class:`~engine.index.uniform_rows.
+        UniformRows`)."""
+        if models is not None and data is not None:
+            held = data.uniform
+            if not (
+                isinstance(held, UniformRows) and held.models is models and held.ids is data.ids
+            ):
+                data.uniform = UniformRows(self.store, models, data.ids)
         self.models, self.data, self.data_keys = models, data, data_keys
         self.states_token = token
         self.generation = rows.generation

@@ -30,28 +30,31 @@ of each segment). An index written before segments holds one segment.
   photo again and commit the models with a single new segment, atomically.
 
 A reader that answers many queries (the app) loads every segment, keeps its live rows
-and concatenates them (:func:`read_data`); queries then run as on one state. The uniform
-pyramids, three quarters of the bytes and used by the ``uniform`` method alone, are read
-only when first used (:class:`LazyIndex`). A one-shot reader (``simile query``) maps
-every segment instead and concatenates nothing (:mod:`engine.index.mapped`): a query
-touches the pages it reads, and gets the same scores.
+and concatenates them (:func:`read_data`); queries then run as on one state. A one-shot
+reader (``simile query``) maps every segment instead and concatenates nothing
+(:mod:`engine.index.mapped`): a query touches the pages it reads, and gets the same
+scores.
+
+The uniform pyramids are not stored: they were three quarters of the bytes (43 KB a
+photo) and only the ``uniform`` method reads them; the reader makes those a query reads
+from the stored features (:mod:`engine.index.uniform_rows`). Segments written before
+hold them (``uniform.*`` arrays, usually a file of their own): readers skip them, and
+the next update drops them (:attr:`Layout.uniform`: a file of them alone leaves the
+segment, a segment holding them among its other arrays is rewritten without them).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
+import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
+from engine.index.encode import ROW_KEYS, EncodedImages
 from engine.index.keys import DATA_STATE
 from engine.index.mapped import SegmentedImages, map_segments
-from engine.index.search import IntersectionIndex
 from engine.index.states import (
     NPZ_ERRORS,
     SEGMENTS_KEY,
@@ -60,7 +63,6 @@ from engine.index.states import (
     read_arrays,
     segment_files,
 )
-from engine.index.store_errors import StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.fit import SearchModels
@@ -71,8 +73,8 @@ __all__ = [
     "MERGE_FACTOR",
     "MIN_LIVE",
     "Layout",
-    "LazyIndex",
     "commit_segments",
+    "holds_uniform",
     "live_masks",
     "load_segments",
     "plan_merges",
@@ -106,6 +108,10 @@ class Layout:
         Densified WTA codes per row.
     rh_bytes : int
         Bytes of packed hyperplane bits per row.
+    uniform : dict of str to bool
+        The files written by an earlier version, to be dropped or rewritten: those that
+        hold uniform pyramids (now made from the features when read), and whether they
+        hold nothing else; those whose bags of words have int64 column indices (False).
     """
 
     files: list[tuple[str, ...]]
@@ -114,6 +120,15 @@ class Layout:
     n_words: int
     wta_codes: int
     rh_bytes: int
+    uniform: dict[str, bool] = field(default_factory=dict)
+
+    def without_uniform(self) -> tuple[Layout, list[int]]:
+        """This layout with the files of uniform pyramids alone left out of their
+        segments, and the segments to be rewritten: those that still hold uniform
+        pyramids among other arrays, or int64 column indices of their bags of words."""
+        files = [tuple(f for f in g if not self.uniform.get(f, False)) for g in self.files]
+        mixed = [i for i, g in enumerate(files) if any(f in self.uniform for f in g)]
+        return replace(self, files=files), mixed
 
     def fits(self, models: SearchModels) -> bool:
         """Whether the segments were encoded with ``models``' shapes
@@ -125,15 +140,25 @@ class Layout:
         )
 
 
+def _member_header(npz: Any, key: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of array ``key`` of an open npz, read from its header alone."""
+    with npz.zip.open(f"{key}.npy") as fh:
+        return _npy_header(fh)
+
+
+def _npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of the ``.npy`` array whose header ``fh`` is at."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+    else:
+        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+    return tuple(shape), dtype
+
+
 def _member_shape(npz: Any, key: str) -> tuple[int, ...]:
     """Shape of array ``key`` of an open npz, read from its header alone."""
-    with npz.zip.open(f"{key}.npy") as fh:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, _, _ = np.lib.format.read_array_header_1_0(fh)
-        else:
-            shape, _, _ = np.lib.format.read_array_header_2_0(fh)
-    return tuple(shape)
+    return _member_header(npz, key)[0]
 
 
 def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) -> Layout | None:
@@ -163,6 +188,7 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
         handles = snap.open([DATA_STATE])[DATA_STATE]
     ids, keys = [], []
     wta = rh = None
+    uniform: dict[str, bool] = {}
     try:
         for group in groups:
             got: dict[str, np.ndarray] = {}
@@ -170,9 +196,16 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
                 try:
                     fh = handles[file]
                     with np.load(fh, allow_pickle=False) as npz:
+                        held = [k.startswith("uniform.") for k in npz.files]
+                        if any(held):
+                            uniform[file] = all(held)
                         for k in ("ids", ROW_KEYS):
                             if k in npz.files:
                                 got[k] = npz[k]
+                        if "bow.indices" in npz.files:
+                            wide = _member_header(npz, "bow.indices")[1].itemsize > 4
+                            if wide and int(entry.scalars["bow.n_words"]) < 2**31 - 1:
+                                uniform.setdefault(file, False)  # (rewritten: int32)
                         if "wta" in npz.files:
                             wta = _member_shape(npz, "wta")[1]
                             rh = _member_shape(npz, "rh")[1]
@@ -189,7 +222,33 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
             _close(handles)
     if wta is None or rh is None:
         return None
-    return Layout(groups, ids, keys, int(entry.scalars["bow.n_words"]), int(wta), int(rh))
+    n_words = int(entry.scalars["bow.n_words"])
+    return Layout(groups, ids, keys, n_words, int(wta), int(rh), uniform)
+
+
+def holds_uniform(snap: Snapshot) -> bool:
+    """Whether the search data of version ``snap`` is of an earlier layout that the next
+    update makes compact (:meth:`Layout.without_uniform`): stored uniform pyramids, or
+    int64 column indices of the bags of words. Only the files' zip directories and array
+    headers are read; False when there is no data, or a file cannot be read (the update
+    finds out)."""
+    entry = snap.entries.get(DATA_STATE)
+    if entry is None:
+        return False
+    for file in entry.files:
+        try:
+            with zipfile.ZipFile(snap.states_dir / file) as z:
+                names = z.namelist()
+                if any(n.startswith("uniform.") for n in names):
+                    return True
+                if "bow.indices.npy" in names:
+                    with z.open("bow.indices.npy") as fh:
+                        dtype = _npy_header(fh)[1]
+                    if dtype.itemsize > 4:
+                        return True
+        except (OSError, ValueError, zipfile.BadZipFile):
+            return False
+    return False
 
 
 def _tier(n: int) -> int:
@@ -240,15 +299,14 @@ def _read_group(
     group: Sequence[str],
     *,
     skip: str | None = None,
-    only: str | None = None,
 ) -> dict[str, Any]:
-    """The arrays of one segment's files (but those whose name starts with ``skip``; only
-    those starting with ``only``): :func:`engine.index.states.read_arrays`."""
+    """The arrays of one segment's files (but those whose name starts with ``skip``):
+    :func:`engine.index.states.read_arrays`."""
     return read_arrays(
         snap.states_dir,
         DATA_STATE,
         {f: handles[f] for f in group},
-        keep=lambda k: not (skip and k.startswith(skip)) and (only is None or k.startswith(only)),
+        keep=lambda k: not (skip and k.startswith(skip)),
     )
 
 
@@ -266,7 +324,7 @@ def load_segments(
     try:
         out = []
         for i in which:
-            st = _read_group(snap, handles, layout.files[i])
+            st = _read_group(snap, handles, layout.files[i], skip="uniform.")
             st["bow.n_words"] = layout.n_words
             keys = np.asarray(st.pop(ROW_KEYS), np.uint64)
             out.append((EncodedImages.from_state(st, consume=True), keys))
@@ -276,76 +334,15 @@ def load_segments(
             _close(handles)
 
 
-class LazyIndex:
-    """Pyramids read on first use: stands for an
-    :class:`~engine.index.search.IntersectionIndex` (every attribute is the loaded
-    index's). A reader's uniform pyramids are three quarters of the search data's bytes
-    and only the ``uniform`` method reads them: a query by any other method never loads
-    them.
-
-    Parameters
-    ----------
-    load : callable
-        ``load() -> IntersectionIndex``, called once (thread-safe).
-    close : callable
-        Called once ``load`` has run, or when this object is collected unloaded (releases
-        the files it would read).
-    """
-
-    def __init__(self, load: Any, close: Any) -> None:
-        self._load, self._ix, self._lock = load, None, threading.Lock()
-        self._finalizer = weakref.finalize(self, close)
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the pyramids were read."""
-        return self._ix is not None
-
-    def close(self) -> None:
-        """Release the files unread pyramids would be read from (the store is closed:
-        reading them later raises :class:`~engine.index.store_errors.StoreError`)."""
-        with self._lock:
-            if self._ix is None and self._load is not None:
-                self._load = None
-                self._finalizer()
-
-    def get(self) -> IntersectionIndex:
-        """The pyramids (read now when not yet).
-
-        Raises
-        ------
-        StoreError
-            The store they were to be read from is closed.
-        """
-        with self._lock:
-            if self._ix is not None:
-                return self._ix
-            if self._load is None:
-                raise StoreError("the index store is closed")
-            self._ix = self._load()  # (damaged: raises, and raises again next time)
-            self._load = None
-            self._finalizer()
-            return self._ix
-
-    def __len__(self) -> int:
-        return len(self.get())
-
-    def __getattr__(self, name: str) -> Any:
-        # (called for what this object lacks: everything of the index, even private
-        # attributes other code reads, e.g. IntersectionIndex.concat)
-        if name.startswith("__") or name in ("_load", "_ix", "_lock", "_finalizer"):
-            raise AttributeError(name)
-        return getattr(self.get(), name)
-
-
 def read_data(
     snap: Snapshot, ids: np.ndarray, keys: np.ndarray, *, mapped: bool = False
 ) -> tuple[EncodedImages | SegmentedImages, np.ndarray | None]:
     """A reader's search data of version ``snap``: the live rows of its segments
     (:func:`live_masks` against the catalogue's usable ``ids`` and their row ``keys``), in
     ascending id order, and their row keys (None: an index written before row keys, whose
-    one segment is returned whole for the caller to check). The uniform pyramids are a
-    :class:`LazyIndex`, read from the same files when first used.
+    one segment is returned whole for the caller to check). The data's ``uniform`` is
+    None (stored ones are not read: the reader makes them from the features,
+    :class:`~engine.index.uniform_rows.UniformRows`).
 
     With ``mapped``, every segment is memory-mapped instead of read, and nothing is
     concatenated (:func:`engine.index.mapped.map_segments`: a one-shot reader, ``simile
@@ -387,50 +384,23 @@ def read_data(
             if row_keys is not None and row_keys.shape != data.ids.shape:
                 row_keys = None
             parts.append((data, None if row_keys is None else np.asarray(row_keys, np.uint64)))
-    except BaseException:
+    finally:
         _close(handles)
-        raise
     if len(parts) == 1 and parts[0][1] is None:  # written before row keys: whole
-        data = parts[0][0]
-        rows: list[np.ndarray | None] = [None]
-        order = None
-        data_keys = None
-    else:
-        if any(k is None for _, k in parts):
-            _close(handles)
-            raise ValueError("a segment of the search data has no row keys")
-        masks = live_masks([d.ids for d, _ in parts], [k for _, k in parts], ids, keys)
-        rows = [None if m.all() else np.flatnonzero(m) for m in masks]
-        kept = [
-            (d, k) if r is None else (d.subset(r), k[r])
-            for (d, k), r in zip(parts, rows, strict=True)
-        ]
-        data = EncodedImages.concat([d for d, _ in kept])
-        data_keys = np.concatenate([k for _, k in kept])
-        order = np.argsort(data.ids, kind="stable")
-        if np.array_equal(order, np.arange(order.size)):
-            order = None
-        else:
-            data, data_keys = data.subset(order), data_keys[order]
-
-    def load() -> IntersectionIndex:
-        ixs = []
-        for group, r in zip(groups, rows, strict=True):
-            st = _read_group(snap, handles, group, only="uniform.")
-            ix = pyramid_from_state(st, "uniform", partial(_take, st, len(groups) == 1))
-            ixs.append(ix if r is None else ix.subset(r))
-        ix = ixs[0] if len(ixs) == 1 else IntersectionIndex.concat(ixs)
-        return ix if order is None else ix.subset(order)
-
-    data.uniform = LazyIndex(load, lambda: _close(handles))
+        return parts[0][0], None
+    if any(k is None for _, k in parts):
+        raise ValueError("a segment of the search data has no row keys")
+    masks = live_masks([d.ids for d, _ in parts], [k for _, k in parts], ids, keys)
+    kept = [
+        (d, k) if m.all() else (d.subset(np.flatnonzero(m)), k[m])
+        for (d, k), m in zip(parts, masks, strict=True)
+    ]
+    data = EncodedImages.concat([d for d, _ in kept])
+    data_keys = np.concatenate([k for _, k in kept])
+    order = np.argsort(data.ids, kind="stable")
+    if not np.array_equal(order, np.arange(order.size)):
+        data, data_keys = data.subset(order), data_keys[order]
     return data, data_keys
-
-
-def _take(st: dict[str, Any], copy: bool, key: str, dtype: type) -> np.ndarray:
-    """Array ``key`` popped from ``st`` as ``dtype``, copied into memory of its own with
-    ``copy`` (see :meth:`EncodedImages.from_state`)."""
-    a = np.asarray(st.pop(key), dtype)
-    return a.copy() if copy and not a.flags.owndata else a
 
 
 def _close(handles: Mapping[str, IO[bytes]]) -> None:

@@ -595,9 +595,9 @@ def test_first_index_fits_models_while_extracting(tmp_path, demo_folder, monkeyp
             data = col.searcher.data
             assert np.array_equal(data.ids, col.store.ids("ok"))
             _assert_same_data(data, _encoded_from_store(col))
-            # the uniform pyramids were saved ahead, as a part of the data's state
-            saved = {"__parts__": col.store.snapshot().entries["search.data"].files[1:]}
-            assert len(saved["__parts__"]) == 1
+            # one file of search data: the uniform pyramids are not stored (they are made
+            # from the stored features when a query needs them)
+            assert len(col.store.snapshot().entries["search.data"].files) == 1
             with Collection.open(tmp_path, index_dir=tmp_path / f"idx{k}", readonly=True) as r:
                 _assert_same_data(r.searcher.ensure()[1], data)
             assert col.query(tmp_path / names[5], top=1)[0].path.name == names[5]
@@ -646,9 +646,10 @@ def test_a_failing_prefit_leaves_the_work_to_the_refresh(tmp_path, demo_folder, 
 
 
 def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, demo_folder):
-    """Indexes written before the uniform pyramids were kept by key hold them as columns
-    (``uniform.ukeys`` / ``uniform.cols``): such an index opens and answers as before, and
-    the next update that adds an image writes them by key."""
+    """Indexes written before the uniform pyramids were made from the stored features hold
+    them (older ones as columns, ``uniform.ukeys`` / ``uniform.cols``): such an index
+    opens and answers as before, and the next update that adds an image leaves them out
+    (engine/index/uniform_rows.py)."""
     for name in ["astronaut.jpg", "astronaut_light.jpg", "brick.jpg", "brick_crop.jpg"]:
         shutil.copy(demo_folder / name, tmp_path / name)
     with Collection.open(tmp_path) as col:
@@ -656,14 +657,12 @@ def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, dem
         want = {p: col.query(p, method="uniform", top=4) for p in col.paths()}
         _, data = col.searcher.ensure()
         st = data.to_state()
-        assert "uniform.keys" in st and "uniform.cols" not in st
+        assert not any(k.startswith("uniform.") for k in st)  # not stored any more
         uk, cols = data.uniform.columns()  # the layout of older indexes
-        del st["uniform.keys"]
         st["uniform.ukeys"], st["uniform.cols"] = uk, cols
+        st["uniform.values"], st["uniform.indptr"] = data.uniform.values, data.uniform.indptr
         col.store.save_state(DATA_STATE, st)
     with Collection.open(tmp_path, readonly=True) as ro:
-        _, data = ro.searcher.ensure()
-        assert data.uniform.stored_columns is not None and not data.uniform.holds_keys
         for p, hits in want.items():
             got = ro.query(p, method="uniform", top=4)
             assert [h.path for h in got] == [h.path for h in hits]
@@ -674,7 +673,7 @@ def test_uniform_pyramids_saved_with_columns_still_load_and_update(tmp_path, dem
         assert (summary.indexed, summary.unchanged) == (1, 4)
     with Collection.open(tmp_path, readonly=True) as ro:
         _, data = ro.searcher.ensure()
-        assert data.uniform.stored_columns is None and len(data.uniform) == 5
+        assert len(data.uniform) == 5
         assert ro.query(tmp_path / "coffee.jpg", method="uniform", top=1)[0].path.name == (
             "coffee.jpg"
         )

@@ -169,7 +169,6 @@ def _member_at(folder, member, offset=200):
         ("rh", "vocabulary", True),
         ("bow.data", "wta", False),  # checked before the candidate search reads it
         ("vocab.cols", "vocabulary", False),
-        ("uniform.values", "uniform", False),  # only when a query reads the uniform ones
     ],
 )
 def test_a_damaged_member_is_found_before_it_is_used(

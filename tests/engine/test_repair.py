@@ -105,8 +105,6 @@ DAMAGE = {
     "chunk header": lambda i: _overwrite(_largest(i / "features", "c*.npy"), 10, b"x" * 16),
     "chunk missing": lambda i: os.remove(_largest(i / "features", "c*.npy")),
     "data npz": lambda i: _overwrite(_data_file(i, "vocab.values"), 3000),
-    # (the uniform pyramids are read only by the uniform method: see below)
-    "uniform npz": lambda i: _overwrite(_data_file(i, "uniform.values"), 3000),
     "data npz truncated": lambda i: os.truncate(_largest(i / "states", "search.data.*.npz"), 600),
     "models npz missing": lambda i: os.remove(next((i / "states").glob("search.models.*.npz"))),
     "manifest": lambda i: _overwrite(i / "states" / MANIFEST_NAME, 40, b"}}"),
@@ -130,13 +128,6 @@ def test_damaged_file_is_one_line_then_repair_answers_like_a_clean_build(
     got = _answers(capsys, folder)
     if kind == "marker":  # readers do not need the marker
         assert got == reference
-    elif kind == "uniform npz":
-        # a query that does not read the damaged pyramids answers as before; one that
-        # reads them gets the one-line error
-        assert got == reference
-        code, _, err = _cli(capsys, "query", folder, folder / "brick.jpg", "--method", "uniform")
-        assert code != 0 and len(err.splitlines()) == 1 and "Traceback" not in err, err
-        assert f"run 'simile index {folder} --repair'" in err
     else:
         code, err = got
         assert code != 0 and len(err.splitlines()) == 1, err

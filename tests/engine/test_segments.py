@@ -17,6 +17,7 @@ from engine.index.keys import DATA_STATE, MODELS_STATE
 from engine.index.manifest import read_snapshot
 from engine.index.segments import live_masks, plan_merges
 from engine.index.states import SEGMENTS_KEY, segment_files
+from engine.index.uniform_rows import UniformRows
 
 NAMES = (
     "astronaut", "brick", "coffee", "camera", "chelsea", "rocket", "coins", "grass",
@@ -242,7 +243,9 @@ def test_live_masks_newest_live_row_wins():
     ]
 
 
-def test_a_reader_reads_the_uniform_pyramids_only_when_a_query_needs_them(tmp_path, small):
+def test_a_reader_makes_the_uniform_pyramids_only_when_a_query_needs_them(tmp_path, small):
+    """The uniform pyramids are not stored (engine.index.uniform_rows): a reader makes
+    them from the features, for a query that reads them only."""
     folder = tmp_path / "photos"
     _add(small, folder, NAMES[:6])
     _index(folder)
@@ -253,9 +256,9 @@ def test_a_reader_reads_the_uniform_pyramids_only_when_a_query_needs_them(tmp_pa
             hits = col.query(folder / f"{NAMES[7]}.jpg", method=method, top=3)
             assert hits[0].path.name == f"{NAMES[7]}.jpg"
             uniform = col.searcher.data.uniform
-            assert isinstance(uniform, segments.LazyIndex)
+            assert isinstance(uniform, UniformRows)
             assert uniform.loaded == loaded, method
-    # the lazily read pyramids are the live rows, in the data's order
+    # the pyramids made are the live rows', in the data's order
     data = _check_whole(folder)
     assert data.uniform.loaded
 
@@ -275,8 +278,9 @@ def _open_state_files(folder):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_closing_the_collection_lets_go_of_every_file(tmp_path, small):
-    """The uniform pyramids read on first use keep their files open until then; closing
-    the collection closes them (an unmount, a deleted folder: nothing stays open)."""
+    """A reader that reads the data keeps none of its files open; closing the collection
+    closes what is left (an unmount, a deleted folder: nothing stays open), and the
+    uniform pyramids cannot be made after that."""
     from engine.index.store_errors import StoreError
 
     folder = tmp_path / "photos"
@@ -284,11 +288,11 @@ def test_closing_the_collection_lets_go_of_every_file(tmp_path, small):
     _index(folder)
     col = Collection.open(folder, readonly=True)
     _, data = col.searcher.ensure()
-    assert _open_state_files(folder)
+    assert _open_state_files(folder) == []
     col.close()
     assert _open_state_files(folder) == []
     with pytest.raises(StoreError, match="closed"):
-        data.uniform.get()
+        data.uniform.whole()
 
 
 def test_a_one_shot_reader_maps_the_data_and_still_finds_damage(tmp_path, small):
