@@ -97,6 +97,7 @@ from engine.index.methods import (
     UNIFORM_PRESCORE,
     UNIFORM_RERANK,
     Hit,
+    HybridSearch,
     PyramidSearch,
     SearchMethod,
     available_methods,
@@ -533,13 +534,14 @@ class Collection:
         """
         searcher = self.searcher
         models, _ = searcher.ensure()
+        row_a = None
         if box is not None:
             fa = region_features(searcher, a, box)
         else:
-            fa, _ = searcher.query_features(a)
+            fa, row_a = searcher.query_features(a)
         fb, row_b = searcher.query_features(b)
         exp = explain_pair(fa, fb, models.vocab)
-        score = self._hybrid_score(fa, row_b)
+        score = self._hybrid_score(fa, row_b, row_a)
         if score is None:
             return exp
         return replace(
@@ -549,20 +551,18 @@ class Collection:
             label=hit_label("hybrid", score),
         )
 
-    def _hybrid_score(self, fa: Features, row: int | None) -> float | None:
+    def _hybrid_score(
+        self, fa: Features, row: int | None, query_row: int | None = None
+    ) -> float | None:
         """The ``hybrid`` method's score of collection row ``row`` for query features
-        ``fa``: its exact score, re-ranked by the method itself (the same-object check
-        and its bonus). None outside the collection or for a method of another kind."""
+        ``fa``, as its search gives it (:meth:`HybridSearch.score_of`: the check, the
+        query expansion). None outside the collection or for a method of another kind."""
         fn = self.methods.get("hybrid")
-        if row is None or not isinstance(fn, PyramidSearch):
+        if row is None or not isinstance(fn, HybridSearch):
             return None
         searcher = self.searcher
         models, data = searcher.ensure()
-        q = searcher.query_encoding(models, fa, fn.parts)
-        rows = np.array([row], dtype=np.int64)
-        _, scores = fn.score(searcher, q, data, rows, 1)
-        _, scores = fn.rerank(searcher, data, fa, rows, np.asarray(scores, np.float64), 1)
-        return float(scores[0])
+        return fn.score_of(searcher, models, data, fa, int(row), query_row=query_row)
 
     def kernel_matrix(self, method: str = "vocabulary") -> np.ndarray:
         """(n, n) float64 normalised affinities of all images (rows = :meth:`paths`).

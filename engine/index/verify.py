@@ -8,9 +8,10 @@ the re-ranking of search hits by it.
   homography of :func:`verify_pair`, else a weak geometric consistency gate
   (:func:`wgc_peak`) and the epipolar geometry of two views (a fundamental matrix by
   MAGSAC), so that a 3-D scene photographed from two places verifies too.
-- :func:`verified_scores` -- the ``hybrid`` method's re-ranking: the best
-  ``VERIFY_TOP`` hits that the check verifies get ``1 + inliers / (inliers + 40)``
-  added to their score, those with weak epipolar evidence a little.
+- :func:`check_hits` / :func:`hybrid_scores` -- the ``hybrid`` method's re-ranking:
+  the best ``VERIFY_TOP`` hits are checked; verified ones come first (scores in [1, 2)),
+  those with weak epipolar evidence move up a little, and the query expansion of
+  :class:`engine.index.methods.HybridSearch` adds what the verified hits are like.
 - :func:`match_pair` -- the vocabulary-guided pyramid match's explicit correspondences
   of two images (thesis 3.2.3) with their inlier mask.
 """
@@ -34,8 +35,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "VERIFY_MIN_INLIERS",
     "VERIFY_TOP",
+    "WEAK_BONUS",
     "Verification",
+    "check_hits",
     "descriptor_matches",
+    "hybrid_scores",
     "match_pair",
     "ranking_check",
     "verified_scores",
@@ -298,10 +302,88 @@ def _distinct_spread(
     return 0 if spread < 0.05 * side else int(n)
 
 
+def check_hits(feats: Features, store: IndexStore, ids: np.ndarray) -> list[Verification]:
+    """:func:`ranking_check` of the query against the hits ``ids`` (store ids, at most
+    :data:`VERIFY_TOP` of them), side by side on threads.
+
+    Parameters
+    ----------
+    feats : Features
+        The query's features.
+    store : IndexStore
+        Where the hits' features are read (on the calling thread).
+    ids : (k,) int64
+
+    Returns
+    -------
+    list of Verification
+        One per hit, in order; none for a query with fewer than 4 features.
+    """
+    if len(feats) < 4:
+        return []
+    stored = [f for _i, f in store.iter_features(ids[:VERIFY_TOP])]  # not on the threads
+
+    def check(f: Features) -> Verification:
+        return ranking_check(feats, f)
+
+    # each check is one BLAS product and one OpenCV fit, both without the GIL: the
+    # checks run side by side, each on one BLAS thread
+    with single_threaded_blas():
+        return thread_map(check, stored)
+
+
+def hybrid_scores(
+    scores: np.ndarray,
+    checks: list[Verification],
+    expansion: np.ndarray | None = None,
+    weight: float = 0.0,
+) -> np.ndarray:
+    """The ``hybrid`` method's score of each hit from its ``vocabulary`` score, its
+    check, and the query expansion.
+
+    A verified hit (:func:`ranking_check`) scores ``1 + (s + w e + n / (n + 40)) /
+    (2 + w)`` in [1, 2), every other hit ``(s + w e + b) / (1 + w + WEAK_BONUS)`` in [0,
+    1), where ``s`` is its ``vocabulary`` score, ``e`` its expansion score (the mean
+    ``vocabulary`` score of the hit against the verified hits the query was expanded
+    with), ``w`` the expansion's ``weight``, ``n`` the check's inliers and ``b =
+    WEAK_BONUS * n / (n + 40)`` for weak epipolar evidence (else 0). So verified hits
+    come first, each group ordered as ``s + w e`` plus the check's evidence, and a score
+    of 1 or more means "verified" (:func:`engine.index.calibration.verified`).
+
+    Parameters
+    ----------
+    scores : (k,) float64
+        ``vocabulary`` scores of the hits, in [0, 1].
+    checks : list of Verification
+        Checks of the first ``len(checks)`` hits (the others were not checked).
+    expansion : (k,) float64, optional
+        Expansion scores of the hits (None: no expansion).
+    weight : float
+
+    Returns
+    -------
+    (k,) float64
+    """
+    s = np.asarray(scores, np.float64)
+    if expansion is not None and weight:
+        s = s + weight * np.asarray(expansion, np.float64)
+    else:
+        weight = 0.0
+    out = s / (1.0 + weight + WEAK_BONUS)
+    for j, v in enumerate(checks):
+        n_in = v.n_inliers
+        if v.verified:
+            out[j] = 1.0 + (s[j] + n_in / (n_in + 40.0)) / (2.0 + weight)
+        elif n_in >= VERIFY_MIN_INLIERS:
+            out[j] = (s[j] + WEAK_BONUS * n_in / (n_in + 40.0)) / (1.0 + weight + WEAK_BONUS)
+    return out
+
+
 def verified_scores(
     feats: Features, store: IndexStore, ids: np.ndarray, scores: np.ndarray
 ) -> np.ndarray:
-    """Re-rank hits by geometric inliers (same object): the ``hybrid`` method.
+    """Re-rank hits by the same-object check (the ``hybrid`` method without query
+    expansion).
 
     Parameters
     ----------
@@ -312,34 +394,15 @@ def verified_scores(
     ids : (k,) int64
         Store ids of the hits, best first; the first ``VERIFY_TOP`` are checked.
     scores : (k,) float64
-        Scores of the hits; changed in place.
+        ``vocabulary`` scores of the hits.
 
     Returns
     -------
     (k,) float64
-        ``scores``, where each checked hit that :func:`ranking_check` verifies with
-        ``n`` inliers has ``1 + n / (n + 40)`` added, and one with weak epipolar
-        evidence ``WEAK_BONUS * n / (n + 40)``. A query with fewer than 4 features is not
+        :func:`hybrid_scores` of the hits; a query with fewer than 4 features is not
         checked.
     """
-    if len(feats) < 4:
-        return scores
-    stored = [f for _i, f in store.iter_features(ids[:VERIFY_TOP])]  # not on the threads
-
-    def check(f: Features) -> Verification:
-        return ranking_check(feats, f)
-
-    # each check is one BLAS product and one OpenCV fit, both without the GIL: the
-    # checks run side by side, each on one BLAS thread
-    with single_threaded_blas():
-        checks = thread_map(check, stored)
-    for j, v in enumerate(checks):
-        n_in = v.n_inliers
-        if v.verified:
-            scores[j] += 1.0 + n_in / (n_in + 40.0)
-        elif n_in >= VERIFY_MIN_INLIERS:
-            scores[j] += WEAK_BONUS * n_in / (n_in + 40.0)
-    return scores
+    return hybrid_scores(scores, check_hits(feats, store, ids))
 
 
 def match_pair(pm: PyramidMatch, fa: Features, fb: Features) -> MatchResult:

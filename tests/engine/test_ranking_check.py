@@ -87,7 +87,7 @@ def test_accidental_matches_are_not_verified():
 def test_few_epipolar_inliers_are_weak_evidence_not_a_verification(n_true):
     """Between VERIFY_MIN_INLIERS and EPIPOLAR_MIN_INLIERS epipolar inliers the hit is
     moved up a little (verified_scores) but not called the same place."""
-    from engine.index.verify import verified_scores
+    from engine.index.verify import hybrid_scores, verified_scores
 
     fa, fb = _views(n_true, seed=4, deep=True)
     v = ranking_check(fa, fb)
@@ -99,4 +99,45 @@ def test_few_epipolar_inliers_are_weak_evidence_not_a_verification(n_true):
             return [(int(i), fb) for i in ids]
 
     s = verified_scores(fa, Store(), np.array([0]), np.array([0.5]))
-    assert 0.5 < s[0] < 1.0  # moved up, below every verified hit
+    unchecked = hybrid_scores(np.array([0.5]), [])
+    assert unchecked[0] < s[0] < 1.0  # moved up, below every verified hit
+
+
+def test_hybrid_scores_keep_verified_hits_first_and_the_expansion_moves_the_rest():
+    from engine.index.verify import Verification, hybrid_scores
+
+    none = np.zeros((0, 2), np.int64)
+    verified = Verification(none, np.zeros(0, bool), 40, True, "homography")
+    weak = Verification(none, np.zeros(0, bool), 9, False, "fundamental")
+    nothing = Verification(none, np.zeros(0, bool), 0)
+    s = np.array([0.2, 0.9, 0.5, 0.5, 0.5])
+    out = hybrid_scores(s, [verified, nothing, weak, nothing])  # (the last not checked)
+    assert 1.0 <= out[0] < 2.0 and (out[1:] < 1.0).all()  # a score >= 1 means verified
+    assert out[1] > out[2] > out[3] == out[4]  # weak evidence moves a hit up a little
+    # the expansion: a hit like the verified ones moves up among the unverified
+    e = np.array([1.0, 0.0, 0.0, 0.0, 0.6])
+    out = hybrid_scores(s, [verified, nothing, weak, nothing], e, 2.0)
+    assert 1.0 <= out[0] < 2.0 and (out[1:] < 1.0).all()
+    assert out[4] > out[1] > out[3]
+
+
+def test_the_expansion_is_the_mean_likeness_to_the_verified_hits_and_1_for_the_query():
+    from engine.index.methods import expansion_scores
+
+    K = np.array([[1.0, 0.2, 0.4], [0.2, 1.0, 0.6], [0.4, 0.6, 1.0]])
+
+    class Vocab:
+        def row(self, v):
+            return v, None
+
+        def score(self, v, _values, rows):
+            return K[v][rows]
+
+    class Data:
+        vocab = Vocab()
+
+    rows = np.array([0, 1, 2])
+    assert expansion_scores(Data(), np.array([], np.int64), rows) is None
+    np.testing.assert_allclose(expansion_scores(Data(), np.array([1, 2]), rows), [0.3, 0.8, 0.8])
+    got = expansion_scores(Data(), np.array([1, 2]), rows, query_row=0)
+    np.testing.assert_allclose(got, [1.0, 0.8, 0.8])  # the query's own photo: 1
