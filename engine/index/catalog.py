@@ -33,21 +33,18 @@ read-only file system, so nothing can change it).
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from engine.index import keys
 from engine.index.files import CHUNK_RE, atomic_write
 from engine.index.lock import WriterLock
+from engine.index.row_key import ROW_KEY_TRIGGER_SQL, add_row_keys, row_keys, signed_keys
 from engine.index.store_errors import (
     IndexCorruptError,
     IndexFormatError,
@@ -61,7 +58,9 @@ __all__ = [
     "CATALOG_ID_KEY",
     "CATALOG_NAME",
     "CHUNK_TABLE_SQL",
+    "CHUNK_TOTALS_SQL",
     "CHUNK_USAGE_SQL",
+    "DEAD_CHUNKS_SQL",
     "DUPLICATES_SQL",
     "FEATURE_SELECT_SQL",
     "IMAGE_COLS",
@@ -70,6 +69,7 @@ __all__ = [
     "MARKER_FORMAT",
     "MARKER_NAME",
     "METADATA_SQL",
+    "ROW_KEY_TRIGGER_SQL",
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "TABLES",
@@ -77,6 +77,7 @@ __all__ = [
     "UPSERT_FAILED_SQL",
     "UPSERT_OK_SQL",
     "ImageRecord",
+    "add_row_keys",
     "catalog_info",
     "check_schema",
     "claim",
@@ -92,6 +93,7 @@ __all__ = [
     "open_writer",
     "read_marker",
     "row_keys",
+    "signed_keys",
     "write_marker",
 ]
 
@@ -200,6 +202,18 @@ CHUNK_USAGE_SQL = (
     "SELECT c.id, c.file, c.n_rows, COALESCE(SUM(i.n_features), 0) FROM chunks c "
     "LEFT JOIN images i ON i.feature_chunk = c.id AND i.status = 'ok' "
     "GROUP BY c.id ORDER BY c.id"
+)
+#: ``(rows of every chunk, live rows)``: the sums of :data:`CHUNK_USAGE_SQL`'s columns.
+CHUNK_TOTALS_SQL = (
+    "SELECT (SELECT COALESCE(SUM(n_rows), 0) FROM chunks), (SELECT COALESCE(SUM("
+    "i.n_features), 0) FROM images i JOIN chunks c ON i.feature_chunk = c.id "
+    "WHERE i.status = 'ok')"
+)
+#: Ids of the chunks no usable image reads a feature from (:data:`CHUNK_USAGE_SQL`'s
+#: chunks of no live row), found through the images' chunk index.
+DEAD_CHUNKS_SQL = (
+    "SELECT c.id FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM images i WHERE "
+    "i.feature_chunk = c.id AND i.status = 'ok' AND i.n_features > 0) ORDER BY c.id"
 )
 #: ``(chunk id, file, n_rows, checksum, rows used)`` of every chunk, ascending id (rows
 #: used: the end of the last feature an image reads from it).
@@ -680,6 +694,7 @@ def open_writer(
             else:
                 check_schema(conn, catalog)
                 migrate(conn)
+            add_row_keys(conn)
         except BaseException:
             conn.close()
             raise
@@ -718,30 +733,6 @@ def insert_chunk(
         "VALUES (?, ?, ?, ?, ?, ?)",
         (file, n_rows, codec, scale, now, checksum),
     ).lastrowid
-
-
-def row_keys(rows: Iterable[tuple[str | None, str | None]]) -> np.ndarray:
-    """What ties a row of search data to the catalogue row it was made from: a 64-bit
-    digest of the image's content hash and feature-settings key (a file whose content
-    or features changed gets another key, and its search data is made again).
-
-    Parameters
-    ----------
-    rows : iterable of (content_hash, fkey)
-        ``images.content_hash`` and ``images.fkey`` (None allowed).
-
-    Returns
-    -------
-    (n,) uint64
-    """
-    keys = [
-        int.from_bytes(
-            hashlib.blake2b(f"{h}\0{k}".encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-            "little",
-        )
-        for h, k in rows
-    ]
-    return np.array(keys, dtype=np.uint64)
 
 
 def forget_chunks(conn: sqlite3.Connection, chunk_ids: list[int], reason: str) -> int:

@@ -372,11 +372,11 @@ def _moved(store: IndexStore, scan: Any, known: Mapping[str, tuple[int, int]]) -
         return {}
     from engine.io.scan import content_hash
 
-    hashes = store.known_hashes()
+    rows = store.file_rows(scan.removed)
     gone: dict[tuple[int, str], str] = {}
     sizes = set()
     for p in scan.removed:
-        h = hashes.get(p)
+        h = rows.get(p, (None, None))[0]
         if h and p in known:
             gone.setdefault((int(known[p][0]), h), p)
             sizes.add(int(known[p][0]))
@@ -406,16 +406,17 @@ def _plan(
     of changed files (not extracted again when only their stat changed, unless the
     settings changed too), and the ``spread`` evenly spaced files moved to the front
     (``first``)."""
-    keys = store.feature_keys()
-    hashes = store.known_hashes()
+    # (read by path or by key: what this costs follows the change, not the library)
+    other_key = store.stale_paths(fkey) if scan.unchanged else set()
     work: list[FileStat] = list(scan.new) + list(scan.changed)
-    stale = [p for p in scan.unchanged if keys.get(p) != fkey]
+    stale = [p for p in scan.unchanged if p in other_key]
     work += [FileStat(p, *known[p]) for p in stale]
     # skip extraction when only the stat changed, unless the settings changed too
+    rows = store.file_rows(f.path for f in scan.changed) if scan.changed else {}
     known_hashes = {
-        f.path: hashes[f.path]
+        f.path: rows[f.path][0]
         for f in scan.changed
-        if keys.get(f.path) == fkey and f.path in hashes
+        if f.path in rows and rows[f.path][1] == fkey and rows[f.path][0] is not None
     }
     total = len(work)
     first: list[str] = []

@@ -67,7 +67,9 @@ from engine.index import states as _states
 from engine.index.catalog import (
     CATALOG_ID_KEY,
     CATALOG_NAME,
+    CHUNK_TOTALS_SQL,
     CHUNK_USAGE_SQL,
+    DEAD_CHUNKS_SQL,
     DUPLICATES_SQL,
     IMAGE_COLS,
     INDEX_DIRNAME,
@@ -84,6 +86,7 @@ from engine.index.catalog import (
     open_writer,
     read_marker,
     row_keys,
+    signed_keys,
 )
 from engine.index.chunks import ChunkCache, PackedFeatures, descriptor_dim, write_chunk
 from engine.index.feature_reads import FeatureReads
@@ -177,8 +180,8 @@ class IndexStore(StoreStates, StoreRows):
         self._closables: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def close_with(self, obj: Any) -> None:
-        """Close ``obj`` (anything with a ``close()``, e.g. search data read lazily,
-        :class:`engine.index.segments.LazyIndex`) when this store is closed: nothing of
+        """Close ``obj`` (anything with a ``close()``, e.g. memory-mapped search data,
+        :class:`engine.index.mapped.MappedSegments`) when this store is closed: nothing of
         the index stays open once it is (an unmount, a folder the person deletes)."""
         with self._mutex:
             self._closables.add(obj)
@@ -573,6 +576,13 @@ class IndexStore(StoreStates, StoreRows):
                 self._conn.executemany(
                     TOUCH_SQL, [(int(s), int(m), self.norm_path(p)) for p, s, m in touched]
                 )
+                # each row's key (images.row_key), which readers no longer compute
+                keyed = [(r[0], r[3]) for r in ok] + [(r[0], r[3]) for r in failed]
+                row_key = signed_keys((h, fkey) for _, h in keyed)
+                self._conn.executemany(
+                    "UPDATE images SET row_key = ? WHERE path = ?",
+                    [(k, self.norm_path(w[0])) for k, w in zip(row_key, keyed, strict=True)],
+                )
                 if self._metadata_table():
                     keys = [self.norm_path(p) for p, *_ in failed]
                     delete_by_path(self._conn, keys)
@@ -615,6 +625,10 @@ class IndexStore(StoreStates, StoreRows):
         """
         self._require_writer()
         with self._mutex:
+            if not force:  # the totals first: one pass over the catalogue, no grouping
+                total, live = self._q(CHUNK_TOTALS_SQL)[0]
+                if total - live <= live or total - live < min_dead_rows:
+                    return False
             usage = self._chunk_usage()
             total = sum(u[2] for u in usage)
             live = sum(u[3] for u in usage)
@@ -665,8 +679,7 @@ class IndexStore(StoreStates, StoreRows):
         self._require_writer()
         removed = 0
         with self._mutex:
-            usage = self._chunk_usage()
-            dead_ids = [u[0] for u in usage if u[3] == 0]
+            dead_ids = [r[0] for r in self._q(DEAD_CHUNKS_SQL)]
             if dead_ids:
                 with self._transaction() as conn:
                     conn.executemany("DELETE FROM chunks WHERE id = ?", [(c,) for c in dead_ids])
