@@ -334,7 +334,7 @@ def check_hits(feats: Features, store: IndexStore, ids: np.ndarray) -> list[Veri
 
 def hybrid_scores(
     scores: np.ndarray,
-    checks: list[Verification],
+    checks: list[Verification | None],
     expansion: np.ndarray | None = None,
     weight: float = 0.0,
 ) -> np.ndarray:
@@ -354,8 +354,9 @@ def hybrid_scores(
     ----------
     scores : (k,) float64
         ``vocabulary`` scores of the hits, in [0, 1].
-    checks : list of Verification
-        Checks of the first ``len(checks)`` hits (the others were not checked).
+    checks : list of Verification or None
+        Checks of the first ``len(checks)`` hits (None, and the hits beyond: not
+        checked).
     expansion : (k,) float64, optional
         Expansion scores of the hits (None: no expansion).
     weight : float
@@ -371,6 +372,8 @@ def hybrid_scores(
         weight = 0.0
     out = s / (1.0 + weight + WEAK_BONUS)
     for j, v in enumerate(checks):
+        if v is None:
+            continue
         n_in = v.n_inliers
         if v.verified:
             out[j] = 1.0 + (s[j] + n_in / (n_in + 40.0)) / (2.0 + weight)
