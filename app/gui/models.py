@@ -528,6 +528,23 @@ def draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
     return target
 
 
+def paint_cell_background(painter: QPainter, option) -> tuple[QRect, bool]:
+    """Prepare ``painter`` for a photo tile and paint its selection or hover highlight;
+    returns the tile's rectangle inside the cell and whether it is selected."""
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
+    cell = option.rect.adjusted(3, 3, -3, -3)
+    selected = bool(option.state & QStyle.StateFlag.State_Selected)
+    hover = bool(option.state & QStyle.StateFlag.State_MouseOver)
+    if selected or hover:
+        col = QColor(option.palette.color(QPalette.ColorRole.Highlight))
+        col.setAlpha(110 if selected else 40)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(col)
+        painter.drawRoundedRect(cell, 8, 8)
+    return cell, selected
+
+
 def draw_placeholder(painter: QPainter, rect: QRect, failed: bool, palette: QPalette) -> None:
     painter.save()
     r = rect.adjusted(
@@ -582,18 +599,8 @@ class ThumbnailDelegate(QStyledItemDelegate):
             self._paint_heading(painter, option, heading)
             painter.restore()
             return
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
         pal = option.palette
-        cell = option.rect.adjusted(3, 3, -3, -3)
-        selected = bool(option.state & QStyle.StateFlag.State_Selected)
-        hover = bool(option.state & QStyle.StateFlag.State_MouseOver)
-        if selected or hover:
-            col = QColor(pal.color(QPalette.ColorRole.Highlight))
-            col.setAlpha(110 if selected else 40)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(col)
-            painter.drawRoundedRect(cell, 8, 8)
+        cell, selected = paint_cell_background(painter, option)
         img_rect = QRect(cell.left() + 4, cell.top() + 4, cell.width() - 8, self.size)
         path = item_data(index, PATH_ROLE)
         pm = item_data(index, Qt.ItemDataRole.DecorationRole)

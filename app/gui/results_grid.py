@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QStyle,
     QStyleOptionViewItem,
     QVBoxLayout,
 )
@@ -39,6 +38,7 @@ from app.gui.models import (
     draw_pixmap_fit,
     draw_placeholder,
     item_data,
+    paint_cell_background,
     shown_name,
 )
 from app.gui.results import ResultsPanel
@@ -80,18 +80,8 @@ class ResultTileDelegate(ThumbnailDelegate):
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index) -> None:
         painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
         pal = option.palette
-        cell = option.rect.adjusted(3, 3, -3, -3)
-        selected = bool(option.state & QStyle.StateFlag.State_Selected)
-        hover = bool(option.state & QStyle.StateFlag.State_MouseOver)
-        if selected or hover:
-            col = QColor(pal.color(QPalette.ColorRole.Highlight))
-            col.setAlpha(110 if selected else 40)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(col)
-            painter.drawRoundedRect(cell, 8, 8)
+        cell, selected = paint_cell_background(painter, option)
         is_query = bool(item_data(index, QUERY_ROLE))
         path = item_data(index, PATH_ROLE)
         img_rect = QRect(cell.left() + 4, cell.top() + 4, cell.width() - 8, self.size)
