@@ -36,7 +36,14 @@ import numpy as np
 from engine.core.blas import single_threaded_blas
 from engine.index import candidates
 from engine.index.codes import batch_codes
-from engine.index.encode import ENCODE_BATCH, descriptor_sets, stacked
+from engine.index.encode import (
+    ENCODE_BATCH,
+    INDEX_PARTS,
+    EncodedImages,
+    descriptor_sets,
+    encode,
+    stacked,
+)
 from engine.index.keys import MODELS_STATE
 from engine.index.search import fit_key_idf
 from engine.index.threads import ENCODE_THREADS, thread_map
@@ -60,6 +67,7 @@ __all__ = [
     "fit_binnings",
     "fit_weights",
     "path_sample",
+    "refit",
     "sample_ids",
     "spread",
 ]
@@ -355,6 +363,92 @@ def fit_weights(m: SearchModels, all_codes: list[SimpleNamespace], random_state:
         max(len(m.leaf_keys), 8)
     )
     m.rh.cache(m.idf_keys, threads=ENCODE_THREADS)  # after the last image: cores are free
+
+
+def refit(
+    store: IndexStore,
+    ids: np.ndarray,
+    prepared: SimpleNamespace | None,
+    *,
+    fit_paths: Sequence[str] | None = None,
+    cancel: threading.Event | None = None,
+) -> tuple[SearchModels, EncodedImages] | None:
+    """Fit the models (or take the prefit's) and encode every image of ``store``.
+
+    Parameters
+    ----------
+    store : IndexStore
+    ids : (n,) int64 ndarray
+        The usable rows, ascending.
+    prepared : SimpleNamespace, optional
+        Models and encoded batches from :meth:`Prefit.finish` (a first index).
+    fit_paths : sequence of str, optional
+        The files a first index fits on (:func:`first_files`: one completed after an
+        interruption fits on those an uninterrupted one would).
+    cancel : threading.Event, optional
+        Checked between batches: once set, the work is dropped and None returned.
+
+    Returns
+    -------
+    (SearchModels, EncodedImages) or None
+        The models and every image's search data (without uniform pyramids:
+        :data:`~engine.index.encode.INDEX_PARTS`), in the order of ``ids``; None when
+        cancelled (nothing is kept: the version committed before stays).
+    """
+
+    def stopped() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    if stopped():
+        return None
+    pre = prepared
+    if pre is not None and not np.isin(pre.ids, ids).all():
+        pre = None  # cannot happen within one run; refit from scratch then
+    if pre is not None:
+        from engine.hashing.lsh import RandomHyperplaneHash
+
+        models = pre.models
+        models.rh = RandomHyperplaneHash(candidates.rh_bits(ids.size), random_state=0)
+        models.n_fit = int(ids.size)
+        rest = ids[~np.isin(ids, pre.ids)]
+        pre_parts = list(zip(pre.batches, pre.codes, strict=True))
+    else:
+        if fit_paths:  # a first index completed after an interruption
+            chosen = path_sample(store, {store.norm_path(p) for p in fit_paths})
+        else:
+            n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
+            chosen = sample_ids(ids, n_feat)
+        sample = stacked(store, chosen).sets()
+        models = fit_binnings(sample, ids.size)
+        rest = ids
+        pre_parts = []
+    batches = [rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)]
+    all_codes = thread_map(
+        lambda b: None if stopped() else batch_codes(models.vocab, stacked(store, b)),
+        batches,
+    )
+    if stopped():
+        return None
+    fit_weights(models, [c for _, c in pre_parts] + all_codes)
+    parts = thread_map(
+        lambda p: None if stopped() else encode(models, p[0], None, p[1], parts=INDEX_PARTS),
+        pre_parts,
+    )
+    parts += thread_map(
+        lambda k: (
+            None
+            if stopped()
+            else encode(
+                models, batches[k], stacked(store, batches[k]), all_codes[k], parts=INDEX_PARTS
+            )
+        ),
+        range(len(batches)),
+    )
+    all_codes.clear()  # (freed before the concatenation)
+    del pre_parts
+    if stopped():
+        return None
+    return models, EncodedImages.concat(parts)
 
 
 class Prefit:

@@ -63,7 +63,6 @@ import scipy.sparse as sp
 from engine.core.blas import single_threaded_blas
 from engine.features.keypoints import Features, extract_features
 from engine.index import candidates, fit
-from engine.index.codes import batch_codes
 from engine.index.encode import (
     ALL_PARTS,
     ENCODE_BATCH,
@@ -289,8 +288,14 @@ class Searcher:
             # nothing in memory, or a writer committed another version meanwhile
             models, data, data_keys, token = self._load_saved(snap, save, rows, maps)
         changed = False
-        if self._needs_refit(models, ids):
-            models, data = self._refit(ids, prepared)
+        if self._needs_refit(models, ids) and (save or not self._grown_only(models, ids)):
+            # (a reader answers with the models it finds while a collection that grew
+            # waits for a writer's refit: they encode every photo it holds)
+            refitted = self._refit(ids, prepared, cancel)
+            if refitted is None:  # cancelled: the version committed before stays
+                self._forget()
+                return
+            models, data = refitted
             data_keys = keys[np.searchsorted(ids, data.ids)]
             changed = True
         elif (
@@ -430,8 +435,9 @@ class Searcher:
                 return False
             # (a refit or re-encoding, below, needs them again: not read twice)
             self._models_read = (snap.token([MODELS_STATE]), models)
-        if self._needs_refit(models, ids) or models.rh.n_bits < candidates.rh_bits(ids.size):
-            return False
+        due = self._needs_refit(models, ids) or models.rh.n_bits < candidates.rh_bits(ids.size)
+        if due and not self._grown_only(models, ids):
+            return False  # other features: every photo is encoded again by the refit
         try:
             handles = snap.open([DATA_STATE])[DATA_STATE]  # (each file opened once)
         except FileNotFoundError:
@@ -443,6 +449,13 @@ class Searcher:
                 fh.close()
         if done:
             self._models_read = None
+        if done and due:
+            # A collection grown past REFIT_GROWTH (or due more hash bits): its new photos
+            # were committed first, encoded with the old models, so they are searchable
+            # and readers keep answering while the refit (or re-hash) that follows in
+            # _refresh builds the new version, committed in one swap; if it is cancelled
+            # or killed, the next update does it.
+            return bool(cancel is not None and cancel.is_set())
         return done
 
     def _update_layout(
@@ -539,9 +552,7 @@ class Searcher:
                 data_keys = keys[np.searchsorted(ids, data.ids)]
                 self._install(models, data, rows, data.ids, data_keys, token)
                 return
-        self.models = self.data = self.data_keys = self.states_token = None
-        self.generation = None
-        self.cache, self.uniform_self = {}, None
+        self._forget()
 
     def _needs_refit(self, models: fit.SearchModels | None, ids: np.ndarray) -> bool:
         """No models, a collection grown past ``REFIT_GROWTH``, or other features."""
@@ -552,48 +563,28 @@ class Searcher:
             refit = feats.descriptors.shape[1] != models.dim and len(feats) > 0
         return refit
 
-    def _refit(
-        self, ids: np.ndarray, prepared: SimpleNamespace | None
-    ) -> tuple[fit.SearchModels, EncodedImages]:
-        """Fit the models (or take the prefit's) and encode every image ``ids``: the
-        models and the data (without uniform pyramids: :data:`INDEX_PARTS`)."""
-        store = self.store
-        pre = prepared
-        if pre is not None and not np.isin(pre.ids, ids).all():
-            pre = None  # cannot happen within one run; refit from scratch then
-        if pre is not None:
-            from engine.hashing.lsh import RandomHyperplaneHash
+    def _grown_only(self, models: fit.SearchModels | None, ids: np.ndarray) -> bool:
+        """Whether a refit (or re-hash) is due only because the collection grew: the
+        models can still encode its photos (same features)."""
+        if models is None:
+            return False
+        feats = self.store.get_features(int(ids[0]))
+        return feats.descriptors.shape[1] == models.dim or len(feats) == 0
 
-            models = pre.models
-            models.rh = RandomHyperplaneHash(candidates.rh_bits(ids.size), random_state=0)
-            models.n_fit = int(ids.size)
-            rest = ids[~np.isin(ids, pre.ids)]
-            pre_parts = list(zip(pre.batches, pre.codes, strict=True))
-        else:
-            if self.fit_paths:  # a first index completed after an interruption
-                chosen = fit.path_sample(store, {store.norm_path(p) for p in self.fit_paths})
-            else:
-                n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
-                chosen = fit.sample_ids(ids, n_feat)
-            sample = stacked(store, chosen).sets()
-            models = fit.fit_binnings(sample, ids.size)
-            rest = ids
-            pre_parts = []
-        batches = [rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)]
-        all_codes = thread_map(lambda b: batch_codes(models.vocab, stacked(store, b)), batches)
-        fit.fit_weights(models, [c for _, c in pre_parts] + all_codes)
-        parts = thread_map(
-            lambda p: encode(models, p[0], None, p[1], parts=INDEX_PARTS), pre_parts
-        )
-        parts += thread_map(
-            lambda k: encode(
-                models, batches[k], stacked(store, batches[k]), all_codes[k], parts=INDEX_PARTS
-            ),
-            range(len(batches)),
-        )
-        all_codes.clear()  # (freed before the concatenation)
-        del pre_parts
-        return models, EncodedImages.concat(parts)
+    def _forget(self) -> None:
+        """Drop the models and data in memory: read again when next needed."""
+        self.models = self.data = self.data_keys = self.states_token = None
+        self.generation = None
+        self.cache, self.uniform_self = {}, None
+
+    def _refit(
+        self,
+        ids: np.ndarray,
+        prepared: SimpleNamespace | None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[fit.SearchModels, EncodedImages] | None:
+        """:func:`engine.index.fit.refit` of this store's images ``ids``."""
+        return fit.refit(self.store, ids, prepared, fit_paths=self.fit_paths, cancel=cancel)
 
     def _cover(
         self,

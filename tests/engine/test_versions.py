@@ -129,11 +129,34 @@ def _hook(stage, n, exc):
     return hook, seen
 
 
+def _update_cancelled_in_refit(folder, monkeypatch):
+    """An update of ``folder`` cancelled as its refit starts; its summary."""
+    cancel = threading.Event()
+    fit_binnings = fit.fit_binnings
+
+    def cancelling(*args, **kw):
+        cancel.set()
+        return fit_binnings(*args, **kw)
+
+    monkeypatch.setattr(fit, "fit_binnings", cancelling)
+    try:
+        with Collection.open(folder) as col:
+            gen = col.update(jobs=1, cancel=cancel)
+            while True:
+                try:
+                    next(gen)
+                except StopIteration as stop:
+                    return stop.value
+    finally:
+        monkeypatch.setattr(fit, "fit_binnings", fit_binnings)
+
+
 def test_crash_or_full_disk_at_every_write_of_an_update(tmp_path, small, monkeypatch):
     """The update after which the models are refitted (the collection doubled): a crash
     after any write, or a full disk at any write, leaves a version a reader opens and
-    queries -- the old one or the new one, never a mix -- and the next update gives what
-    an uninterrupted one does."""
+    queries -- the old one, the old models with the new photos (committed before the
+    refit), or the new one, never a mix -- and the next update gives what an
+    uninterrupted one does."""
     folder = tmp_path / "photos"
     _copy(small, folder, FIRST)
     _index(folder)
@@ -141,6 +164,11 @@ def test_crash_or_full_disk_at_every_write_of_an_update(tmp_path, small, monkeyp
     backup = tmp_path / "old.simile"
     shutil.copytree(folder / ".simile", backup)
     _copy(small, folder, MORE)
+    assert _update_cancelled_in_refit(folder, monkeypatch).cancelled
+    mid = _states(folder)  # the new photos in a segment, encoded with the old models
+    assert _same_state(mid[MODELS_STATE], old[MODELS_STATE]) and not _same(mid, old)
+    shutil.rmtree(folder / ".simile")
+    shutil.copytree(backup, folder / ".simile")
 
     hook, writes = _hook("after", 0, Crash())
     monkeypatch.setattr(files, "WRITE_HOOK", hook)
@@ -164,13 +192,52 @@ def test_crash_or_full_disk_at_every_write_of_an_update(tmp_path, small, monkeyp
                 _update(col)
             monkeypatch.setattr(files, "WRITE_HOOK", None)
             got = _states(folder)
-            assert _same(got, old) or _same(got, new), (stage, n, names[n - 1])
+            assert any(_same(got, v) for v in (old, mid, new)), (stage, n, names[n - 1])
             with Collection.open(folder, readonly=True) as col:
                 assert col.query(folder / "brick.jpg", top=1)[0].path.name == "brick.jpg"
                 assert compatible(*col.searcher.ensure())
             _index(folder)  # completing the update: as if it had never been interrupted
             assert _same(_states(folder), new), (stage, n, names[n - 1])
     assert _answers(folder, ["brick_crop", "coins"]) == answers
+
+
+def test_a_grown_collection_is_searchable_before_and_during_its_refit(
+    tmp_path, small, monkeypatch
+):
+    """Photos that make a collection due a refit are committed first, encoded with the
+    old models: a cancelled (or killed) refit leaves them searchable, a reader answers
+    with the old models without refitting, and the next update refits to exactly what
+    an uninterrupted update gives."""
+    clean = tmp_path / "clean"
+    _copy(small, clean, FIRST)
+    _index(clean)
+    _copy(small, clean, MORE)
+    _index(clean)
+    folder = tmp_path / "photos"
+    _copy(small, folder, FIRST)
+    _index(folder)
+    old = _states(folder)
+    _copy(small, folder, MORE)
+    summary = _update_cancelled_in_refit(folder, monkeypatch)
+    assert summary.cancelled and summary.indexed == len(MORE)
+    mid = _states(folder)
+    assert _same_state(mid[MODELS_STATE], old[MODELS_STATE])  # not refitted
+
+    def no_refit(*args, **kw):
+        raise AssertionError("a reader refitted the models")
+
+    monkeypatch.setattr(fit, "refit", no_refit)
+    with Collection.open(folder, readonly=True) as col:
+        for name in MORE:  # every new photo is found, as its own best hit
+            assert col.query(folder / f"{name}.jpg", method="vocabulary", top=1)[0].path.name == (
+                f"{name}.jpg"
+            )
+        assert compatible(*col.searcher.ensure())
+    monkeypatch.undo()
+    _index(folder)  # the refit, completed
+    new = _states(folder)
+    assert not _same_state(new[MODELS_STATE], old[MODELS_STATE])
+    assert _same(new, _states(clean))
 
 
 def test_kill_at_the_commit_keeps_a_whole_version(tmp_path, small):
