@@ -221,6 +221,8 @@ class ResultsPanel(QWidget):
         self.grid_btn.blockSignals(False)
         self.grid_btn.setText("Back to all photos" if on else "Show in grid")
         self.grid_btn.setEnabled(bool(on) or self.model.shown.query is not None)
+        # (in the grid, its heading has the same button, right above: not shown twice)
+        self.grid_btn.setVisible(not on)
 
     def set_min_percent(self, percent: int) -> None:
         """Set the minimum calibrated percentage shown (0: any), as the spin box does."""

@@ -134,7 +134,9 @@ def test_results_in_the_grid_ranked_filtered_searched_again_and_back(qtbot, wind
     assert selected == win.photos.row_of(str(coffee))
     qtbot.mouseClick(win.results_panel.grid_btn, Qt.MouseButton.LeftButton)
     assert win.shown.in_grid and win.library_stack.currentWidget() is win.results_page
-    assert win.results_panel.grid_btn.text() == "Back to all photos"
+    # one "Back to all photos", in the grid's heading (the panel's toggle is hidden)
+    assert win.results_panel.grid_btn.isHidden()
+    assert win.results_header.back_btn.isVisible()
     assert win.results_grid_act.isChecked()
     # the query first, then every hit in rank order with its calibrated percentage and label
     shown = tiles(win)
