@@ -386,6 +386,10 @@ def same_value(v: Any, w: Any) -> bool:
         return bool(np.array_equal(v, w))
     if isinstance(v, float) and isinstance(w, float) and v != v and w != w:
         return True
+    if isinstance(v, dict) and isinstance(w, dict):  # (a segment of a segmented state)
+        return same_state(v, w)
+    if isinstance(v, list) and isinstance(w, list):
+        return len(v) == len(w) and all(same_value(x, y) for x, y in zip(v, w, strict=True))
     return v == w
 
 
@@ -1189,6 +1193,10 @@ class Op:
     old_out: Any = None
     new_out: Any = None
     writes: list[str] = field(default_factory=list)
+    # an update whose photos make the models due a refit commits them first, with the old
+    # models, then the refit: that first commit is a version of its own
+    mid: dict | None = None
+    mid_out: Any = None
 
 
 def _op_update(workdir: Path) -> Op:
@@ -1278,6 +1286,24 @@ def _op_learn(workdir: Path) -> Op:
     )
 
 
+def _first_commit(op: Op, seen: list[str]) -> None:
+    """Set ``op.mid`` (and ``mid_out``) to the version of the first of several commits of
+    ``op`` (``seen``: its writes, from ``op.base``): the new photos with the old models,
+    before the refit. Leaves the folder at that version."""
+    commits = [k for k, name in enumerate(seen, 1) if name == "MANIFEST.json"]
+    if len(commits) < 2:
+        return
+    restore(op.folder, op.base)
+    try:
+        with write_hook(_crash_hook("after", commits[0], Crash("first commit"))):
+            cli(*op.argv)
+    except Crash:
+        pass
+    op.mid, op.mid_out = op.read(op.folder), op.outputs(op.folder)
+    assert not same_version(op.mid, op.old, op.ignore)
+    assert not same_version(op.mid, op.new, op.ignore)
+
+
 _OPS: dict[str, list[Op]] = {}
 
 
@@ -1302,17 +1328,21 @@ def ops(workdir: Path) -> list[Op]:
         assert op.old_out != op.new_out, f"{op.name}: the readers see no change"
         again = cli(*op.argv)  # deterministic: the same new version from the same start
         assert again.code == 0 and same_version(op.read(op.folder), op.new, op.ignore)
+        _first_commit(op, seen)
         out.append(op)
     _OPS[key] = out
     return out
 
 
 def _which(op: Op, version: dict) -> str | None:
-    """ "old", "new", or None (neither: a mix) for a version read."""
+    """ "old", "new", "first commit" (:attr:`Op.mid`) or None (neither: a mix) for a
+    version read."""
     if same_version(version, op.old, op.ignore):
         return "old"
     if same_version(version, op.new, op.ignore):
         return "new"
+    if op.mid is not None and same_version(version, op.mid, op.ignore):
+        return "first commit"
     return None
 
 
@@ -1339,7 +1369,7 @@ def _after_fault(op: Op, tally: Tally, before: dict) -> list[str]:
     else:
         tally.notes[f"{op.name}: {which} version after the fault"] += 1
     out = op.outputs(op.folder)
-    if out in (op.old_out, op.new_out):
+    if out in (op.old_out, op.new_out) or (op.mid is not None and out == op.mid_out):
         pass
     elif isinstance(out, tuple) and out[0] == "error":
         problems.append(f"the reader fails after the fault: {_tail(out[1], 20)}")
@@ -2009,8 +2039,11 @@ def _tmpfs_cases(
         )
         op.old = op.read(folder)
         put(workdir, folder, MORE)
-        assert cli(*op.argv).code == 0
+        seen: list[str] = []
+        with write_hook(_recording_hook(seen, threading.Lock())):
+            assert cli(*op.argv).code == 0
         op.new = op.read(folder)
+        _first_commit(op, seen)
         if frees is None:
             # log-uniform in [0, 4 MiB): full at the first write as often as at the last
             frees = [int(2 ** rng.uniform(0, 22)) - 1 for _ in range(n)]
