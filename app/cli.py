@@ -30,14 +30,20 @@ COMMANDS = (
 )
 
 
-def _command_modules():
-    for name in COMMANDS:
-        modname = f"app.commands.{name}"
-        if importlib.util.find_spec(modname) is not None:
-            yield name, importlib.import_module(modname)
+def _command_names() -> list[str]:
+    """The sub-commands present (found without importing them)."""
+    return [n for n in COMMANDS if importlib.util.find_spec(f"app.commands.{n}") is not None]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_modules(only: str | None = None):
+    for name in _command_names() if only is None else [only]:
+        yield name, importlib.import_module(f"app.commands.{name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every sub-command, or of sub-command ``only`` alone (a command line
+    naming one imports that one only: a one-shot ``simile query`` does not pay for the
+    modules of the others)."""
     parser = Parser(
         prog="simile",
         description="Search and organise a folder of photos by what is in them.",
@@ -45,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"simile {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for _name, module in _command_modules():
+    for _name, module in _command_modules(only):
         module.add_parser(sub)
     return parser
 
@@ -53,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     as_program = argv is None  # the ``simile`` process itself (tests pass argv)
     argv = list(sys.argv[1:] if argv is None else argv)
-    names = {name for name, _ in _command_modules()}
+    names = set(_command_names())
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help", "--version")):
         # No sub-command: the GUI (``simile``, ``simile FOLDER``, ``simile FOLDER --screenshot``).
         return gui_main(argv)
@@ -62,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="replace")
         except (AttributeError, ValueError):  # a replaced stream (tests, pipes in IDEs)
             pass
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv[0] in names else None)
     args = parser.parse_args(argv)
     if as_program:  # a one-shot process: freed arrays are reused, not page-faulted again
         from engine.index.ingest import keep_heap_warm

@@ -54,6 +54,7 @@ def open_collection(
     readonly: bool = False,
     check: bool | None = None,
     map_data: bool = False,
+    learned: bool = True,
 ):
     """Open ``folder``'s collection or raise :class:`CommandError` naming the problem.
 
@@ -61,8 +62,12 @@ def open_collection(
     a damaged index is one line here, with its remedy, rather than a failed query.
     ``map_data``: memory-map every segment of the search data instead of reading it (a
     one-shot query: :attr:`engine.index.searcher.Searcher.map_data`).
+    ``learned``: make the ``learned`` search method available (imports
+    :mod:`engine.workflows.feedback`, which registers it); a command that uses another
+    method need not pay for that import.
     """
-    import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
+    if learned:
+        import engine.workflows.feedback  # noqa: F401  (registers the "learned" method)
     from engine.collection import Collection, default_index_dir
     from engine.index.store import IndexLockedError, IndexNotFoundError, StoreError
 
@@ -122,6 +127,10 @@ def repair_collection(folder: str, index: str | None) -> list[str]:
 
 def check_method(method: str) -> None:
     """Raise :class:`CommandError` unless ``method`` is a search method of the engine."""
+    from engine.index.methods import METHODS
+
+    if method in METHODS:  # (a built-in name: known without importing the others)
+        return
     import engine.workflows.feedback  # noqa: F401  (registers the "learned" search method)
     from engine.collection import available_methods
 

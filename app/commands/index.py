@@ -25,7 +25,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "run only processes new and changed files and drops deleted ones. The index goes "
             "to FOLDER/.simile, or to ~/.cache/simile/<hash> when FOLDER is not writable. "
             "Ctrl-C stops cleanly: what is finished stays usable and the next run completes it. "
-            "--repair first rebuilds what is damaged in the index from what is intact."
+            "--repair first rebuilds what is damaged in the index from what is intact. "
+            "--only PATH... updates those files and folders of FOLDER alone (added, changed "
+            "or deleted ones) without scanning the rest: what a script or a file watcher "
+            "that knows what changed runs (e.g. simile index ~/Photos --only "
+            "~/Photos/new.jpg ~/Photos/gone.jpg)."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
@@ -58,6 +62,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="PATH",
+        help=(
+            "update only these files or folders of FOLDER, new, changed or deleted (a "
+            "deleted file is removed from the index; a folder is scanned), instead of "
+            "scanning all of FOLDER; a PATH outside FOLDER is refused"
+        ),
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="JSON lines on stdout: progress, then the summary as the last line",
@@ -81,19 +95,35 @@ def _check_cluster(args: argparse.Namespace) -> None:
         raise CommandError(str(exc)) from None
 
 
+def _check_only(folder: str, paths: list[str]) -> None:
+    """Refuse ``--only`` paths outside ``folder`` before the index is opened."""
+    from engine.index.ingest import OutsideFolderError, in_folder
+
+    for p in paths:
+        try:
+            in_folder(folder, p)
+        except OutsideFolderError:
+            raise CommandError(
+                f"--only: {p} is not inside the folder {folder}; name files or folders of it"
+            ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.index.distributed import ClusterError
-    from engine.index.ingest import FolderOfflineError
+    from engine.index.ingest import FolderOfflineError, OutsideFolderError
     from engine.index.store_errors import StoreError
 
     if args.jobs is not None and args.jobs < 1:
         raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
     if args.cluster is not None:
         _check_cluster(args)
+    only = getattr(args, "only", None)
+    if only is not None:
+        _check_only(args.folder, only)
     if args.repair:
         for line in repair_collection(args.folder, args.index) or ["nothing was damaged"]:
             print(f"simile: repair: {line}", file=sys.stderr)
-    col = open_collection(args.folder, args.index, create=True)
+    col = open_collection(args.folder, args.index, create=True, learned=False)
     cancel = threading.Event()
     progress = Progress("indexing", json_lines=args.json)
     summary = None
@@ -113,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     try:
         gen = col.update(
-            jobs=args.jobs, cancel=cancel, allow_empty=args.allow_empty, cluster=args.cluster
-        )
+            jobs=args.jobs, cancel=cancel, allow_empty=args.allow_empty, cluster=args.cluster,
+            paths=only,
+        )  # fmt: skip
         while True:
             try:
                 p = next(gen)
@@ -127,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 progress.update(p.done, p.total, p.path or "")
     except StoreError as exc:
         raise CommandError(store_error_message(exc, args.folder, args.index), 1) from None
-    except FolderOfflineError as exc:
+    except (FolderOfflineError, OutsideFolderError) as exc:
         raise CommandError(str(exc), 1) from None
     except ClusterError as exc:
         raise CommandError(str(exc), 1) from None

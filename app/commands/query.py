@@ -11,7 +11,7 @@ from app.commands._common import CommandError, emit_json
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from engine.collection import METHODS
+    from engine.index.methods import METHODS
 
     p = subparsers.add_parser(
         "query",
@@ -54,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
             box = parse_box(args.box)
         except ValueError as exc:
             raise CommandError(f"--box: {exc}") from None
-    col = open_collection(args.folder, args.index, create=False, readonly=True, map_data=True)
+    col = open_collection(
+        args.folder, args.index, create=False, readonly=True, map_data=True,
+        learned=args.method == "learned",
+    )  # fmt: skip
     try:
         # read every query first: an unreadable one fails the run before any output
         queries = []

@@ -130,7 +130,7 @@ class Summary:
 
 def _child(
     folder: str, index_dir: str | None, q, cancel, jobs: int | None,
-    repair: bool = False, setup: str | None = None,
+    repair: bool = False, setup: str | None = None, paths: list[str] | None = None,
 ) -> None:  # fmt: skip
     """Child process: (repair,) open, update, report; every failure becomes an
     ``("error", one line, exception class name, details)``."""
@@ -149,7 +149,7 @@ def _child(
         stage = "update"
         try:
             q.put(("opened", [str(p) for p in coll.paths()], str(coll.index_dir)))
-            gen = coll.update(jobs=jobs, cancel=cancel)
+            gen = coll.update(jobs=jobs, cancel=cancel, paths=paths)
             while True:
                 try:
                     p = next(gen)
@@ -181,10 +181,15 @@ def index_in_child(
     cancel: threading.Event,
     jobs: int | None = None,
     repair: bool = False,
+    paths: list[str] | None = None,
 ) -> Iterator[tuple]:
     """Run the indexing child; yield ``("repaired", lines)`` (with ``repair``),
     ``("opened", paths, index_dir)`` and ``("progress", Progress)``; return a
     :class:`Summary`.
+
+    ``paths``: update those files and folders of ``folder`` only (what the folder
+    watcher saw change, :meth:`app.gui.watcher.FolderWatcher.take_changes`), not the
+    whole folder (``Collection.update(paths=...)``).
 
     Raises :class:`IndexingError` (a ``RuntimeError``) with the child's message if it
     failed.
@@ -195,7 +200,7 @@ def index_in_child(
     idx = None if index_dir is None else str(index_dir)
     proc = ctx.Process(
         target=_child,
-        args=(str(folder), idx, q, child_cancel, jobs, repair, CHILD_SETUP),
+        args=(str(folder), idx, q, child_cancel, jobs, repair, CHILD_SETUP, paths),
         name="simile-indexer",
     )
     proc.start()

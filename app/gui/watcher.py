@@ -15,7 +15,12 @@ changed in the background (formats issue, point 4).
   is indexed again when it comes back.
 
 The indexing itself is the window's usual incremental update: a moved photo is found
-by content and keeps what the index knows of it.
+by content and keeps what the index knows of it. The watcher also keeps the paths its
+events named (:meth:`FolderWatcher.take_changes`), so that the update looks at those
+only (``Collection.update(paths=...)``) instead of scanning the whole folder: at 100,000
+photos that scan costs more than indexing the photo that was added. When the events may
+not tell everything (the periodic check, the folder back online, a polling observer's
+rescan, more than :data:`MAX_PATHS` paths) it asks for the whole scan.
 """
 
 from __future__ import annotations
@@ -28,12 +33,14 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 log = logging.getLogger(__name__)
 
-__all__ = ["QUIET_MS", "RESCAN_MS", "FolderWatcher", "relevant"]
+__all__ = ["MAX_PATHS", "QUIET_MS", "RESCAN_MS", "FolderWatcher", "relevant"]
 
 #: Quiet time after the last event before the folder counts as changed (ms).
 QUIET_MS = 1500
 #: Periodic check of the folder (offline / back, and changes no event reported) (ms).
 RESCAN_MS = 5 * 60 * 1000
+#: Paths named by the events of one change beyond which the whole folder is scanned.
+MAX_PATHS = 5000
 _IGNORED_SUFFIXES = (".xmp", ".tmp", ".part", ".crdownload", ".swp", "~")
 
 
@@ -83,6 +90,7 @@ class FolderWatcher(QObject):
         self.mode = "off"  # "native", "polling" or "off"
         self._observer = None
         self._offline = False
+        self._changes: set[str] | None = set()  # (None: scan the whole folder)
         self._quiet = QTimer(self)
         self._quiet.setSingleShot(True)
         self._quiet.setInterval(int(quiet_ms))
@@ -115,6 +123,7 @@ class FolderWatcher(QObject):
                 log.debug("watcher stop: %s", exc)
         self.mode = "off"
         self.folder = None
+        self._changes = set()
 
     def _start_observer(self) -> None:
         folder = self.folder
@@ -158,7 +167,30 @@ class FolderWatcher(QObject):
         if Path(path) == self.folder and not self.folder.is_dir():
             self.check()
             return
+        if self._changes is not None:
+            self._changes.add(path)
+            if len(self._changes) > MAX_PATHS or Path(path) == self.folder:
+                self._changes = None
         self._quiet.start()  # (re)start: a burst of events is one change
+
+    def take_changes(self) -> list[str] | None:
+        """The paths the events named since the last call (files and folders, added,
+        changed, moved or deleted), to update the index for those only
+        (``Collection.update(paths=...)``); None when the whole folder is to be scanned
+        (see the module docstring; also when no event named a path, or nothing is
+        watched). Starts collecting anew."""
+        changes, self._changes = self._changes, set()
+        if not changes or self.mode == "off":
+            return None  # (nothing named: a change the events did not tell, or no watcher)
+        return sorted(changes)
+
+    def give_back(self, paths: list[str]) -> None:
+        """Paths taken (:meth:`take_changes`) by an update that did not complete
+        (cancelled, failed): the next update looks at them again."""
+        if self._changes is not None:
+            self._changes.update(paths)
+            if len(self._changes) > MAX_PATHS:
+                self._changes = None
 
     def check(self) -> None:
         """The periodic check: offline / back, and a change for the folder's rescan."""
@@ -176,10 +208,12 @@ class FolderWatcher(QObject):
             self.offline.emit(str(folder))
         elif there and self._offline:
             self._offline = False
+            self._changes = None  # (what changed while it was away: the whole scan)
             self._start_observer()
             self.online.emit(str(folder))
             self._quiet.start()
         elif there and self.mode != "native":
+            self._changes = None
             self._quiet.start()  # (no events to rely on: rescan now and then)
 
     @property

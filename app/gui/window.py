@@ -290,7 +290,8 @@ class MainWindow(QMainWindow):
             return
         self._watch_pending = False
         self.status_label.setText(f"{s.folder.name} changed; indexing what changed…")
-        self._start_indexing()
+        # the paths the watcher's events named (None: scan the whole folder)
+        self._start_indexing(paths=self.watcher.take_changes())
 
     def _on_folder_offline(self, folder: str) -> None:
         self.show_error(
@@ -1209,7 +1210,10 @@ class MainWindow(QMainWindow):
             return
         self._start_indexing(repair=True)
 
-    def _start_indexing(self, repair: bool = False) -> None:
+    def _start_indexing(self, repair: bool = False, paths: list[str] | None = None) -> None:
+        """Index the open folder in a child process: the whole folder, or only ``paths``
+        of it (what the folder watcher saw change; given back to it when the run does not
+        complete, so that the next run looks at them again)."""
         s = self.session
         folder = s.folder
         token = s.begin("index")
@@ -1227,13 +1231,14 @@ class MainWindow(QMainWindow):
             folder,
             s.index_dir,
             repair=repair,
+            paths=paths,
             pass_cancel=True,
             abort_on_quit=False,  # cancelling still opens what was indexed so far
             start=False,
         )
         label = f"Repairing the index of {folder.name}" if repair else f"Indexing {folder.name}"
         job = s.jobs.start(token, label, cancel=w.quit, handle=w)
-        job.extra.update(eta=EtaEstimator(), started=time.monotonic())
+        job.extra.update(eta=EtaEstimator(), started=time.monotonic(), paths=paths)
         w.yielded.connect(s.accept(token, lambda item: self._on_index_progress(job, item)))
         # a superseded run's collection is closed by the session, never shown
         w.returned.connect(lambda result: self._on_index_done(token, job, result))
@@ -1313,6 +1318,7 @@ class MainWindow(QMainWindow):
         secs = getattr(summary, "seconds", time.monotonic() - job.extra["started"])
         new = getattr(summary, "indexed", 0)
         s.duplicates.photos_changed(new + getattr(summary, "removed", 0))
+        job.extra["completed"] = not getattr(summary, "cancelled", False)
         msg = f"{n} photos in {s.folder.name}"
         if getattr(summary, "cancelled", False):
             msg = f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
@@ -1348,6 +1354,14 @@ class MainWindow(QMainWindow):
         s = self.session
         self._flush_timer.stop()
         s.flush_arrivals()
+        job = s.jobs.get(token.topic)
+        if (
+            job is not None
+            and job.token == token
+            and job.extra.get("paths")
+            and not (job.extra.get("completed"))
+        ):
+            self.watcher.give_back(job.extra["paths"])  # (cancelled or failed: look again)
         s.jobs.finish(token)
         self.indexing_finished.emit(s.collection)
         if self._watch_pending:  # the folder changed while it was indexed
@@ -2038,7 +2052,13 @@ def _stored_metadata(coll) -> dict:
         return {}
 
 
-def _open_and_index(folder: Path, index_dir: Path | None, cancel=None, repair: bool = False):
+def _open_and_index(
+    folder: Path,
+    index_dir: Path | None,
+    cancel=None,
+    repair: bool = False,
+    paths: list[str] | None = None,
+):
     """Index ``folder`` in a child process (see :mod:`app.gui.indexer`), yielding its
     progress (first repairing its index, with ``repair``), then open the finished index
     here for searching (and read its marks).
@@ -2055,7 +2075,9 @@ def _open_and_index(folder: Path, index_dir: Path | None, cancel=None, repair: b
     from engine.index.store_errors import IndexLockedError
 
     try:
-        summary = yield from index_in_child(folder, index_dir, cancel=cancel, repair=repair)
+        summary = yield from index_in_child(
+            folder, index_dir, cancel=cancel, repair=repair, paths=paths
+        )
     except IndexingError as exc:
         if exc.locked:
             return _open_reader(folder, index_dir, "locked")

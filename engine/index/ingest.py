@@ -7,6 +7,10 @@ them in batches, each batch one chunk file + one SQLite transaction
 (:meth:`engine.index.store.IndexStore.write_batch`). A run stopped at any moment (cancel,
 Ctrl-C, ``kill -9``) keeps every finished batch; the next run sees the rest as new or
 changed and completes the index.
+
+Told what changed (``paths=``: files or folders, new, changed or gone), it looks at those
+only (:func:`scan_paths`) instead of listing the whole folder: what a file watcher or a
+script that knows what it changed pays is what changed, not the library.
 """
 
 from __future__ import annotations
@@ -46,11 +50,14 @@ __all__ = [
     "FolderOfflineError",
     "IngestProgress",
     "IngestSummary",
+    "OutsideFolderError",
     "default_jobs",
     "extract_parallel",
     "feature_key",
+    "in_folder",
     "ingest",
     "keep_heap_warm",
+    "scan_paths",
     "worker_context",
 ]
 
@@ -62,6 +69,10 @@ class FolderOfflineError(OSError):
     def __init__(self, message: str, folder: str = "") -> None:
         super().__init__(message)
         self.folder = folder
+
+
+class OutsideFolderError(ValueError):
+    """A path given to a path-limited update is not inside the folder indexed."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +165,9 @@ def ingest(
     on_plan: Callable[[list[str]], None] | None = None,
     allow_empty: bool = False,
     cluster: str | None = None,
+    paths: Iterable[str | os.PathLike] | None = None,
 ) -> Generator[IngestProgress, None, IngestSummary]:
-    """Bring the index in ``store`` up to date with ``folder``.
+    """Bring the index in ``store`` up to date with ``folder`` (or with ``paths`` of it).
 
     A folder that holds none of the indexed photos any more, and no other photo, is
     taken for an unplugged drive or an unmounted share: :class:`FolderOfflineError` is
@@ -191,6 +203,11 @@ def ingest(
         ``jobs`` is then not used). This process still writes everything, in the same
         order: the index is the one a local run makes. No cluster is started or
         contacted when nothing needs extracting.
+    paths : iterable of path-like, optional
+        Update these files and folders of ``folder`` only (:func:`scan_paths`: new,
+        changed or gone; a folder is scanned): the index ends as a whole run would
+        leave it when nothing else changed. Refused (:class:`OutsideFolderError`, before
+        anything is written) when one is not inside ``folder``.
 
     Yields
     ------
@@ -211,7 +228,11 @@ def ingest(
     kw = dict(feature_kwargs or {})
     fkey = feature_key(kw)
     folder = os.fspath(folder)
-    known, scan, n_removed = yield from _scan(store, folder, exclude, allow_empty)
+    if paths is None:
+        known, scan, n_removed = yield from _scan(store, folder, exclude, allow_empty)
+    else:
+        scanned = scan_paths(store, folder, paths, exclude=exclude)
+        known, scan, n_removed = yield from _scan(store, folder, exclude, True, scanned)
     work, stale, known_hashes, first = _plan(store, scan, known, fkey, spread)
     total = len(work)
     planned = on_plan is None
@@ -324,14 +345,19 @@ def _scan(
     folder: str,
     exclude: Iterable[str | os.PathLike],
     allow_empty: bool = False,
+    scanned: tuple[dict[str, tuple[int, int]], Any] | None = None,
 ) -> Generator[IngestProgress, None, tuple[dict[str, tuple[int, int]], Any, int]]:
     """Scan ``folder`` against the catalogue and drop the files gone (progress events);
     returns the catalogue's known stats, the scan and the number of rows removed.
     :class:`FolderOfflineError` (nothing removed) when every indexed photo is gone and
-    no photo is found, unless ``allow_empty``."""
+    no photo is found, unless ``allow_empty``. ``scanned``: the known stats and scan of
+    some paths of it (:func:`scan_paths`), used instead of a scan of the folder."""
     yield IngestProgress(0, 0, None, "scanning", f"scanning {folder}")
-    known = store.known_stats()
-    scan = scan_folder(folder, known, exclude=[store.index_dir, *exclude])
+    if scanned is None:
+        known = store.known_stats()
+        scan = scan_folder(folder, known, exclude=[store.index_dir, *exclude])
+    else:
+        known, scan = scanned
     if (
         not allow_empty
         and scan.removed
@@ -355,12 +381,125 @@ def _scan(
         new_paths = {f.path for f in moved.values()}
         scan.new = [f for f in scan.new if f.path not in new_paths]
         scan.unchanged = [*scan.unchanged, *sorted(new_paths)]
-        known = store.known_stats()
+        known = store.known_stats(known if scanned is not None else None)
+        if scanned is not None:
+            known.update(store.known_stats(new_paths))
         yield IngestProgress(0, 0, None, "scanning", f"{len(moved)} photo(s) moved or renamed")
     n_removed = store.remove(scan.removed) if scan.removed else 0
     if scan.removed:
         yield IngestProgress(0, 0, None, "removed", f"dropped {n_removed} deleted files")
     return known, scan, n_removed
+
+
+def in_folder(folder: str, path: str | os.PathLike) -> str:
+    """The catalogue's path of ``path`` (absolute, below the folder's real path, as
+    :func:`engine.io.scan.scan_folder` names it); :class:`OutsideFolderError` when it is
+    not inside ``folder``."""
+    root = os.path.realpath(folder)
+    given = os.path.abspath(os.fsdecode(os.fspath(path)))
+    # as given (below the folder as named, or its real path), else through the real
+    # path of its parent (a folder reached through a link)
+    real_parent = os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given))
+    for base, p in ((os.path.abspath(folder), given), (root, given), (root, real_parent)):
+        rel = os.path.relpath(p, base)
+        if rel == os.curdir:
+            return root
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            return os.path.join(root, rel)
+    raise OutsideFolderError(f"{given} is not inside the folder {root}")
+
+
+def scan_paths(
+    store: IndexStore,
+    folder: str | os.PathLike,
+    paths: Iterable[str | os.PathLike],
+    *,
+    exclude: Iterable[str | os.PathLike] = (),
+) -> tuple[dict[str, tuple[int, int]], Any]:
+    """What :func:`engine.io.scan.scan_folder` finds of ``paths`` of ``folder`` alone:
+    a file is new, changed, unchanged or gone (removed: it is known and no longer there,
+    or no longer an image); a folder is scanned, its known files not found in it gone;
+    a hidden one, or one in the index folder, is passed over, as the scan does.
+
+    Returns
+    -------
+    known : dict of str to (int, int)
+        The catalogue's ``(size, mtime_ns)`` of the files looked at.
+    scan : engine.io.scan.ScanResult
+
+    Raises
+    ------
+    OutsideFolderError
+        A path is not inside ``folder`` (nothing is looked at).
+    """
+    import stat as stat_mod
+
+    from engine.io.imageio import IMAGE_SUFFIXES, is_image_file
+    from engine.io.scan import ScanResult
+
+    def is_image(path: str) -> bool:  # (as the scan tells)
+        return os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES or is_image_file(path)
+
+    folder = os.fspath(folder)
+    root = os.path.realpath(folder)
+    wanted = sorted({in_folder(folder, p) for p in paths})
+    index_dir = os.path.realpath(store.index_dir)
+    skip = [index_dir, *(os.path.realpath(os.fspath(e)) for e in exclude)]
+    scan = ScanResult()
+    known: dict[str, tuple[int, int]] = {}
+    files: list[str] = []
+    for p in wanted:
+        rel = os.path.relpath(p, root)
+        if rel != os.curdir and any(part.startswith(".") for part in rel.split(os.sep)):
+            continue  # (hidden: the scan skips it)
+        if any(p == d or p.startswith(d + os.sep) for d in skip):
+            continue
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            scan.errors.append((p, f"cannot stat: {exc.strerror or type(exc).__name__}"))
+            continue
+        if st is not None and stat_mod.S_ISDIR(st.st_mode):
+            under = store.known_stats(under=p)
+            sub = scan_folder(p, under, exclude=skip)
+            known.update(under)
+            for name in ("new", "changed", "unchanged", "removed", "errors", "skipped"):
+                getattr(scan, name).extend(getattr(sub, name))
+        else:
+            files.append(p)
+            if st is None:  # (gone: a folder of them, maybe)
+                under = store.known_stats(under=p)
+                known.update(under)
+                scan.removed.extend(under)
+    file_known = store.known_stats(files)
+    known.update(file_known)
+    for p in files:
+        prev = file_known.get(p)
+        try:
+            st = os.stat(p)
+        except OSError:
+            if prev is not None:
+                scan.removed.append(p)
+            continue
+        if not stat_mod.S_ISREG(st.st_mode):
+            scan.skipped.append((p, "not a regular file"))
+            if prev is not None:
+                scan.removed.append(p)
+            continue
+        if prev is not None and prev == (st.st_size, st.st_mtime_ns):
+            scan.unchanged.append(p)
+        elif not is_image(p):
+            scan.n_skipped += 1
+            if prev is not None:
+                scan.removed.append(p)
+        else:
+            bucket = scan.new if prev is None else scan.changed
+            bucket.append(FileStat(p, st.st_size, st.st_mtime_ns))
+    for lst in (scan.new, scan.changed, scan.unchanged, scan.removed, scan.skipped):
+        lst.sort()
+    return known, scan
 
 
 def _moved(store: IndexStore, scan: Any, known: Mapping[str, tuple[int, int]]) -> dict:

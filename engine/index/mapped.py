@@ -21,11 +21,19 @@ arrays. A query then touches only what it reads:
 Every score is the one the concatenated data gives, to the last bit: a row's score is
 computed from its own entries alone, by the same operations in the same order.
 
-Damage is found as when the files are read: each member's CRC-32 is checked (the zip's
-own) before any of its bytes is used. The small members (ids, row keys, row pointers,
-hash codes) are checked at once; the bags of words and the vocabulary pyramids in a
-background thread started when the files are mapped (a query waits for, or helps with,
-those it is about to read, :meth:`FileChecks.require`). A damaged file raises the one-line
+Damage is found before any byte of it is used. The small members (ids, row keys, row
+pointers, hash codes, block checksums) are checked at once, whole (the zip's own CRC-32);
+the bags of words, which every query reads whole, in a background thread started when
+the files are mapped (a query waits for, or helps with, those it is about to read,
+:meth:`FileChecks.require`). The vocabulary pyramids, two thirds of the bytes of which a
+query reads the rows of its few candidates only, are checked block by block: a segment
+stores the CRC-32 of every :data:`CHECK_BLOCK` bytes of their arrays (``check.<array>``,
+:func:`block_checks`, with one more of their dtype, shape and order), and a query checks
+the blocks that hold the rows it is about to read, each once
+(:meth:`FileChecks.require_spans`). What a query never reads is not checked: the rest of
+the pyramids, and the padding of the arrays' headers; ``simile index --repair`` checks
+everything. A segment written before block checksums has its pyramids checked whole, in
+the background, as the bags of words. A damaged file raises the one-line
 :class:`~engine.index.store_errors.IndexCorruptError` of a read. Pages read only to be
 checked, or once per query (the bags of words), are handed back after use
 (``madvise(MADV_DONTNEED)``: they stay in the page cache), so the process's memory is the
@@ -37,9 +45,7 @@ from __future__ import annotations
 import io
 import mmap
 import struct
-import threading
 import zipfile
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
@@ -47,11 +53,18 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from engine.index.block_checks import (
+    BLOCK_CHECKED,
+    CHECK_BLOCK,
+    FileChecks,
+    Member,
+    block_checks,
+    release,
+)
 from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
 from engine.index.keys import DATA_STATE
 from engine.index.segmented import SegmentedIndex
 from engine.index.states import NPZ_ERRORS, damaged_file, live_masks, segment_files
-from engine.index.store_errors import StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -59,148 +72,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.index.manifest import Snapshot
 
 __all__ = [
+    "BLOCK_CHECKED",
+    "CHECK_BLOCK",
     "FileChecks",
     "MappedSegments",
     "SegmentedImages",
     "SegmentedRows",
+    "block_checks",
     "map_segments",
 ]
 
-_PAGE = mmap.PAGESIZE
-_CHUNK = 1 << 24  # bytes checked (and pages handed back) at a time
 _MATVEC_ROWS = 8192  # rows of a segment's bags multiplied (and handed back) at a time
-#: Members checked when the files are mapped: read whole by every reader, and small.
-_AT_ONCE = ("ids", ROW_KEYS, "vocab.indptr", "vocab.ukeys", "bow.indptr", "wta", "rh")
-
-
-def _group(key: str) -> str:
-    """When member ``key`` is checked: ``"open"``, ``"bow"``, ``"vocab"``, ``"uniform"``."""
-    if key.startswith("uniform."):
-        return "uniform"
-    if key in _AT_ONCE:
-        return "open"
-    return "bow" if key.startswith("bow.") else "vocab"
-
-
-def _release(mm: mmap.mmap, start: int, end: int) -> None:
-    """Hand back the whole pages of ``mm[start:end]`` (their bytes stay in the page
-    cache; a later read maps them again)."""
-    a = -(-start // _PAGE) * _PAGE
-    b = (end // _PAGE) * _PAGE
-    if b > a and hasattr(mm, "madvise"):
-        mm.madvise(mmap.MADV_DONTNEED, a, b - a)
-
-
-@dataclass
-class _Member:
-    """One ``.npy`` member of a mapped file: where its bytes are and their CRC-32."""
-
-    file: str
-    key: str
-    mm: mmap.mmap
-    start: int  # first byte of the member (its .npy header)
-    data: int  # first byte of its array
-    end: int
-    crc: int
-    state: str = "waiting"  # "running", "done"
-    error: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        self.done = threading.Event()
-
-
-class FileChecks:
-    """The CRC-32 checks of the members of mapped files, each run once: in a background
-    thread, or by the first caller that needs it (:meth:`require`).
-
-    Parameters
-    ----------
-    states : Path
-        The index's ``states`` folder (for the error messages).
-    name : str
-        The state the files are of.
-    """
-
-    def __init__(self, states: Path, name: str) -> None:
-        self._states, self._name = states, name
-        self._members: list[_Member] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def add(self, member: _Member) -> None:
-        self._members.append(member)
-
-    def _claim(self, member: _Member) -> bool:
-        with self._lock:
-            if member.state != "waiting":
-                return False
-            member.state = "running"
-            return True
-
-    def _run(self, member: _Member) -> None:
-        """Check ``member`` (claimed by this thread)."""
-        try:
-            crc, view = 0, memoryview(member.mm)
-            try:
-                for a in range(member.start, member.end, _CHUNK):
-                    b = min(a + _CHUNK, member.end)
-                    crc = zlib.crc32(view[a:b], crc)
-                    _release(member.mm, a, b)
-            finally:
-                view.release()
-            if crc != member.crc:
-                raise zipfile.BadZipFile(f"Bad CRC-32 for file '{member.key}.npy'")
-        except (*NPZ_ERRORS, struct.error) as exc:
-            member.error = damaged_file(self._states, self._name, member.file, exc)
-        except BaseException as exc:  # (e.g. the file shrank under the map: SIGBUS is
-            member.error = exc  # not catchable, an OSError is)
-        finally:
-            member.state = "done"
-            member.done.set()
-
-    def start(self, groups: Sequence[str]) -> None:
-        """Check the members of ``groups`` in a background thread, in that order."""
-        todo = [m for g in groups for m in self._members if _group(m.key) == g]
-
-        def work() -> None:
-            for m in todo:
-                if self._closed:
-                    return
-                if self._claim(m):
-                    self._run(m)
-
-        threading.Thread(target=work, name="simile-check", daemon=True).start()
-
-    def require(self, group: str) -> None:
-        """Return once every member of ``group`` is checked (checking those no thread
-        has started, here).
-
-        Raises
-        ------
-        IndexCorruptError
-            One is damaged.
-        StoreError
-            The store was closed before they were checked.
-        """
-        members = [m for m in self._members if _group(m.key) == group]
-        for m in members:
-            if m.state == "waiting" and self._closed:
-                raise StoreError("the index store is closed")
-            if self._claim(m):
-                self._run(m)
-        for m in members:
-            m.done.wait()
-            if m.error is not None:
-                raise m.error
-
-    def close(self) -> None:
-        """No check starts after this (those needed later raise :class:`StoreError`)."""
-        self._closed = True
 
 
 def _map_file(
     states: Path, fh: IO[bytes], file: str, checks: FileChecks
-) -> tuple[dict[str, np.ndarray], dict[str, _Member]] | None:
+) -> tuple[dict[str, np.ndarray], dict[str, Member]] | None:
     """The arrays of one ``.npz`` file as read-only views of a map of it, and its
     members (added to ``checks``); None when a member is compressed (the file is read
     instead). Only the zip directory and the array headers are read here.
@@ -212,7 +99,7 @@ def _map_file(
         does not fill its member (a truncated file).
     """
     arrays: dict[str, np.ndarray] = {}
-    members: dict[str, _Member] = {}
+    members: dict[str, Member] = {}
     try:
         fh.seek(0)
         with zipfile.ZipFile(fh) as z:
@@ -249,7 +136,7 @@ def _map_file(
                 raise ValueError(f"array {key!r} is stored twice")
             arr = np.frombuffer(mm, dtype, count, data) if count else np.zeros(0, dtype)
             arrays[key] = arr.reshape(shape, order="F" if fortran else "C")
-            members[key] = _Member(file, key, mm, start, data, end, info.CRC)
+            members[key] = Member(file, key, mm, start, data, end, info.CRC)
             checks.add(members[key])
     except (*NPZ_ERRORS, struct.error) as exc:
         raise damaged_file(states, DATA_STATE, file, exc) from exc
@@ -297,7 +184,7 @@ class SegmentedRows:
 
     def __init__(
         self,
-        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, Sequence[_Member]]],
+        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, Sequence[Member]]],
         n_words: int,
         seg: np.ndarray,
         pos: np.ndarray,
@@ -355,7 +242,7 @@ class SegmentedRows:
                 csr_matvec(r1 - r0, self.n_words, ptr, indices[e0:e1], data[e0:e1], x, y[r0:r1])
                 for mem, arr in zip(spans, (indices, data), strict=False):
                     size = arr.dtype.itemsize
-                    _release(mem.mm, mem.data + e0 * size, mem.data + e1 * size)
+                    release(mem.mm, mem.data + e0 * size, mem.data + e1 * size)
             out[glob] = y[self.pos[glob]]
         return out
 
@@ -505,7 +392,7 @@ class MappedSegments:
         The files of each segment.
     arrays : list of dict of str to ndarray
         Each segment's arrays: read-only views of the maps.
-    members : list of dict of str to _Member
+    members : list of dict of str to Member
     checks : FileChecks
     n_words : int
     """
@@ -514,7 +401,7 @@ class MappedSegments:
         self,
         groups: list[tuple[str, ...]],
         arrays: list[dict[str, np.ndarray]],
-        members: list[dict[str, _Member]],
+        members: list[dict[str, Member]],
         checks: FileChecks,
         n_words: int,
     ) -> None:
@@ -525,8 +412,35 @@ class MappedSegments:
         """Array ``key`` of segment ``k`` copied into memory, its pages handed back."""
         out = _own(self.arrays[k][key], dtype)
         m = self.members[k][key]
-        _release(m.mm, m.start, m.end)
+        release(m.mm, m.start, m.end)
         return out
+
+    def _rows_checker(self) -> Any:
+        """``check(k, positions)``: returns once the pyramids of rows ``positions`` of
+        segment ``k`` are checked (the blocks that hold them,
+        :meth:`FileChecks.require_spans`; a segment without block checksums: its
+        pyramids whole)."""
+        checks = self.checks
+        spans = []
+        for st, mem in zip(self.arrays, self.members, strict=True):
+            held = [(mem[k], st[k].dtype.itemsize) for k in BLOCK_CHECKED if k in mem]
+            spans.append((held, None))
+
+        def check(k: int, positions: np.ndarray) -> None:
+            if k >= len(spans):
+                return  # (rows encoded in memory)
+            held, indptr = spans[k]
+            if any(m.blocks is None for m, _ in held):
+                checks.require("vocab")
+            if indptr is None:
+                indptr = _own(self.arrays[k]["vocab.indptr"], np.int64)
+                spans[k] = (held, indptr)
+            p = np.asarray(positions, np.int64)
+            first, last = indptr[p], indptr[p + 1]
+            for m, size in held:
+                checks.require_spans(m, first * size, last * size)
+
+        return check
 
     def data(self, ids: np.ndarray, keys: np.ndarray) -> tuple[SegmentedImages, np.ndarray | None]:
         """The reader's data: the live rows of every segment
@@ -603,7 +517,7 @@ class MappedSegments:
                 for g0, p0, length in runs if len(runs) <= 256 else ():
                     target[g0 : g0 + length] = codes[p0 : p0 + length]  # (a few long runs)
                 m = self.members[k][name]
-                _release(m.mm, m.start, m.end)
+                release(m.mm, m.start, m.end)
             spans = [self.members[k][f"bow.{n}"] for n in ("indices", "data")]
             bow_parts.append(
                 (st["bow.indptr"], st["bow.indices"], np.asarray(st["bow.data"]), spans)
@@ -613,9 +527,16 @@ class MappedSegments:
             if st["bow.indptr"].shape[0] != seg_ids[k].size + 1:
                 raise ValueError("the bags of words do not match the segment's rows")
         checks = self.checks
+
+        def ready_all() -> None:
+            checks.require("vocab")
+            checks.require_blocks()
+
         data = SegmentedImages(
             every,
-            SegmentedIndex(vocab_parts, seg, pos, ready=lambda: checks.require("vocab")),
+            SegmentedIndex(
+                vocab_parts, seg, pos, ready=ready_all, ready_rows=self._rows_checker()
+            ),
             None,
             SegmentedRows(bow_parts, self.n_words, seg, pos, lambda: checks.require("bow")),
             wta,
@@ -659,7 +580,7 @@ def map_segments(
     try:
         for group in groups:
             st: dict[str, np.ndarray] = {}
-            mem: dict[str, _Member] = {}
+            mem: dict[str, Member] = {}
             for file in group:
                 got = _map_file(snap.states_dir, handles[file], file, checks)
                 if got is None:
@@ -676,5 +597,10 @@ def map_segments(
         if own:
             for fh in handles.values():
                 fh.close()
+    for st, mem in zip(arrays, members, strict=True):
+        for key in BLOCK_CHECKED:
+            if key in mem and f"check.{key}" in mem:
+                checks.require_members([mem[f"check.{key}"]])
+                checks.use_blocks(mem[key], st[f"check.{key}"], st[key])
     checks.start(["bow", "vocab"])
     return MappedSegments(groups, arrays, members, checks, entry.scalars["bow.n_words"])

@@ -80,6 +80,7 @@ from engine.index.manifest import SNAPSHOT_TRIES
 from engine.index.mapped import MappedSegments, SegmentedImages, map_segments
 from engine.index.rows import RowOfId, RowPaths
 from engine.index.segments import (
+    block_checks,
     commit_segments,
     holds_uniform,
     live_masks,
@@ -179,9 +180,11 @@ class Searcher:
         cancel: threading.Event | None = None,
         allow_empty: bool = False,
         cluster: str | None = None,
+        paths: Sequence[str | os.PathLike] | None = None,
     ) -> Generator[IngestProgress, None, IngestSummary]:
-        """Bring the index up to date with the folder: a generator of progress, returning
-        the summary (see :meth:`engine.collection.Collection.update`)."""
+        """Bring the index up to date with the folder (or with ``paths`` of it): a
+        generator of progress, returning the summary (see
+        :meth:`engine.collection.Collection.update`)."""
         # a first index fits its models while the features are still being extracted; one
         # completed after an interruption (or whose models were lost) on the same files
         store = self.store
@@ -202,6 +205,7 @@ class Searcher:
                 on_plan=prefit.plan if prefit is not None else None,
                 allow_empty=allow_empty,
                 cluster=cluster,
+                paths=paths,
             )
         except BaseException:
             if prefit is not None:
@@ -315,6 +319,7 @@ class Searcher:
         if save and changed and not store.readonly:
             data_state = data.to_state()
             data_state[ROW_KEYS] = data_keys
+            data_state.update(block_checks(data_state))  # (readers check what they read)
             store.save_states({MODELS_STATE: models.to_state(), DATA_STATE: data_state})
             token = store.snapshot().token(SEARCH_STATES)
         self._install(models, data, rows, data.ids, data_keys, token)

@@ -41,6 +41,10 @@ class SegmentedIndex:
     ready : callable, optional
         Called before any entry of the parts is read (e.g. waits for, or makes, the
         check of the files they map; raises when one is damaged).
+    ready_rows : callable, optional
+        ``ready_rows(k, positions)``: called instead, before the entries of rows
+        ``positions`` of part ``k`` alone are read (a check of the blocks that hold
+        them); ``ready`` is then called only before every entry is read.
     """
 
     def __init__(
@@ -50,11 +54,13 @@ class SegmentedIndex:
         pos: np.ndarray,
         *,
         ready: Callable[[], None] | None = None,
+        ready_rows: Callable[[int, np.ndarray], None] | None = None,
     ) -> None:
         self.parts = list(parts)
         self.seg = np.asarray(seg, np.int32)
         self.pos = np.asarray(pos, np.int64)
         self._ready = ready
+        self._ready_rows = ready_rows
         self._whole: IntersectionIndex | None = None
         self._n_columns: int | None = None
         self._scorer = IntersectionIndex(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0))
@@ -67,6 +73,13 @@ class SegmentedIndex:
         """Make sure the parts can be read (see ``ready``)."""
         if self._ready is not None:
             self._ready()
+
+    def _ready_for(self, k: int, positions: np.ndarray) -> None:
+        """Make sure rows ``positions`` of part ``k`` can be read (see ``ready_rows``)."""
+        if self._ready_rows is not None:
+            self._ready_rows(k, positions)
+        else:
+            self.ready()
 
     @property
     def columns_mode(self) -> bool:
@@ -102,14 +115,19 @@ class SegmentedIndex:
             return self._whole
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("parts", "seg", "pos", "_ready", "_whole", "_lock"):
+        if name.startswith("__") or name in (
+            "parts", "seg", "pos", "_ready", "_ready_rows", "_whole", "_lock"
+        ):  # fmt: skip
             raise AttributeError(name)
         return getattr(self.whole(), name)
 
     def subset(self, rows: np.ndarray) -> SegmentedIndex:
         """A new index holding only ``rows`` (in that order): no entry is copied."""
         rows = np.asarray(rows, np.int64)
-        return SegmentedIndex(self.parts, self.seg[rows], self.pos[rows], ready=self._ready)
+        return SegmentedIndex(
+            self.parts, self.seg[rows], self.pos[rows],
+            ready=self._ready, ready_rows=self._ready_rows,
+        )  # fmt: skip
 
     def with_part(self, part: IntersectionIndex, order: np.ndarray) -> SegmentedIndex:
         """These rows and those of one more ``part`` (all of them, after these), in
@@ -117,14 +135,17 @@ class SegmentedIndex:
         m = len(part)
         seg = np.concatenate([self.seg, np.full(m, len(self.parts), np.int32)])[order]
         pos = np.concatenate([self.pos, np.arange(m, dtype=np.int64)])[order]
-        return SegmentedIndex([*self.parts, part], seg, pos, ready=self._ready)
+        return SegmentedIndex(
+            [*self.parts, part], seg, pos, ready=self._ready, ready_rows=self._ready_rows
+        )
 
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Keys and values of row ``i``."""
         if self._whole is not None:
             return self._whole.row(i)
-        self.ready()
-        return self.parts[int(self.seg[i])].row(int(self.pos[i]))
+        k, p = int(self.seg[i]), int(self.pos[i])
+        self._ready_for(k, np.array([p]))
+        return self.parts[k].row(p)
 
     def _per_row(
         self, rows: np.ndarray, reduce: Callable[[int, np.ndarray, np.ndarray], np.ndarray]
@@ -142,6 +163,7 @@ class SegmentedIndex:
         for k, part in enumerate(self.parts):
             sel = np.flatnonzero(seg == k)
             if sel.size:
+                self._ready_for(k, pos[sel])
                 sub, at = entry_positions(part.indptr, pos[sel])
                 if at.size:
                     out[sel] = reduce(k, sub, at)
@@ -163,7 +185,6 @@ class SegmentedIndex:
         q_keys = np.asarray(q_keys, np.int64)
         q_values = np.asarray(q_values, np.float32)
         rows = np.asarray(rows, np.int64)
-        self.ready()
         if self.columns_mode:
             if self._columns_size() >= search.DENSE_QUERY_MAX:
                 return self.whole().score(q_keys, q_values, rows)
@@ -205,7 +226,6 @@ class SegmentedIndex:
         if self._whole is not None:
             return self._whole.self_similarity()[rows]
         rows = np.asarray(rows, np.int64)
-        self.ready()
         return self._per_row(rows, lambda k, sub, at: row_sums(self.parts[k].values[at], sub))
 
 

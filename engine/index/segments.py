@@ -35,6 +35,13 @@ reader (``simile query``) maps every segment instead and concatenates nothing
 (:mod:`engine.index.mapped`): a query touches the pages it reads, and gets the same
 scores.
 
+Each segment's vocabulary pyramids -- two thirds of its bytes, of which a query reads
+the rows of its candidates only -- carry CRC-32 checksums of every
+:data:`~engine.index.mapped.CHECK_BLOCK` bytes (``check.<array>`` arrays,
+:func:`block_checks`), so that a reader that maps them checks the blocks it reads, not
+the whole file (:mod:`engine.index.mapped`). A segment written before them is checked
+whole by its readers, and rewritten with them by the next update (:attr:`Layout.unchecked`).
+
 The uniform pyramids are not stored: they were three quarters of the bytes (43 KB a
 photo) and only the ``uniform`` method reads them; the reader makes those a query reads
 from the stored features (:mod:`engine.index.uniform_rows`). Segments written before
@@ -52,6 +59,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.index.block_checks import BLOCK_CHECKED, block_checks
 from engine.index.encode import ROW_KEYS, EncodedImages
 from engine.index.keys import DATA_STATE
 from engine.index.mapped import SegmentedImages, map_segments
@@ -73,6 +81,7 @@ __all__ = [
     "MERGE_FACTOR",
     "MIN_LIVE",
     "Layout",
+    "block_checks",
     "commit_segments",
     "holds_uniform",
     "live_masks",
@@ -121,14 +130,18 @@ class Layout:
     wta_codes: int
     rh_bytes: int
     uniform: dict[str, bool] = field(default_factory=dict)
+    #: Segments written before the block checksums of their pyramids (rewritten).
+    unchecked: tuple[int, ...] = ()
 
     def without_uniform(self) -> tuple[Layout, list[int]]:
         """This layout with the files of uniform pyramids alone left out of their
         segments, and the segments to be rewritten: those that still hold uniform
-        pyramids among other arrays, or int64 column indices of their bags of words."""
+        pyramids among other arrays, or int64 column indices of their bags of words, or
+        no block checksums of their pyramids (:attr:`unchecked`)."""
         files = [tuple(f for f in g if not self.uniform.get(f, False)) for g in self.files]
-        mixed = [i for i, g in enumerate(files) if any(f in self.uniform for f in g)]
-        return replace(self, files=files), mixed
+        mixed = {i for i, g in enumerate(files) if any(f in self.uniform for f in g)}
+        mixed.update(self.unchecked)
+        return replace(self, files=files), sorted(mixed)
 
     def fits(self, models: SearchModels) -> bool:
         """Whether the segments were encoded with ``models``' shapes
@@ -189,13 +202,16 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
     ids, keys = [], []
     wta = rh = None
     uniform: dict[str, bool] = {}
+    unchecked = []
     try:
-        for group in groups:
+        for s_i, group in enumerate(groups):
             got: dict[str, np.ndarray] = {}
+            names: set[str] = set()
             for file in group:
                 try:
                     fh = handles[file]
                     with np.load(fh, allow_pickle=False) as npz:
+                        names.update(npz.files)
                         held = [k.startswith("uniform.") for k in npz.files]
                         if any(held):
                             uniform[file] = all(held)
@@ -211,6 +227,8 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
                             rh = _member_shape(npz, "rh")[1]
                 except (*NPZ_ERRORS, IndexError) as exc:
                     raise damaged_file(snap.states_dir, DATA_STATE, file, exc) from exc
+            if any(k in names and f"check.{k}" not in names for k in BLOCK_CHECKED):
+                unchecked.append(s_i)
             if ROW_KEYS not in got or "ids" not in got:
                 return None
             if got["ids"].shape != got[ROW_KEYS].shape:
@@ -223,7 +241,7 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
     if wta is None or rh is None:
         return None
     n_words = int(entry.scalars["bow.n_words"])
-    return Layout(groups, ids, keys, n_words, int(wta), int(rh), uniform)
+    return Layout(groups, ids, keys, n_words, int(wta), int(rh), uniform, tuple(unchecked))
 
 
 def holds_uniform(snap: Snapshot) -> bool:
@@ -241,6 +259,8 @@ def holds_uniform(snap: Snapshot) -> bool:
                 names = z.namelist()
                 if any(n.startswith("uniform.") for n in names):
                     return True
+                if "vocab.values.npy" in names and "check.vocab.values.npy" not in names:
+                    return True  # (no block checksums: rewritten with them)
                 if "bow.indices.npy" in names:
                     with z.open("bow.indices.npy") as fh:
                         dtype = _npy_header(fh)[1]
@@ -286,10 +306,12 @@ def plan_merges(live: Sequence[int], total: Sequence[int]) -> list[int]:
 
 
 def segment_arrays(data: EncodedImages, keys: np.ndarray) -> dict[str, np.ndarray]:
-    """The arrays of one segment holding ``data`` (rows with row ``keys``)."""
+    """The arrays of one segment holding ``data`` (rows with row ``keys``), with the
+    block checksums of its pyramids (:func:`block_checks`)."""
     st = data.to_state()
     st.pop("bow.n_words")
     st[ROW_KEYS] = np.asarray(keys, np.uint64)
+    st.update(block_checks(st))
     return st
 
 
@@ -306,7 +328,7 @@ def _read_group(
         snap.states_dir,
         DATA_STATE,
         {f: handles[f] for f in group},
-        keep=lambda k: not (skip and k.startswith(skip)),
+        keep=lambda k: not ((skip and k.startswith(skip)) or k.startswith("check.")),
     )
 
 

@@ -418,10 +418,31 @@ class IndexStore(StoreStates, StoreRows):
         rows = self._q("SELECT path, error FROM images WHERE status = 'failed' ORDER BY id")
         return [(py_path(p), e or "unknown error") for p, e in rows]
 
-    def known_stats(self) -> dict[str, tuple[int, int]]:
-        """``path -> (size, mtime_ns)`` for every row, ok and failed (input of scan)."""
-        rows = self._q("SELECT path, size, mtime_ns FROM images")
-        return {py_path(p): (s, m) for p, s, m in rows}
+    def known_stats(
+        self, paths: Iterable[str] | None = None, *, under: str | None = None
+    ) -> dict[str, tuple[int, int]]:
+        """``path -> (size, mtime_ns)`` for every row, ok and failed (input of scan); with
+        ``paths``, of those rows only, and with ``under``, of the rows below that folder
+        (looked up through the path index: costs what they hold)."""
+        if under is not None:
+            lo = under.rstrip(os.sep) + os.sep
+            hi = lo[:-1] + chr(ord(os.sep) + 1)
+            rows = self._q(
+                "SELECT path, size, mtime_ns FROM images WHERE path >= ? AND path < ?",
+                (lo, hi),
+            )
+            return {py_path(p): (s, m) for p, s, m in rows}
+        if paths is None:
+            rows = self._q("SELECT path, size, mtime_ns FROM images")
+            return {py_path(p): (s, m) for p, s, m in rows}
+        keys = [self.norm_path(p) for p in paths]
+        out: dict[str, tuple[int, int]] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT path, size, mtime_ns FROM images WHERE path IN ({marks})"
+            out.update({py_path(p): (s, m) for p, s, m in self._q(sql, part)})
+        return out
 
     def known_hashes(self) -> dict[str, str]:
         """``path -> content hash`` for every row that has one."""

@@ -39,7 +39,7 @@ class UsableRows(NamedTuple):
     generation: int
     ids: np.ndarray
     keys: np.ndarray
-    paths: list[str]
+    paths: Sequence[str]
 
 
 #: ``images.row_key``, then the content hash and feature key of a row whose key is not
@@ -48,6 +48,33 @@ _KEY_COLS = (
     "row_key, CASE WHEN row_key IS NULL THEN content_hash END, "
     "CASE WHEN row_key IS NULL THEN fkey END"
 )
+
+
+class _PathsOf(Sequence[str]):
+    """The paths of the usable rows ``ids`` of a writer's store, read on first use (one
+    query; the writer lock keeps them those of the ids)."""
+
+    def __init__(self, store: Any, ids: np.ndarray) -> None:
+        self._store, self._ids = store, ids
+        self._paths: list[str] | None = None
+
+    def _load(self) -> list[str]:
+        if self._paths is None:
+            rows = self._store._q(
+                "SELECT id, path FROM images NOT INDEXED WHERE status = 'ok' ORDER BY id"
+            )
+            got = dict(rows)
+            self._paths = [py_path(got[int(i)]) for i in self._ids]
+        return self._paths
+
+    def __len__(self) -> int:
+        return int(self._ids.size)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._load()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
 
 
 class StoreStates:
@@ -182,6 +209,21 @@ class StoreStates:
         :func:`row_keys` and paths, from one query (a writer committing meanwhile cannot
         make the ids and paths disagree). The generation is never newer than the rows."""
         gen = self.generation  # (read first: an older generation only refreshes again)
+        if not self.readonly and self._key_cols() == _KEY_COLS:
+            # a writer: no other process writes, so the paths can be read when needed
+            # (an update of a few photos does not need them: it reads their ids and keys)
+            got = self._q(
+                "SELECT count(*), group_concat(id), group_concat(ifnull(row_key, 'n')) "
+                "FROM images NOT INDEXED WHERE status = 'ok'"
+            )[0]
+            n, ids_s, keys_s = got
+            if not n:
+                return UsableRows(gen, np.zeros(0, np.int64), np.zeros(0, np.uint64), [])
+            if "n" not in keys_s:
+                ids = np.array(ids_s.split(","), np.int64)
+                keys = np.array(keys_s.split(","), np.int64).view(np.uint64)
+                if ids.size == n and keys.size == n and (ids[1:] > ids[:-1]).all():
+                    return UsableRows(gen, ids, keys, _PathsOf(self, ids))
         # (NOT INDEXED: nearly every row is usable, and a scan of the table reads them in
         # id order at about 0.6x the cost of looking each up through the status index)
         rows = self._q(

@@ -4,6 +4,7 @@ own writes are ignored, an unplugged folder goes offline and comes back."""
 from __future__ import annotations
 
 import shutil
+import threading
 
 import pytest
 
@@ -109,3 +110,101 @@ def test_the_window_indexes_what_changes_in_the_open_folder(qtbot, window, tmp_p
     assert not window.is_indexing()
     window.watch_act.trigger()  # off again
     assert window.watcher.mode == "off"
+
+
+def test_the_window_indexes_only_the_paths_the_watcher_names(
+    qtbot, window, tmp_path, demo_folder, monkeypatch
+):
+    """The watcher's run is told what changed (Collection.update(paths=...)), not a scan
+    of the whole folder; a run that does not complete gives its paths back."""
+    import app.gui.indexer as indexer
+    from tests.app._gui import INDEX_TIMEOUT
+
+    seen = []
+    real = indexer.index_in_child
+
+    def spy(*args, **kw):
+        seen.append(kw.get("paths"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(indexer, "index_in_child", spy)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    shutil.copy(demo_folder / "brick.jpg", folder / "brick.jpg")
+    window.watch_act.trigger()
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder)
+    assert seen == [None]  # opening: the whole folder
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        shutil.copy(demo_folder / "chelsea.jpg", folder / "chelsea.jpg")
+    qtbot.waitUntil(lambda: any(p.endswith("chelsea.jpg") for p in window.photos.paths()))
+    assert seen[-1] is not None and str(folder / "chelsea.jpg") in seen[-1]
+    assert str(folder / "brick.jpg") not in seen[-1]
+    window.watcher.give_back([str(folder / "brick.jpg")])  # (as after a cancelled run)
+    assert window.watcher.take_changes() == [str(folder / "brick.jpg")]
+    window.watch_act.trigger()
+    # not watching (or no event named a path): the whole folder
+    window._on_folder_changed_on_disk()
+    qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+    assert seen[-1] is None
+
+
+def test_the_watcher_tells_which_paths_changed(qtbot, tmp_path, demo_folder):
+    """What the events named is what the update looks at (take_changes); when they may
+    not tell everything, the whole folder is scanned (None)."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    w = FolderWatcher(quiet_ms=300, rescan_ms=60_000)
+    w.watch(folder, folder / ".simile")
+    try:
+        with qtbot.waitSignal(w.changed, timeout=10_000):
+            for n in ("brick", "coffee"):
+                shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
+            (folder / "brick.jpg.xmp").write_text("<x/>")  # (a sidecar: not named)
+        qtbot.wait(400)
+        got = w.take_changes()
+        assert got is not None
+        assert {str(folder / "brick.jpg"), str(folder / "coffee.jpg")} <= set(got)
+        assert not any(p.endswith(".xmp") for p in got)
+        assert w.take_changes() is None  # (taken: collected anew; none named: a scan)
+        with qtbot.waitSignal(w.changed, timeout=10_000):
+            (folder / "coffee.jpg").rename(folder / "coffee moved.jpg")
+        qtbot.wait(400)
+        got = w.take_changes()
+        assert {str(folder / "coffee.jpg"), str(folder / "coffee moved.jpg")} <= set(got)
+        w.mode = "polling"  # a periodic check without native events: everything
+        w.check()
+        assert w.take_changes() is None
+    finally:
+        w.stop()
+
+
+def test_the_indexing_child_updates_the_paths_it_is_given(tmp_path, demo_folder):
+    """index_in_child(paths=...): the child looks at those paths only (a photo added
+    meanwhile elsewhere in the folder waits for the next whole scan)."""
+    from app.gui.indexer import index_in_child
+    from engine.collection import Collection
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for n in ("brick", "coffee", "chelsea"):
+        shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
+
+    def run(paths=None):
+        gen = index_in_child(folder, None, cancel=threading.Event(), jobs=1, paths=paths)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+    assert run().indexed == 3
+    shutil.copy(demo_folder / "rocket.jpg", folder / "rocket.jpg")
+    shutil.copy(demo_folder / "coins.jpg", folder / "coins.jpg")
+    (folder / "brick.jpg").unlink()
+    s = run([str(folder / "rocket.jpg"), str(folder / "brick.jpg")])
+    assert (s.indexed, s.removed) == (1, 1)
+    with Collection.open(folder, readonly=True) as col:
+        names = sorted(p.name for p in col.paths())
+    assert names == ["chelsea.jpg", "coffee.jpg", "rocket.jpg"]
+    assert run().indexed == 1  # (coins.jpg: found by the whole scan)

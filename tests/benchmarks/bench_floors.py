@@ -16,12 +16,15 @@ Then, ``--repeat`` rounds, each running every checkout in turn (interleaved, so 
 change on the shared machine hits both): ``rescan`` (``simile index`` with nothing
 changed), ``add 1`` (one photo of ``--extra`` linked in), ``remove 1`` (one library photo
 unlinked), ``query`` (``simile query`` of the last extra photo, outside the library) and
-``add 100``. Before an ``add``, the photos added before are unlinked and a ``simile index``
-(not timed) drops them, so every add indexes photos new to the index. Each is one whole
-``simile`` process; its wall
-time, CPU time (user + system of the process and its children: what the other load of
-a shared machine changes least) and peak RSS are recorded. Reported: best wall, best CPU,
-worst peak RSS, and whether every checkout's query printed the same hits as the first.
+``add 100``; and the path-limited forms ``only add 1``, ``only remove 1`` and ``only add
+100`` (``simile index FOLDER --only PATH...``, told what changed instead of scanning the
+folder; a checkout without ``--only`` reports "-" for them). Before an ``add``, the
+photos added before are unlinked and a ``simile index`` (not timed; ``--only`` them for
+the path-limited form) drops them, so every add indexes photos new to the index. Each is
+one whole ``simile`` process; its wall time, CPU time (user + system of the process and
+its children: what the other load of a shared machine changes least) and peak RSS are
+recorded. Reported: best wall, best CPU, worst peak RSS, and whether every checkout's query
+printed the same hits as the first.
 The photos removed stay removed in the copies (the next run removes further ones).
 """
 
@@ -93,6 +96,33 @@ def make_copy(library: Path, index: Path, work: Path) -> None:
     (work / "done").write_text("")
 
 
+def _op(code, name, only, r, photos, index, idx, extras, query_photo):
+    """Run operation ``name`` once (``only``: path-limited, ``--only`` the paths changed)."""
+    if name == "rescan":
+        return run(code, idx)
+    if name.startswith("add"):
+        k = int(name.split()[1])
+        if len(extras) - 1 < k:
+            raise SystemExit(f"{name}: --extra holds fewer than {k + 1} photos")
+        gone = [photos / p.name for p in extras if (photos / p.name).exists()]
+        if gone:  # the photos added before are removed first (not timed)
+            for p in gone:
+                p.unlink()
+            run(code, [*idx, "--only", *map(str, gone)] if only else idx)
+        added = [photos / p.name for p in extras[:k]]
+        for p, a in zip(extras[:k], added, strict=True):
+            os.link(p, a)
+        return run(code, [*idx, "--only", *map(str, added)] if only else idx)
+    if name == "remove 1":
+        victim = sorted(photos.glob("ukbench*_v1_*.jpg"))[17 + 2 * r + int(only)]
+        victim.unlink()
+        return run(code, [*idx, "--only", str(victim)] if only else idx)
+    if name == "query":
+        return run(code, ["query", str(photos), str(query_photo), "--index", str(index),
+                          "--json", "--top", "10"])  # fmt: skip
+    raise SystemExit(f"unknown op {name!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--library", required=True, help="the library's photo folder (read only)")
@@ -101,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", required=True, help="folder of the copies")
     ap.add_argument("--code", action="append", required=True, help="checkouts, oldest first")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--ops", default="rescan,add 1,remove 1,query,add 100")
+    ap.add_argument(
+        "--ops",
+        default="rescan,add 1,remove 1,query,add 100,only add 1,only remove 1,only add 100",
+    )
     args = ap.parse_args(argv)
     codes = [Path(c).resolve() for c in args.code]
     work = Path(args.work)
@@ -123,32 +156,15 @@ def main(argv: list[str] | None = None) -> int:
             photos, index = work / str(i) / "photos", work / str(i) / "index"
             idx = ["index", str(photos), "--index", str(index), "--jobs", "2", "--json"]
             for op in ops:
-                if op == "rescan":
-                    res = run(code, idx)
-                elif op.startswith("add"):
-                    k = int(op.split()[1])
-                    if len(extras) - 1 < k:
-                        raise SystemExit(f"{op}: --extra holds fewer than {k + 1} photos")
-                    gone = [photos / p.name for p in extras if (photos / p.name).exists()]
-                    if gone:  # the photos added before are removed first (not timed)
-                        for p in gone:
-                            p.unlink()
-                        run(code, idx)
-                    for p in extras[:k]:
-                        os.link(p, photos / p.name)
-                    res = run(code, idx)
-                elif op == "remove 1":
-                    victim = sorted(photos.glob("ukbench*_v1_*.jpg"))[17 + r]
-                    victim.unlink()
-                    res = run(code, idx)
-                elif op == "query":
-                    res = run(code, ["query", str(photos), str(query_photo), "--index",
-                                     str(index), "--json", "--top", "10"])  # fmt: skip
+                only = op.startswith("only ")
+                name = op[5:] if only else op
+                if only and '"--only"' not in (code / "app/commands/index.py").read_text():
+                    continue  # (a checkout without --only)
+                res = _op(code, name, only, r, photos, index, idx, extras, query_photo)
+                if name == "query":
                     out = res[3].replace(str((work / str(i)).resolve()), "WORK")
                     out = out.replace(str(work / str(i)), "WORK")  # (the copies' own paths)
                     outputs.setdefault(str(code), out)
-                else:
-                    raise SystemExit(f"unknown op {op!r}")
                 results[str(code)][op].append(res[:3])
                 print(f"round {r} {code.name} {op}: {res[0]:.2f} s, {res[1]:.2f} s CPU, "
                       f"{res[2]:.2f} GB", flush=True)  # fmt: skip

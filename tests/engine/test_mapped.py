@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import zipfile
 
 import numpy as np
@@ -227,3 +228,114 @@ def test_photos_the_data_lacks_are_encoded_in_memory(segmented, tmp_path):
         for method in METHODS:
             assert _answers(col, queries, method) == _answers(ref, queries, method), method
         assert _answers(col, queries, "vocabulary")[0][0][0] == queries[0]
+
+
+def _names(path):
+    with zipfile.ZipFile(path) as z:
+        return z.namelist()
+
+
+def _entry_byte(folder, member, segment, row):
+    """The file of segment ``segment`` holding ``member`` (a pyramid array) and the
+    offset in it of the first entry of that segment's row ``row``."""
+    snap, groups = _groups(folder)
+    for f in groups[segment]:
+        with np.load(snap.states_dir / f) as npz:
+            if "vocab.indptr" in npz.files:
+                indptr = npz["vocab.indptr"]
+        with zipfile.ZipFile(snap.states_dir / f) as z:
+            if f"{member}.npy" not in z.namelist():
+                continue
+            info = z.getinfo(f"{member}.npy")
+            with open(snap.states_dir / f, "rb") as raw:
+                raw.seek(info.header_offset + 26)
+                name_len, extra_len = struct.unpack("<HH", raw.read(4))
+            start = info.header_offset + 30 + name_len + extra_len
+            with z.open(info) as fh:
+                np.lib.format.read_magic(fh)
+                np.lib.format.read_array_header_1_0(fh)
+                header = fh.tell()
+            return snap.states_dir / f, start + header + 4 * int(indptr[row])
+    raise AssertionError(member)
+
+
+@pytest.mark.parametrize("member", ["vocab.values", "vocab.cols"])
+def test_a_damaged_block_is_found_when_a_query_reads_it(segmented, tmp_path, member):
+    """The pyramids carry block checksums: a reader checks the blocks of the rows it
+    scores, before it reads them; a damaged block it does not read is not looked at
+    (a whole read, as the app's or a repair's, finds it)."""
+    folder, _ = segmented
+    copy = tmp_path / "photos"
+    shutil.copytree(folder, copy)
+    path, at = _entry_byte(copy, member, 0, 0)
+    _flip(path, at)
+    with _mapped(copy) as col:
+        _, data = col.searcher.ensure()
+        vocab = data.vocab
+        hit = int(np.flatnonzero((vocab.seg == 0) & (vocab.pos == 0))[0])
+        seg0 = np.flatnonzero(vocab.seg == 0)
+        far = [int(seg0[np.argmax(vocab.pos[seg0])])]  # (its last row: another block)
+        qk, qv = vocab.row(far[0])  # (its own block: intact)
+        vocab.score(qk, qv, np.array(far))  # rows in other blocks: answered
+        with pytest.raises(IndexCorruptError, match=f"damaged .*{path.name}.*block 0"):
+            vocab.score(qk, qv, np.array([hit, *far]))
+        with pytest.raises(IndexCorruptError, match=path.name):
+            vocab.row(hit)
+    with _read(copy) as col, pytest.raises(IndexCorruptError, match=path.name):
+        col.searcher.ensure()  # (a reader that reads the data whole)
+
+
+def test_a_header_changed_to_another_dtype_is_found(segmented, tmp_path):
+    """The block checksums hold the dtype and shape the array was written with: a header
+    whose type letter flipped (float32 read as int32, the same size) is damage."""
+    folder, _ = segmented
+    copy = tmp_path / "photos"
+    shutil.copytree(folder, copy)
+    path, at = _member_at(copy, "vocab.values", offset=0)
+    raw = path.read_bytes()
+    head = raw.index(b"'<f4'", at)
+    path.write_bytes(raw[:head] + b"'<i4'" + raw[head + 5 :])
+    with _mapped(copy) as col, pytest.raises(IndexCorruptError, match=path.name):
+        col.searcher.ensure()
+
+
+def test_segments_without_block_checksums_are_checked_whole_then_rewritten(
+    segmented, tmp_path, monkeypatch
+):
+    """A segment written before block checksums: its readers check its pyramids whole
+    (damage anywhere in them is found before a query answers), and the next update
+    rewrites it with them."""
+    from engine.index import searcher, segments
+
+    folder, small = segmented
+    copy = tmp_path / "photos"
+    shutil.copytree(folder, copy)
+    monkeypatch.setattr(segments, "block_checks", lambda st: {})
+    monkeypatch.setattr(searcher, "block_checks", lambda st: {})
+    import cv2
+
+    cv2.imwrite(str(copy / "flipped.jpg"), cv2.imread(str(small / "brick.jpg"))[:, ::-1])
+    _index(copy)
+    monkeypatch.undo()
+    snap, groups = _groups(copy)
+    bare = [
+        i
+        for i, g in enumerate(groups)
+        if not any(n.startswith("check.") for f in g for n in _names(snap.states_dir / f))
+    ]
+    assert bare  # (the segment written)
+    path, at = _entry_byte(copy, "vocab.values", bare[0], 0)
+    _flip(path, at + 4)
+    with _mapped(copy) as col:
+        with pytest.raises(IndexCorruptError, match=f"damaged .*{path.name}.*CRC"):
+            col.query(copy / f"{NAMES[0]}.jpg", method="vocabulary", top=3)
+    _flip(path, at + 4)  # (mended)
+    with _read(copy) as col:
+        before = _answers(col, [copy / f"{NAMES[0]}.jpg"], "vocabulary")
+    _index(copy)  # rewrites the segment with block checksums
+    snap, groups = _groups(copy)
+    for g in groups:
+        names = [n for f in g for n in _names(snap.states_dir / f)]
+        assert "check.vocab.values.npy" in names and "check.vocab.cols.npy" in names
+    with _mapped(copy) as col:
+        assert _answers(col, [copy / f"{NAMES[0]}.jpg"], "vocabulary") == before
