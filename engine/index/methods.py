@@ -206,8 +206,7 @@ class PyramidSearch:
         first in a large collection), best first (ties: lower row first), and their
         scores: what :meth:`rerank` receives."""
         n = len(data.ids)
-        frac = candidates.candidate_fraction(self.name, candidates.CANDIDATE_KIND)
-        n_cand = min(n, max(candidates.MIN_CANDIDATES, top, int(np.ceil(frac * n))))
+        n_cand = candidates.candidate_count(self.name, candidates.CANDIDATE_KIND, n, top)
         hashed = self.always_hashed or n > candidates.EXHAUSTIVE_LIMIT
         parts = set(self.parts)
         if hashed:

@@ -504,6 +504,30 @@ def test_scored_fraction_follows_method_and_candidate_kind(indexed, monkeypatch,
     searcher.cache = {}
 
 
+def test_a_large_collection_scores_at_most_candidate_cap_rows(indexed, monkeypatch):
+    """The fused candidates' exact scoring stops growing with the collection: at most
+    CANDIDATE_CAP rows (at least MIN_CANDIDATES); ``uniform`` from the hashes alone keeps
+    its fraction."""
+    col, _, _ = indexed
+    n = len(col)
+    monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", 0)
+    monkeypatch.setattr(cand, "MIN_CANDIDATES", 2)
+    monkeypatch.setattr(cand, "CANDIDATE_FRACTION", 0.5)
+    monkeypatch.setattr(cand, "CANDIDATE_CAP", 3)
+    assert n > 6  # (the fraction alone would score more)
+    assert cand.candidate_count("vocabulary", "fused", n, 1) == 3
+    assert cand.candidate_count("vocabulary", "fused", n, 5) == 5  # (top asks for more)
+    uniform = min(n, max(2, int(np.ceil(cand.CANDIDATE_FRACTION_UNIFORM * n))))
+    assert cand.candidate_count("uniform", "hashes", n, 1) == uniform  # (no cap)
+    searcher = col.searcher
+    searcher.cache = {}
+    models, data = searcher.ensure()
+    feats = col.features(col.paths()[0])
+    rows, _ = methods.BUILTIN_METHODS["vocabulary"].search(searcher, models, data, feats, 1)
+    assert searcher.last_scored == 3 and rows.size == 1
+    searcher.cache = {}
+
+
 def test_uniform_cascade_keeps_the_exact_best(indexed, monkeypatch):
     """Many hashed candidates for ``uniform`` pass through the cosine -> vocabulary ->
     uniform cascade; each stage is exact on what it keeps, so an image of the collection
