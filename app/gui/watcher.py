@@ -164,6 +164,8 @@ class FolderWatcher(QObject):
     def _on_event(self, path: str) -> None:
         if self.folder is None or not relevant(path, self.index_dir, self.folder):
             return
+        if Path(path) != self.folder and self.folder not in Path(path).parents:
+            return  # (a late event of the folder watched before: queued across watch())
         if Path(path) == self.folder and not self.folder.is_dir():
             self.check()
             return

@@ -149,6 +149,29 @@ def test_the_window_indexes_only_the_paths_the_watcher_names(
     assert seen[-1] is None
 
 
+def test_a_late_event_of_the_folder_watched_before_is_ignored(qtbot, tmp_path):
+    """Found in a real window: opening another folder while the first one's index was
+    being written delivered that write's event (queued from the old observer's thread)
+    to the new watch; the update was then told a path outside the new folder and
+    failed ("... is not inside the folder ...")."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for f in (first, second):
+        (f / ".simile").mkdir(parents=True)
+    w = FolderWatcher(quiet_ms=300, rescan_ms=60_000)
+    w.watch(first, first / ".simile")
+    w.watch(second, second / ".simile")
+    try:
+        with qtbot.assertNotEmitted(w.changed, wait=600):
+            w._event.emit(str(first / ".simile" / "catalog.sqlite"))
+            w._event.emit(str(first / "photo.jpg"))
+        assert w.take_changes() is None
+        with qtbot.waitSignal(w.changed, timeout=5_000):
+            w._event.emit(str(second / "photo.jpg"))
+        assert w.take_changes() == [str(second / "photo.jpg")]
+    finally:
+        w.stop()
+
+
 def test_the_watcher_tells_which_paths_changed(qtbot, tmp_path, demo_folder):
     """What the events named is what the update looks at (take_changes); when they may
     not tell everything, the whole folder is scanned (None)."""
