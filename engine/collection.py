@@ -58,6 +58,7 @@ The settings re-exported here (``EXHAUSTIVE_LIMIT``, ``CANDIDATE_KIND``, ``TREE_
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -66,9 +67,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from engine.features.keypoints import Features
 from engine.index.calibration import hit_label, hit_probability
 from engine.index.candidates import (
     CANDIDATE_FRACTION,
@@ -80,7 +79,6 @@ from engine.index.candidates import (
     rh_bits,
 )
 from engine.index.encode import ENCODE_BATCH
-from engine.index.explain import Explanation, explain_pair
 from engine.index.fit import (
     PREFIT_SPREAD,
     REFIT_GROWTH,
@@ -91,32 +89,60 @@ from engine.index.fit import (
     VOCAB_TREES,
 )
 from engine.index.ingest import IngestProgress, IngestSummary
-from engine.index.methods import (
-    METHODS,
-    REGISTRY,
-    UNIFORM_PRESCORE,
-    UNIFORM_RERANK,
-    Hit,
-    HybridSearch,
-    PyramidSearch,
-    SearchMethod,
-    available_methods,
-    register_method,
-)
 from engine.index.region import MIN_REGION_FEATURES, region_features, region_pixels
 from engine.index.searcher import FEATURE_KWARGS, Searcher
 from engine.index.store import INDEX_DIRNAME, IndexStore
 from engine.index.threads import ENCODE_THREADS
-from engine.index.verify import VERIFY_MIN_INLIERS, VERIFY_TOP, match_pair
-from engine.workflows.duplicates import (
-    DUPLICATE_NEIGHBOURS,
-    TIERS,
-    DuplicateGroup,
-    find_duplicates,
-)
 
 if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
+
+    from engine.features.keypoints import Features
+    from engine.index.explain import Explanation
+    from engine.index.methods import (
+        METHODS,
+        UNIFORM_PRESCORE,
+        UNIFORM_RERANK,
+        Hit,
+        SearchMethod,
+        available_methods,
+        register_method,
+    )
+    from engine.index.verify import VERIFY_MIN_INLIERS, VERIFY_TOP
     from engine.kernels.pyramid import MatchResult, PyramidMatch
+    from engine.workflows.duplicates import DUPLICATE_NEIGHBOURS, DuplicateGroup
+
+#: Names re-exported from modules that load OpenCV (the search methods, the same-object
+#: verification, duplicates), imported on first use: opening a collection to update it
+#: (``simile index``) does not pay for them. Name -> its home module.
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "METHODS",
+            "REGISTRY",
+            "UNIFORM_PRESCORE",
+            "UNIFORM_RERANK",
+            "Hit",
+            "HybridSearch",
+            "PyramidSearch",
+            "SearchMethod",
+            "available_methods",
+            "register_method",
+        ),
+        "engine.index.methods",
+    ),
+    **dict.fromkeys(("Explanation", "explain_pair"), "engine.index.explain"),
+    **dict.fromkeys(("VERIFY_MIN_INLIERS", "VERIFY_TOP", "match_pair"), "engine.index.verify"),
+    **dict.fromkeys(
+        ("DUPLICATE_NEIGHBOURS", "TIERS", "DuplicateGroup", "find_duplicates"),
+        "engine.workflows.duplicates",
+    ),
+}
+
+#: :data:`engine.workflows.duplicates.TIERS`, the default of :meth:`Collection.duplicates`
+#: (spelled out: that module is imported when duplicates are looked for; a test checks
+#: that the two are equal)
+_ALL_TIERS: tuple[str, str, str] = ("identical", "same_photo", "similar_shots")
 
 __all__ = [
     "CANDIDATE_FRACTION",
@@ -156,6 +182,20 @@ __all__ = [
 
 IndexProgress = IngestProgress
 IndexSummary = IngestSummary
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _cache_home() -> Path:
@@ -209,7 +249,20 @@ class Collection:
         self.store = store
         self.index_dir = store.index_dir
         self.searcher = Searcher(store, folder)
-        self.methods: Mapping[str, SearchMethod] = REGISTRY if methods is None else methods
+        self._methods = methods
+
+    @property
+    def methods(self) -> Mapping[str, SearchMethod]:
+        """The search methods this collection was handed (the registry by default)."""
+        if self._methods is None:  # (imported here: an update does not search)
+            from engine.index.methods import REGISTRY
+
+            return REGISTRY
+        return self._methods
+
+    @methods.setter
+    def methods(self, methods: Mapping[str, SearchMethod]) -> None:
+        self._methods = methods
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -437,6 +490,8 @@ class Collection:
         engine.io.imageio.ImageLoadError
             The query image cannot be read.
         """
+        from engine.index.methods import METHODS
+
         if method not in METHODS and method not in self.methods:
             raise ValueError(
                 f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}"
@@ -463,6 +518,8 @@ class Collection:
     def _region_query(self, image: Any, box: Any, fn: SearchMethod) -> Any:
         """What method ``fn`` is handed for a query by region: the features inside
         ``box`` for the keypoint methods, the box's pixels for the others."""
+        from engine.index.methods import PyramidSearch
+
         if isinstance(fn, PyramidSearch):
             return region_features(self.searcher, image, box)
         return region_pixels(image, box)
@@ -506,6 +563,8 @@ class Collection:
         else:
             fa, _ = self.searcher.query_features(a)
         fb, _ = self.searcher.query_features(b)
+        from engine.index.verify import match_pair
+
         return match_pair(models.vocab, fa, fb)
 
     def explain(self, a: Any, b: Any, *, box: Any = None) -> Explanation:
@@ -554,6 +613,8 @@ class Collection:
         else:
             fa, row_a = searcher.query_features(a)
         fb, row_b = searcher.query_features(b)
+        from engine.index.explain import explain_pair
+
         exp = explain_pair(fa, fb, models.vocab)
         score = self._hybrid_score(fa, row_b, row_a)
         if score is None:
@@ -571,6 +632,8 @@ class Collection:
         """The ``hybrid`` method's score of collection row ``row`` for query features
         ``fa``, as its search gives it (:meth:`HybridSearch.score_of`: the check, the
         query expansion). None outside the collection or for a method of another kind."""
+        from engine.index.methods import HybridSearch
+
         fn = self.methods.get("hybrid")
         if row is None or not isinstance(fn, HybridSearch):
             return None
@@ -609,7 +672,7 @@ class Collection:
         self,
         threshold: float | None = None,
         *,
-        tiers: Iterable[str] = TIERS,
+        tiers: Iterable[str] = _ALL_TIERS,
         cancel: threading.Event | None = None,
         progress: Callable[[int, int], object] | None = None,
     ) -> list[DuplicateGroup]:
@@ -635,6 +698,8 @@ class Collection:
             Strictest tier first, then largest groups first; in a group the
             representative comes first with score 1.0.
         """
+        from engine.workflows.duplicates import find_duplicates
+
         return find_duplicates(
             self.searcher, threshold, tiers=tiers, cancel=cancel, progress=progress
         )

@@ -108,15 +108,23 @@ def _check_only(folder: str, paths: list[str]) -> None:
             ) from None
 
 
+class _NotRaised(Exception):
+    """Stands for ``ClusterError`` in a run without ``--cluster`` (only the cluster code,
+    whose module is then not imported, raises that)."""
+
+
 def run(args: argparse.Namespace) -> int:
-    from engine.index.distributed import ClusterError
     from engine.index.ingest import FolderOfflineError, OutsideFolderError
     from engine.index.store_errors import StoreError
 
     if args.jobs is not None and args.jobs < 1:
         raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
+    cluster_error: type[Exception] = _NotRaised
     if args.cluster is not None:
         _check_cluster(args)
+        from engine.index.distributed import ClusterError
+
+        cluster_error = ClusterError
     only = getattr(args, "only", None)
     if only is not None:
         _check_only(args.folder, only)
@@ -160,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(store_error_message(exc, args.folder, args.index), 1) from None
     except (FolderOfflineError, OutsideFolderError) as exc:
         raise CommandError(str(exc), 1) from None
-    except ClusterError as exc:
+    except cluster_error as exc:
         raise CommandError(str(exc), 1) from None
     except Exception as exc:
         if not disk_full(exc):

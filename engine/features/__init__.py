@@ -10,7 +10,40 @@ The second stage of the data flow: ``folder → io → features → kernels / ha
 index → search / cluster / learn``.
 """
 
-from engine.features.dense import DenseSift, dense_sift
-from engine.features.keypoints import KINDS, PCA, Features, extract_features
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> submodule that defines it, imported on first use: ``import
+# engine.features.keypoints`` (for :class:`Features`) must not pay for OpenCV and the
+# image readers that :mod:`engine.features.dense` imports
+_LAZY = {
+    "DenseSift": "dense",
+    "dense_sift": "dense",
+    "KINDS": "keypoints",
+    "PCA": "keypoints",
+    "Features": "keypoints",
+    "extract_features": "keypoints",
+}
 
 __all__ = ["KINDS", "PCA", "DenseSift", "Features", "dense_sift", "extract_features"]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'engine.features' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"engine.features.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.features.dense import DenseSift, dense_sift
+    from engine.features.keypoints import KINDS, PCA, Features, extract_features

@@ -33,18 +33,13 @@ import os
 from dataclasses import dataclass
 from typing import IO
 
-import cv2
 import numpy as np
 
 from engine.core.validate import check_choice
-from engine.features.dense import (
-    SIFT_DIM,
-    SIFT_WINDOW_PER_SIZE,
-    centred_grid,
-    dense_sift,
-    gray_image,
-    normalise_sift,
-)
+
+# OpenCV and engine.features.dense (which imports it and the image readers) are imported
+# by the functions that extract: importing this module for :class:`Features` (the index,
+# a removal) does not load them
 
 __all__ = ["KINDS", "PCA", "Features", "extract_features"]
 
@@ -149,6 +144,10 @@ class Features:
 def _sift_keypoints(
     gray: np.ndarray, max_features: int | None, rootsift: bool, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    import cv2
+
+    from engine.features.dense import SIFT_DIM, SIFT_WINDOW_PER_SIZE, normalise_sift
+
     # (OpenCV keeps its nfeatures strongest before it applies the mask: with a mask, all
     # are detected and the strongest inside are kept below)
     n = 0 if max_features is None or mask is not None else int(max_features)
@@ -174,6 +173,8 @@ def _dense_sift(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``"dense_sift"``: OpenCV SIFT of upright windows on the centred grid, flat ones
     left out (:func:`engine.features.dense.dense_sift`)."""
+    from engine.features.dense import dense_sift
+
     f = dense_sift(gray, windows=((patch_size, step),), rootsift=rootsift, drop_empty=True)
     return f.descriptors, f.xy
 
@@ -182,6 +183,8 @@ def _raw_patches(
     gray: np.ndarray, centres: np.ndarray, patch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """8 x 8 bilinear samples of each (anti-alias blurred) window, zero mean, unit norm."""
+    import cv2
+
     dim = _PATCH_CELLS * _PATCH_CELLS
     if len(centres) == 0:
         return np.empty((0, dim), np.float32), centres
@@ -285,6 +288,7 @@ def extract_features(
 
     Examples
     --------
+    >>> import cv2
     >>> rng = np.random.default_rng(0)
     >>> img = cv2.GaussianBlur(rng.integers(0, 256, (120, 160), dtype=np.uint8), (0, 0), 2)
     >>> f = extract_features(img, "dense_sift", step=8, patch_size=16)
@@ -305,6 +309,7 @@ def extract_features(
         kind != "sift" or len(within) != 4 or not np.isfinite(np.asarray(within, float)).all()
     ):
         raise ValueError(f"within must be 4 finite fractions, for kind 'sift', got {within!r}")
+    from engine.features.dense import centred_grid, gray_image
 
     gray = gray_image(image_or_path, max_side)
     h, w = gray.shape

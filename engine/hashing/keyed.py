@@ -15,14 +15,16 @@ matrices, dense arrays) into one CSR matrix over the distinct keys.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.arrays import unique_values
 from engine.core.splitmix import splitmix64
 from engine.kernels.embedding import SparseEmbedding
+
+if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
 
 __all__ = [
     "KEY_BLOCK",
@@ -168,6 +170,8 @@ def as_keyed(x: Any, name: str) -> tuple[sp.csr_matrix, np.ndarray]:
     ``columns`` when known), a scipy sparse matrix or a dense 2-D array (column index =
     key).
     """
+    import scipy.sparse as sp
+
     if all(hasattr(x, a) for a in ("indptr", "keys", "values")) and not sp.issparse(x):
         indptr = np.asarray(x.indptr, dtype=np.int64)
         keys = np.asarray(x.keys, dtype=np.int64)

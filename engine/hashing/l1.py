@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.splitmix import splitmix64
 from engine.core.validate import check_int
@@ -211,6 +210,8 @@ def l1_distances(query: KeyedSparse, rows: KeyedSparse) -> np.ndarray:
     -------
     (n,) float64
     """
+    import scipy.sparse as sp
+
     M, _ = as_keyed(
         KeyedSparse(
             np.concatenate([query.indptr[:2], rows.indptr[1:] + query.indptr[1]]),

@@ -22,10 +22,9 @@ are importable from here too: the hashed random vectors over sparse keys
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.arrays import unique_values
 from engine.core.splitmix import splitmix64
@@ -41,6 +40,9 @@ from engine.hashing.keyed import (
     hashed_gaussian,
 )
 from engine.hashing.l1 import L1SetEmbedding, L1SetIndex, PStableHash, l1_distances
+
+if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
 
 __all__ = [
     "BandParams",
@@ -180,6 +182,8 @@ class RandomHyperplaneHash:
         -------
         (n, n_bits) float32
         """
+        import scipy.sparse as sp
+
         M, keys = as_keyed(x, "x")
         if M.shape[0] == 1 and self._cache_keys.size:
             # one query row: a sparse row times the cached coordinates (streams the

@@ -16,12 +16,14 @@ columns the windows touch are extracted, chunk by chunk.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.validate import check_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
 
 __all__ = [
     "DensifiedWTAHash",
@@ -42,6 +44,8 @@ _DENSE_ROWS_ELEMENTS = 1 << 18  # _blocks: sparse inputs this small are densifie
 
 def _as_matrix(X: Any, name: str) -> np.ndarray | sp.csr_matrix:
     """Return ``X`` as a 2-D float32 ndarray or a CSR matrix (sparse inputs stay sparse)."""
+    import scipy.sparse as sp
+
     if sp.issparse(X):
         X = sp.csr_matrix(X)
         if X.dtype != np.float32:
@@ -69,6 +73,8 @@ def sparsity(X: Any) -> float:
     float
         ``S_x = #{X_ij == 0} / (N * D)``; 0.0 for an empty matrix.
     """
+    import scipy.sparse as sp
+
     X = _as_matrix(X, "X")
     total = X.shape[0] * X.shape[1]
     if total == 0:
@@ -185,6 +191,8 @@ class WTAHash:
         which is both lighter on memory and faster than ``argmax`` over a gathered
         ``(n, m, K)`` block); ``empty (n, m) bool``: all ``K`` products are zero.
         """
+        import scipy.sparse as sp
+
         perms = self._require_fit()
         n, dim = X.shape
         if dim != self.dim:
@@ -435,6 +443,8 @@ def minhash(X: Any, permutations: np.ndarray) -> np.ndarray:
     (N, m) int64
         Minimum permuted position of a member; ``D`` for a row with no member.
     """
+    import scipy.sparse as sp
+
     X = _as_matrix(X, "X")
     perms = np.asarray(permutations)
     if perms.ndim != 2 or perms.shape[1] != X.shape[1]:

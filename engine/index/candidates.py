@@ -32,9 +32,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
+
     from engine.index.encode import EncodedImages
 
 __all__ = [

@@ -30,7 +30,6 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.index.codes import StackedSets, batch_codes, intersection_index
 from engine.index.keys import DATA_STATE
@@ -38,6 +37,8 @@ from engine.index.search import IntersectionIndex, code_values
 from engine.index.threads import thread_map
 
 if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
+
     from engine.index.fit import SearchModels
     from engine.index.store import IndexStore
     from engine.kernels.pyramid import SparseEmbedding
@@ -175,6 +176,8 @@ class EncodedImages:
         index = np.int32 if max(nnz, int(st["bow.n_words"])) < 2**31 - 1 else np.int64
         if mapped:
             index = np.asarray(st["bow.indices"]).dtype
+        import scipy.sparse as sp  # (here: importing this module does not load scipy)
+
         bow = sp.csr_matrix(
             (
                 own("bow.data", np.float32),
@@ -216,6 +219,8 @@ class EncodedImages:
             )
         else:
             vocab = IntersectionIndex.concat([p.vocab for p in parts])
+        import scipy.sparse as sp
+
         return EncodedImages(
             np.concatenate([p.ids for p in parts]),
             vocab,
@@ -373,6 +378,8 @@ def encode(
     n = len(ids)
     if uniform is None and "uniform" in parts:
         uniform = uniform_index(models, sets)
+    import scipy.sparse as sp
+
     bow = (
         bow_from_codes(models, codes)
         if parts == ALL_PARTS or "wta" in parts
@@ -471,6 +478,8 @@ def bow_from_codes(models: SearchModels, codes: SimpleNamespace) -> sp.csr_matri
     cols = pos[ok]
     tf = codes.count[leaf][ok] / np.maximum(codes.sizes[rows], 1)
     data = tf * models.leaf_idf[cols]
+    import scipy.sparse as sp
+
     bow = sp.csr_matrix((data.astype(np.float32), (rows, cols)), shape=(n, nw))
     bow.sum_duplicates()
     lens = np.diff(bow.indptr)

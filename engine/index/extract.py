@@ -487,6 +487,12 @@ def extract_parallel(
         return
     per_task = max(1, int(files_per_task))
     limit = max_in_flight or 4 * n_jobs * per_task
+    if extractor is None:
+        # the extraction's modules (OpenCV, the image readers), imported here rather than
+        # with the index's (an update that extracts nothing does without them): a forked
+        # worker then starts with them
+        import engine.features.dense
+        import engine.features.keypoints  # noqa: F401
     pool = WorkerPool(
         n_jobs,
         extract_file,

@@ -434,7 +434,7 @@ def scan_paths(
     """
     import stat as stat_mod
 
-    from engine.io.imageio import IMAGE_SUFFIXES, is_image_file
+    from engine.io.formats import IMAGE_SUFFIXES, is_image_file
     from engine.io.scan import ScanResult
 
     def is_image(path: str) -> bool:  # (as the scan tells)

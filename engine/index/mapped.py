@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.index.block_checks import (
     BLOCK_CHECKED,
@@ -68,6 +67,8 @@ from engine.index.states import NPZ_ERRORS, damaged_file, live_masks, segment_fi
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
+
+    import scipy.sparse as sp
 
     from engine.index.manifest import Snapshot
 
@@ -280,6 +281,8 @@ class SegmentedRows:
             )
             indices[dest] = ind[at]
             data[dest] = dat[at]
+        import scipy.sparse as sp  # (here: importing this module does not load scipy)
+
         return sp.csr_matrix(
             (data, indices, out_ptr.astype(index)), shape=(rows.shape[0], self.n_words)
         )

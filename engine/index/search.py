@@ -23,11 +23,18 @@ verification (:func:`verify_pair`, re-exported here) lives in :mod:`engine.index
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.core.blas import single_threaded_blas
-from engine.index.verify import Verification, descriptor_matches, verify_pair
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.index.verify import Verification, descriptor_matches, verify_pair
+
+#: re-exported from engine.index.verify on first use (it imports OpenCV: the index and
+#: its updates import this module without it)
+_FROM_VERIFY = ("Verification", "descriptor_matches", "verify_pair")
 
 __all__ = [
     "IntersectionIndex",
@@ -41,6 +48,16 @@ __all__ = [
     "single_threaded_blas",
     "verify_pair",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_VERIFY:
+        from engine.index import verify
+
+        value = getattr(verify, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # IntersectionIndex._score_rows: below this many distinct bins the query is a dense vector,

@@ -58,7 +58,6 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.blas import single_threaded_blas
 from engine.features.keypoints import Features, extract_features
@@ -95,6 +94,8 @@ from engine.index.threads import thread_map
 from engine.index.uniform_rows import UniformRows
 
 if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
+
     from engine.index.store import IndexStore, Snapshot
 
 __all__ = ["FEATURE_KWARGS", "SEARCH_STATES", "RowPaths", "Searcher"]

@@ -39,9 +39,10 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import wait as wait_for_ready
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
+
+# (multiprocessing is imported by the functions that start and talk to workers: an update
+# that extracts nothing, a removal, does without it)
 
 __all__ = [
     "FILE_TIMEOUT",
@@ -214,6 +215,8 @@ def _text(exc: BaseException) -> str:
 
 def _send(conn: Any, message: Any) -> None:
     """Send to the parent; a parent gone (broken pipe) ends this worker."""
+    from multiprocessing.reduction import ForkingPickler
+
     try:
         conn.send_bytes(ForkingPickler.dumps(message))
     except OSError:
@@ -226,6 +229,8 @@ def _serve(conn: Any, parent_pid: int, initializer: Callable[[], None] | None) -
     A task is ``(items, payload)``: ``payload`` is the pickled ``(func, common)`` and each
     item is called as ``func(*item, *common, report=report)``.
     """
+    from multiprocessing.reduction import ForkingPickler
+
     watch_parent(parent_pid)
     if initializer is not None:
         initializer()
@@ -330,6 +335,8 @@ class WorkerPool:
         timeout: float | None = FILE_TIMEOUT,
         timeout_per_mb: float = FILE_TIMEOUT_PER_MB,
     ) -> None:
+        from multiprocessing.reduction import ForkingPickler
+
         if n_jobs < 1:
             raise ValueError(f"n_jobs must be >= 1, got {n_jobs!r}")
         self.n_jobs = int(n_jobs)
@@ -445,6 +452,8 @@ class WorkerPool:
             self._left = time.monotonic()
 
     def _poll(self, timeout: float) -> list[Done | Failed | Lost | Returned]:
+        from multiprocessing.connection import wait as wait_for_ready
+
         events: list[Done | Failed | Lost | Returned] = []
         busy = [w for w in self._workers if w.items or not w.ready]
         if busy:

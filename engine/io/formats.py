@@ -37,6 +37,7 @@ its bytes (the indexer hands :func:`engine.features.extract_features` the file's
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import IO
 
@@ -47,6 +48,7 @@ __all__ = [
     "JXL_SUFFIXES",
     "RAW_FORMATS",
     "RAW_SUFFIXES",
+    "is_image_file",
     "sniff_format",
     "tiff_is_raw",
 ]
@@ -166,6 +168,32 @@ def sniff_format(head: bytes) -> str | None:
     if head[:4] == b"FOVb":
         return "X3F"
     return None
+
+
+def is_image_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a file that starts like a supported image (by content, not name).
+
+    Checks the signatures of :func:`sniff_format`: JPEG, PNG, GIF, BMP, TIFF, WebP, HEIC /
+    HEIF, AVIF, JPEG XL and camera RAW -- whether or not the optional decoder of that
+    format is installed (the loader then says it is missing). PDF, text, missing files,
+    directories and unreadable files give ``False``; it never raises for a bad path. A
+    ``True`` answer does not guarantee that the rest of the file decodes. Also
+    :func:`engine.io.imageio.is_image_file`; here, the scan asks it without loading Pillow.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    bool
+    """
+    try:
+        with open(os.fspath(path), "rb") as fh:
+            head = fh.read(32)
+    except (OSError, ValueError, TypeError):
+        return False
+    return sniff_format(head) is not None
 
 
 # TIFF tags that tell a camera RAW from an ordinary TIFF (TIFF 6.0, TIFF/EP, DNG 1.4).

@@ -55,7 +55,13 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from engine.io.errors import ImageLoadError, describe, quiet
-from engine.io.formats import IMAGE_SUFFIXES, RAW_FORMATS, sniff_format, tiff_is_raw
+from engine.io.formats import (  # is_image_file: re-exported, its home before
+    IMAGE_SUFFIXES,
+    RAW_FORMATS,
+    is_image_file,
+    sniff_format,
+    tiff_is_raw,
+)
 from engine.io.plugins import PLUGIN_KINDS, pillow_formats
 from engine.io.raw import RawPhoto, open_raw
 
@@ -531,31 +537,6 @@ def load_gray(
     image : (H, W) uint8 ndarray
     """
     return _decode(path_or_bytes, max_side=max_side, max_pixels=max_pixels, gray=True)
-
-
-def is_image_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a file that starts like a supported image (by content, not name).
-
-    Checks the signatures of :func:`engine.io.formats.sniff_format`: JPEG, PNG, GIF, BMP,
-    TIFF, WebP, HEIC / HEIF, AVIF, JPEG XL and camera RAW -- whether or not the optional
-    decoder of that format is installed (the loader then says it is missing). PDF, text,
-    missing files, directories and unreadable files give ``False``; it never raises for a
-    bad path. A ``True`` answer does not guarantee that the rest of the file decodes.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-
-    Returns
-    -------
-    bool
-    """
-    try:
-        with open(os.fspath(path), "rb") as fh:
-            head = fh.read(32)
-    except (OSError, ValueError, TypeError):
-        return False
-    return sniff_format(head) is not None
 
 
 def image_size(path: ImageSource, *, max_pixels: int | None = None) -> tuple[int, int]:

@@ -90,7 +90,7 @@ def _default_is_image(path: str) -> bool:
     """An image suffix OR image magic bytes: a broken ``x.jpg`` or an ``x.heic`` without
     its decoder is reported as failed by the indexer rather than silently skipped, and a
     JPEG (HEIC, RAW...) without suffix is found."""
-    from engine.io.imageio import IMAGE_SUFFIXES, is_image_file
+    from engine.io.formats import IMAGE_SUFFIXES, is_image_file
 
     return os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES or is_image_file(path)
 

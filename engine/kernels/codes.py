@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.kernels.embedding import level_key
 
@@ -343,6 +342,8 @@ def bilinear(
     -------
     (len(A), len(B)) float64, or (n_shifts, len(A), len(B)) with ``per_shift``
     """
+    import scipy.sparse as sp
+
     same = B is None
     if same:
         B = A

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from engine.core.validate import as_point_set, check_choice
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from engine.kernels.vocabulary import VocabularyTree
 
 __all__ = ["bag_of_words", "fit_idf", "tfidf", "word_counts"]
@@ -28,6 +29,8 @@ def word_counts(sets: Sequence[np.ndarray], tree: VocabularyTree) -> sp.csr_matr
 
     All sets are encoded with one :meth:`VocabularyTree.leaf_ids` call.
     """
+    import scipy.sparse as sp
+
     n_leaves = tree.n_leaves  # raises RuntimeError when the tree is not fitted
     arrays = [as_point_set(s, f"sets[{i}]", dim=tree.dim) for i, s in enumerate(sets)]
     lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
@@ -59,6 +62,8 @@ def fit_idf(
         ``N`` = number of sets, ``N_j`` = number of sets containing word ``j``; words
         seen in no set get 0 (they cannot match anything in this corpus).
     """
+    import scipy.sparse as sp
+
     if sp.issparse(sets):
         counts = sp.csr_matrix(sets)
     else:
@@ -122,6 +127,8 @@ def tfidf(
         ``tf_ij * idf_j``, ``tf_ij`` = count / row total, rows normalised; empty rows
         stay zero.
     """
+    import scipy.sparse as sp
+
     check_choice(norm, "norm", ("l2", "l1", "none"))
     counts = sp.csr_matrix(counts)
     counts.sum_duplicates()
