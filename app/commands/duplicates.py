@@ -3,7 +3,8 @@
 The groups come from :meth:`engine.collection.Collection.duplicates` (tiers and defaults
 of :mod:`engine.workflows.duplicates`, the app's too); the copy suggested to keep from
 :func:`engine.workflows.duplicates.suggest_keeper`. This module parses the arguments,
-shows progress on stderr (Ctrl-C stops the search) and prints.
+shows progress on stderr (a bar on a terminal; otherwise a line every
+:data:`LINE_EVERY` seconds, for logs and pipes) and prints; Ctrl-C stops the search.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import dataclasses
 import signal
 import sys
 import threading
+import time
 
 from app.commands._collection import open_collection
 from app.commands._common import CommandError, Progress, emit_json
+
+#: Seconds between two progress lines when stderr is not a terminal.
+LINE_EVERY = 10.0
 
 TIER_LABELS = {
     "identical": "identical files",
@@ -72,14 +77,88 @@ def _tiers(text: str) -> tuple[str, ...]:
     return tuple(t for t in TIERS if t in tiers)
 
 
+class LineProgress:
+    """Progress of the pair checks as lines on ``stream`` (stderr not a terminal): when
+    the checks start, every ``every`` seconds, and when they end."""
+
+    def __init__(self, stream=None, every: float = LINE_EVERY) -> None:
+        self.stream = stream or sys.stderr
+        self.every = every
+        self.start = time.monotonic()
+        self._last: float | None = None
+        self._last_rows: float | None = None
+        self._first = 0
+        self._t0 = self.start
+
+    def begin(self) -> None:
+        self._say("simile: duplicates: finding the candidate pairs")
+
+    def __call__(self, done: int, total: int) -> None:
+        self.update(done, total)
+
+    def candidates(self, done: int, n: int) -> None:
+        """``done`` of the ``n`` photos' candidate pairs found (a line every ``every`` s)."""
+        now = time.monotonic()
+        if now - (self._last_rows or self.start) < self.every or done >= n:
+            return
+        self._last_rows = now
+        self._say(
+            f"simile: duplicates: finding the candidate pairs: {done:,} of {n:,} photos "
+            f"({100 * done / max(n, 1):.0f} %), {_duration(now - self.start)}"
+        )
+
+    def update(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self._last is None:  # the checks start (the pairs known before are done)
+            self._last, self._first, self._t0 = now, done, now
+            known = f" ({done:,} remembered from an earlier search)" if done else ""
+            self._say(f"simile: duplicates: checking {total:,} pairs{known}")
+            return
+        if now - self._last < self.every and done < total:
+            return
+        self._last = now
+        elapsed = now - self.start
+        line = f"simile: duplicates: checked {done:,} of {total:,} pairs"
+        line += f" ({100 * done / max(total, 1):.0f} %), {_duration(elapsed)}"
+        if done < total and done > self._first:
+            rate = (done - self._first) / max(now - self._t0, 1e-9)
+            line += f", about {_duration((total - done) / rate)} left"
+        self._say(line)
+
+    def close(self) -> None:
+        pass
+
+    def say(self, line: str) -> None:
+        """Write ``line`` (a stage of the search)."""
+        self._say(line)
+
+    def _say(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    """``"42 s"``, ``"3 min 05 s"``, ``"1 h 02 min"``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise CommandError(f"--threshold must be in (0, 1], got {args.threshold}")
-    from engine.workflows.duplicates import DEFAULT_RULE, suggest_keeper
+    from engine.workflows.duplicates import DEFAULT_RULE
+    from engine.workflows.keeper import suggest_keepers
 
     tiers = _tiers(args.tiers)
     cancel = threading.Event()
-    progress = Progress("checking pairs")
+    err = sys.stderr
+    tty = hasattr(err, "isatty") and err.isatty()
+    progress = Progress("checking pairs") if tty else LineProgress(err)
+    report = progress.update if tty else progress
 
     def on_sigint(signum, frame):  # first Ctrl-C: stop after the current block
         if cancel.is_set():
@@ -89,10 +168,10 @@ def run(args: argparse.Namespace) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     col = open_collection(args.folder, args.index, create=False, readonly=True)
+    if not tty:
+        progress.begin()
     try:
-        groups = col.duplicates(
-            args.threshold, tiers=tiers, cancel=cancel, progress=progress.update
-        )
+        groups = col.duplicates(args.threshold, tiers=tiers, cancel=cancel, progress=report)
     except InterruptedError:
         progress.close()
         print("simile: interrupted; no groups were reported", file=sys.stderr)
@@ -105,8 +184,10 @@ def run(args: argparse.Namespace) -> int:
         col.close()
     progress.close()
     out = []
-    for g in groups:
-        keeper = suggest_keeper(g.paths, reference=args.reference)
+    if not tty and groups:
+        progress.say(f"simile: duplicates: choosing the copy to keep in {len(groups):,} groups")
+    keepers = suggest_keepers([g.paths for g in groups], reference=args.reference)
+    for g, keeper in zip(groups, keepers, strict=True):
         reason = None if keeper is None else keeper.reason
         out.append({
             "tier": g.tier,

@@ -657,7 +657,7 @@ class DuplicatesView(QWidget):
         self._batch_tiers: set[str] | None = None  # the tiers of the clean-up just run
         self._found_text = ""  # what the last search found (the summary line)
         self.progress = QProgressBar()
-        self.progress.setFixedWidth(200)
+        self.progress.setFixedWidth(240)
         self.progress.setFormat("%v / %m")
         self.progress.hide()
         self.cancel_btn = QPushButton("Cancel")
@@ -802,6 +802,7 @@ class DuplicatesView(QWidget):
 
     def _on_busy(self, event) -> None:
         self.set_busy(f"Looking for near-duplicates at similarity ≥ {event.threshold:.2f}…")
+        self.progress.setFormat("%v / %m pairs")  # (busy until the candidate pairs are known)
 
     def _on_groups(self, event) -> None:
         self.set_groups(event.groups, event.threshold)
@@ -1085,6 +1086,7 @@ class DuplicatesView(QWidget):
         bridge = _Progress(self)
         bridge.changed.connect(self._on_progress)
         self.progress.setRange(0, 0)
+        self.progress.setFormat("%v / %m")
         self.progress.show()
         self.cancel_btn.show()
         self.summary.setText(text)

@@ -14,9 +14,10 @@ Tiers (:data:`TIERS`), each decided by evidence a person can check:
 
 How a pair is judged. For each image, its ``DUPLICATE_NEIGHBOURS`` best ``vocabulary``
 neighbours (exhaustive up to ``EXHAUSTIVE_LIMIT`` images, else among the candidates of
-the banded WTA index, :func:`engine.index.candidates.candidate_rows`) are checked
-geometrically (ratio-test correspondences + robust homography,
-:func:`engine.index.verify.verify_pair`), and :func:`pair_evidence` measures
+the banded WTA index, :func:`engine.index.candidates.candidate_rows`; found a block of
+images at a time, :mod:`engine.workflows.dup_candidates`) are checked geometrically
+(ratio-test correspondences + robust homography, :func:`engine.index.verify.verify_pair`;
+in worker processes, :mod:`engine.workflows.dup_verify`), and :func:`pair_evidence` measures
 
 - ``score``: inliers / features of the image with fewer features (the old single
   threshold's number);
@@ -71,15 +72,15 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.core.blas import single_threaded_blas
-from engine.index import candidates
-from engine.index.threads import thread_map
+from engine.index.threads import thread_map  # noqa: F401  (tests patch it)
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
+from engine.workflows.appearance import appearance_links
+from engine.workflows.dup_candidates import neighbour_pairs
+from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
 from engine.workflows.keeper import (
     DERIVED_WORDS,
     KEEPER_BPP_RATIO,
@@ -149,8 +150,8 @@ DUPLICATE_NEIGHBOURS = 10
 #: Features of one picture finer (scaled into the other) than this quantile of the other
 #: picture's feature scales are not counted by :attr:`PairEvidence.overlap_fraction`.
 VISIBLE_SCALE_QUANTILE = 0.05
-DUPLICATE_BLOCK = 256  # pairs checked side by side
-DUPLICATE_CACHE = 1024  # images' features kept (~250 MB at 500 128-D features)
+DUPLICATE_BLOCK = 128  # pairs a worker process checks at a time
+DUPLICATE_CACHE = 1024  # images' features a worker keeps (~130 MB at 500 features)
 
 
 @dataclass(frozen=True)
@@ -315,12 +316,28 @@ def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
         # a feature finer than the other picture can show has no partner there (a
         # half-size copy loses the finest details): count only those it could show
         s = abs(float(np.linalg.det(h[:2, :2]))) ** 0.5
-        in_b &= fa.scale * s >= np.quantile(fb.scale, VISIBLE_SCALE_QUANTILE)
-        in_a &= fb.scale / max(s, 1e-9) >= np.quantile(fa.scale, VISIBLE_SCALE_QUANTILE)
+        in_b &= fa.scale * s >= _finest_visible(fb.scale)
+        in_a &= fb.scale / max(s, 1e-9) >= _finest_visible(fa.scale)
     overlap = min(1.0, n / max(1, min(int(in_b.sum()), int(in_a.sum()))))
     return PairEvidence(
         len(v.pairs), n, score, overlap, residual, residual_px=residual_px, homography=h
     )
+
+
+_FINEST: dict[int, tuple[np.ndarray, np.float64]] = {}
+
+
+def _finest_visible(scale: np.ndarray) -> np.float64:
+    """``np.quantile(scale, VISIBLE_SCALE_QUANTILE)``, remembered for the feature sets of
+    the last few thousand photos (a photo is checked against several neighbours)."""
+    hit = _FINEST.get(id(scale))
+    if hit is not None and hit[0] is scale:
+        return hit[1]
+    if len(_FINEST) >= 4096:
+        _FINEST.clear()
+    q = np.quantile(scale, VISIBLE_SCALE_QUANTILE)  # (a float64 scalar: compared as such)
+    _FINEST[id(scale)] = (scale, q)
+    return q
 
 
 def _apply(h: np.ndarray, xy: np.ndarray) -> np.ndarray:
@@ -408,7 +425,9 @@ def find_duplicates(
     cancel : threading.Event, optional
         Checked between blocks of pair checks; when set, :class:`InterruptedError`.
     progress : callable, optional
-        ``progress(done, total)`` with pairs checked so far, as they are checked.
+        ``progress(done, total)`` with pairs checked so far, as they are checked. When it
+        has a ``candidates`` method, ``progress.candidates(rows_done, n)`` is called
+        while the candidate pairs are found (before any pair is checked).
     rule : TierRule, optional
         Default :data:`DEFAULT_RULE` (``threshold`` overrides its ``similar_score``).
 
@@ -446,6 +465,7 @@ def find_duplicates(
         if tier is not None:
             links[pair] = (tier, ev.score)
     if want != {"identical"}:
+        links.update(appearance_links(searcher, links, rule.same_photo_pixels, cancel=cancel))
         for pair in _raw_sidecar_pairs(paths):
             if pair not in links or links[pair][0] == "similar_shots":
                 ev = evidence.get(pair)
@@ -541,31 +561,14 @@ def neighbour_evidence(
     """
     _, data = searcher.ensure()
     skip = set(skip)
-    todo = [pair for pair in sorted(_neighbour_pairs(searcher, data)) if pair not in skip]
+    # (a ``progress.candidates(rows_done, n)`` method, when there is one, follows the
+    # search for candidates)
+    found = getattr(progress, "candidates", None)
+    pairs = neighbour_pairs(searcher, data, DUPLICATE_NEIGHBOURS, cancel=cancel, progress=found)
+    todo = [pair for pair in map(tuple, pairs.tolist()) if pair not in skip]
     paths, keys = searcher.row_paths, searcher.data_keys
     cache = None if keys is None else PairCache.load(searcher.store.index_dir)
     return _verify(searcher.store, data, paths, todo, cancel, progress, pixel_rule, cache, keys)
-
-
-def _neighbour_pairs(searcher: Searcher, data: EncodedImages) -> set[tuple[int, int]]:
-    """(i, j), i < j, of every row and its ``DUPLICATE_NEIGHBOURS`` best ``vocabulary``
-    neighbours."""
-    n = len(data.ids)
-    k_nb = min(n, DUPLICATE_NEIGHBOURS + 1)
-    pairs: set[tuple[int, int]] = set()
-    for i in range(n):
-        k, v = data.vocab.row(i)
-        rows = None
-        if n > candidates.EXHAUSTIVE_LIMIT:
-            # (the banded WTA index reads only the query's codes: no subset of the
-            # whole search data per image)
-            q = SimpleNamespace(wta=data.wta[i : i + 1])
-            rows = searcher.candidates("wta", q, data, candidates.MIN_CANDIDATES)
-        s = data.vocab.score(k, v, rows)
-        allr = np.arange(n) if rows is None else rows
-        best = allr[np.argsort(-s, kind="stable")[:k_nb]]
-        pairs.update((min(i, int(j)), max(i, int(j))) for j in best if j != i)
-    return pairs
 
 
 def _verify(
@@ -579,35 +582,10 @@ def _verify(
     cache: PairCache | None = None,
     keys: np.ndarray | None = None,
 ) -> dict[tuple[int, int], PairEvidence]:
-    """:func:`pair_evidence` of the pairs of rows ``todo``, a block at a time: those the
-    ``cache`` remembers (by the rows' ``keys``) are not checked again; the others are
-    added to it and it is saved, also when cancelled (:mod:`.pair_cache`)."""
-
-    # features are read on this thread, a block of pairs at a time, through a bounded
-    # cache (the pairs are sorted by their first image; 10,000 images' features would
-    # be 2.5 GB), and each block's checks run side by side (BLAS product and OpenCV
-    # fit without the GIL, one BLAS thread each)
-    @functools.lru_cache(maxsize=DUPLICATE_CACHE)
-    def feats(r: int) -> Features:
-        return store.get_features(int(data.ids[r]))
-
-    def pixels(ev: PairEvidence) -> bool:
-        return (
-            pixel_rule is not None and ev.homography is not None and _same_geometry(ev, pixel_rule)
-        )
-
-    def check(job: tuple[int, int, Features, Features]) -> tuple[int, int, PairEvidence]:
-        i, j, fa, fb = job
-        ev = pair_evidence(fa, fb)
-        if pixels(ev):
-            ta, tb = capture_time(paths[i]), capture_time(paths[j])
-            ev = dataclasses.replace(
-                ev,
-                pixel_agreement=_pixels_of(paths[i], paths[j], fa, fb, ev.homography),
-                taken_differ=ta is not None and tb is not None and ta != tb,
-            )
-        return i, j, ev
-
+    """:func:`pair_evidence` of the pairs of rows ``todo`` (:func:`_judge`), in worker
+    processes (:func:`engine.workflows.dup_verify.verify_pairs`): those the ``cache``
+    remembers (by the rows' ``keys``) are not checked again; the others are added to it
+    and it is saved, also when cancelled (:mod:`.pair_cache`)."""
     total, asked = len(todo), todo
     if cancel is not None and cancel.is_set():
         raise InterruptedError("the duplicate search was cancelled")
@@ -622,39 +600,62 @@ def _verify(
         progress(done, total)
     out: dict[tuple[int, int], PairEvidence] = {}
     try:
-        with single_threaded_blas():
-            for s0 in range(0, len(todo), DUPLICATE_BLOCK):
-                if cancel is not None and cancel.is_set():
-                    raise InterruptedError("the duplicate search was cancelled")
-                jobs = []
-                for i, j in todo[s0 : s0 + DUPLICATE_BLOCK]:
-                    fa, fb = feats(i), feats(j)
-                    if min(len(fa), len(fb)) >= 4:
-                        jobs.append((i, j, fa, fb))
-                for i, j, ev in thread_map(check, jobs):
-                    out[(i, j)] = ev
-                if progress is not None:
-                    progress(min(total, done + s0 + DUPLICATE_BLOCK), total)
+        out = verify_pairs(
+            todo,
+            functools.partial(_judge, pixel_rule=pixel_rule),
+            index_dir=store.index_dir,
+            ids=np.asarray(data.ids, np.int64),
+            paths=paths,
+            get_features=lambda r: store.get_features(int(data.ids[r])),
+            cancel=cancel,
+            progress=None if progress is None else (lambda n: progress(done + n, total)),
+            chunk=DUPLICATE_BLOCK,
+            feature_cache=DUPLICATE_CACHE,
+        )
+    except VerifyInterrupted as exc:
+        out = exc.done
+        raise InterruptedError("the duplicate search was cancelled") from None
     finally:
         if cache is not None and keys is not None and out:
-            remember(cache, keys, out, pixels)
+            remember(cache, keys, out, functools.partial(_pixels_asked, pixel_rule=pixel_rule))
             cache.save(keys)
     out.update(known)
     return {pair: out[pair] for pair in asked if pair in out}  # (in the order asked)
 
 
-def _pixels_of(path_a: Path, path_b: Path, fa: Features, fb: Features, h: np.ndarray) -> float:
-    """:func:`pixel_agreement` of two files (nan when one cannot be read)."""
-    from engine.io.imageio import load_image
+def _pixels_asked(ev: PairEvidence, pixel_rule: TierRule | None) -> bool:
+    """Whether :func:`_judge` compares the pixels of a pair with this evidence."""
+    return pixel_rule is not None and ev.homography is not None and _same_geometry(ev, pixel_rule)
 
+
+def _judge(ctx: PairContext, i: int, j: int, pixel_rule: TierRule | None) -> PairEvidence | None:
+    """The evidence of rows ``i`` and ``j`` (None when one has fewer than 4 features):
+    :func:`pair_evidence`, then, for a pair that passes the geometric part of
+    ``pixel_rule``'s same-photo test, the capture times and the pixel test (not asked
+    when the capture times differ: the pair is no copy whatever its pixels)."""
+    fa, fb = ctx.features(i), ctx.features(j)
+    if min(len(fa), len(fb)) < 4:
+        return None
+    ev = pair_evidence(fa, fb)
+    if _pixels_asked(ev, pixel_rule):
+        ta, tb = ctx.taken(i), ctx.taken(j)
+        differ = ta is not None and tb is not None and ta != tb
+        agree = float("nan") if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography)
+        ev = dataclasses.replace(ev, pixel_agreement=agree, taken_differ=differ)
+    return ev
+
+
+def _pixels_of(
+    ctx: PairContext, i: int, j: int, fa: Features, fb: Features, h: np.ndarray
+) -> float:
+    """:func:`pixel_agreement` of the files of rows ``i`` and ``j`` (nan when one cannot
+    be read)."""
+    ga, gb = ctx.gray(i, PIXEL_SIDE), ctx.gray(j, PIXEL_SIDE)
+    if ga is None or gb is None:  # a file changed or gone since indexing: geometry decides
+        return float("nan")
     try:
-        gray = [
-            load_image(str(p), max_side=PIXEL_SIDE).astype(np.float32)
-            @ np.array([0.299, 0.587, 0.114], np.float32)
-            for p in (path_a, path_b)
-        ]
-        return pixel_agreement(gray[0], gray[1], h, fa.image_size, fb.image_size)
-    except Exception:  # a file changed or gone since indexing: geometry decides alone
+        return pixel_agreement(ga, gb, h, fa.image_size, fb.image_size)
+    except Exception:
         return float("nan")
 
 
@@ -678,19 +679,22 @@ def group_links(
     n = len(paths)
     copy_links = {p: v for p, v in links.items() if v[0] != "similar_shots"}
     strict = _components({p for p, v in links.items() if v[0] == "identical"}, n)
+    strict_sets = {frozenset(c) for c in strict}
     out = []
     grouped: set[int] = set()
-    for members in _components(set(copy_links), n):
-        tier = "identical" if any(set(members) == set(c) for c in strict) else "same_photo"
-        out.append(_group(members, copy_links, paths, tier))
+    comps = _components(set(copy_links), n)
+    for members, own in zip(comps, _links_of(comps, copy_links), strict=True):
+        tier = "identical" if frozenset(members) in strict_sets else "same_photo"
+        out.append(_group(members, own, paths, tier))
         grouped.update(members)
     shots = {
         p: v
         for p, v in links.items()
         if v[0] == "similar_shots" and p[0] not in grouped and p[1] not in grouped
     }
-    for members in _components(set(shots), n):
-        out.append(_group(members, shots, paths, "similar_shots"))
+    comps = _components(set(shots), n)
+    for members, own in zip(comps, _links_of(comps, shots), strict=True):
+        out.append(_group(members, own, paths, "similar_shots"))
     out.sort(key=lambda g: (TIERS.index(g.tier), -len(g.paths), str(g.paths[0])))
     return out
 
@@ -718,6 +722,20 @@ def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:
         if root in comps:
             comps[root].append(r)
     return [m for m in comps.values() if len(m) > 1]
+
+
+def _links_of(
+    comps: list[list[int]], links: dict[tuple[int, int], tuple[str, float]]
+) -> list[dict[tuple[int, int], tuple[str, float]]]:
+    """The ``links`` within each of the components ``comps`` (one pass over the links,
+    not one per component: a library of 100,000 photos has thousands of groups)."""
+    comp_of = {m: k for k, members in enumerate(comps) for m in members}
+    out: list[dict[tuple[int, int], tuple[str, float]]] = [{} for _ in comps]
+    for (i, j), v in links.items():
+        k = comp_of.get(i)
+        if k is not None and comp_of.get(j) == k:
+            out[k][(i, j)] = v
+    return out
 
 
 def _group(

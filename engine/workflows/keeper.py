@@ -36,6 +36,7 @@ __all__ = [
     "looks_derived",
     "sharpness",
     "suggest_keeper",
+    "suggest_keepers",
 ]
 
 #: Longest side (pixels) the copies of a group are loaded at to compare their sharpness.
@@ -523,3 +524,65 @@ def capture_time(path: str | os.PathLike) -> str | None:
         has none or cannot be read.
     """
     return _header_facts(str(path))[2]
+
+
+#: Fewer groups than this are decided in the calling process by :func:`suggest_keepers`.
+KEEPERS_IN_PROCESSES = 64
+
+
+def suggest_keepers(
+    groups: Sequence[Sequence[str | os.PathLike]],
+    *,
+    reference: Sequence[str | os.PathLike] = (),
+    workers: int | None = None,
+) -> list[Keeper | None]:
+    """:func:`suggest_keeper` of many groups, in worker processes when there are many
+    (every copy is loaded to tell a readable one from a broken one).
+
+    Parameters
+    ----------
+    groups : sequence of sequences of paths
+        The copies of each group.
+    reference : sequence of str or os.PathLike
+        Folders whose photos are always kept.
+    workers : int, optional
+        Processes (default: the machine's cores); 0 or 1, or fewer groups than
+        :data:`KEEPERS_IN_PROCESSES`: in this process.
+
+    Returns
+    -------
+    list of Keeper or None
+        One per group, in order.
+    """
+    import functools
+
+    one = functools.partial(_keeper_of, reference=[os.fspath(r) for r in reference])
+    jobs = [[os.fspath(p) for p in g] for g in groups]
+    workers = (os.cpu_count() or 1) if workers is None else int(workers)
+    if workers <= 1 or len(jobs) < KEEPERS_IN_PROCESSES:
+        return [one(g) for g in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
+    ) as pool:
+        return list(pool.map(one, jobs, chunksize=max(1, len(jobs) // (8 * workers))))
+
+
+def _keeper_of(paths: list[str], reference: list[str]) -> Keeper | None:
+    return suggest_keeper(paths, reference=reference)
+
+
+def _watch_parent(parent: int) -> None:
+    """(A worker's initializer) end the worker when its parent is gone (killed)."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()

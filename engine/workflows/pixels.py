@@ -11,7 +11,16 @@ What a copy keeps and what another shot does not (see :func:`pixel_agreement`):
   the level of the other (:data:`PIXEL_BLURS`) and a sub-pixel offset of the feature
   fit is taken out (:data:`PIXEL_SHIFT`), a copy's detail correlates almost perfectly;
   two shots differ by noise, movement and parallax, which no blur and no single shift
-  remove.
+  remove;
+- where they differ: a recompressed, resampled or converted copy differs everywhere a
+  little and nowhere a lot, so hardly any of its textured tiles disagree; a second shot
+  moments apart differs in a few places (a moved person, leaves, a wave) or everywhere
+  by parallax. :func:`pixel_evidence` gives both numbers; a pair whose tiles all agree
+  (:data:`PIXEL_CLEAN_SHARE`) can get :data:`PIXEL_CLEAN_BONUS` added to its agreement,
+  to tell a small, heavily compressed copy (detail correlating at only 0.90-0.94) from
+  two shots moments apart. The bonus is 0: the best one on the duplicate benchmark's
+  tuning half (0.07) cost precision on every other half measured, second shots joining
+  the copies (``tests/benchmarks/bench_duplicates.py``).
 """
 
 from __future__ import annotations
@@ -20,11 +29,16 @@ import numpy as np
 
 __all__ = [
     "PIXEL_BLURS",
+    "PIXEL_CLEAN_BONUS",
+    "PIXEL_CLEAN_SHARE",
+    "PIXEL_DISAGREE",
     "PIXEL_PATCH",
     "PIXEL_SHIFT",
     "PIXEL_SIDE",
     "PIXEL_WITHIN",
+    "combine_evidence",
     "pixel_agreement",
+    "pixel_evidence",
     "within_share",
 ]
 
@@ -40,6 +54,14 @@ PIXEL_SHIFT = 2.0
 #: Least share of one picture's textured tiles that must lie inside the other
 #: (:func:`within_share`); below it the pictures are two framings: agreement 0.
 PIXEL_WITHIN = 0.98
+#: A textured tile disagrees when the correlation of its detail is below this.
+PIXEL_DISAGREE = 0.5
+#: Largest share of disagreeing textured tiles of a pair whose difference is "everywhere
+#: a little, nowhere a lot" (a recompressed or resampled copy).
+PIXEL_CLEAN_SHARE = 0.01
+#: Added to the agreement of such a pair (capped at 1) by :func:`pixel_agreement`; off
+#: (see the module docstring).
+PIXEL_CLEAN_BONUS = 0.0
 
 
 def pixel_agreement(
@@ -51,7 +73,60 @@ def pixel_agreement(
     *,
     patch: int = PIXEL_PATCH,
 ) -> float:
-    """How well the fine detail of two aligned pictures agrees.
+    """How well the fine detail of two aligned pictures agrees, one number.
+
+    The median correlation of :func:`pixel_evidence`, plus :data:`PIXEL_CLEAN_BONUS`
+    (capped at 1) when at most :data:`PIXEL_CLEAN_SHARE` of the textured tiles disagree.
+
+    Parameters
+    ----------
+    gray_a, gray_b, homography, size_a, size_b, patch
+        As :func:`pixel_evidence`.
+
+    Returns
+    -------
+    float
+        In [-1, 1]; ``nan`` when fewer than 4 textured tiles overlap.
+    """
+    agree, disagree = pixel_evidence(gray_a, gray_b, homography, size_a, size_b, patch=patch)
+    return combine_evidence(agree, disagree)
+
+
+def combine_evidence(
+    agree: float,
+    disagree: float,
+    clean_share: float = PIXEL_CLEAN_SHARE,
+    clean_bonus: float = PIXEL_CLEAN_BONUS,
+) -> float:
+    """:func:`pixel_agreement` from the two numbers of :func:`pixel_evidence`.
+
+    Parameters
+    ----------
+    agree, disagree : float
+        The agreement and the share of disagreeing tiles (:func:`pixel_evidence`).
+    clean_share, clean_bonus : float
+        :data:`PIXEL_CLEAN_SHARE`, :data:`PIXEL_CLEAN_BONUS` (other values: the
+        benchmark's search).
+
+    Returns
+    -------
+    float
+    """
+    if agree > 0 and disagree <= clean_share:
+        return float(min(1.0, agree + clean_bonus))
+    return float(agree)
+
+
+def pixel_evidence(
+    gray_a: np.ndarray,
+    gray_b: np.ndarray,
+    homography: np.ndarray,
+    size_a: tuple[int, int],
+    size_b: tuple[int, int],
+    *,
+    patch: int = PIXEL_PATCH,
+) -> tuple[float, float]:
+    """How well the fine detail of two aligned pictures agrees, and where it does not.
 
     The picture with more pixels is shrunk to about the other's scale and warped onto
     it. 0 when neither lies within the other (:func:`within_share` below
@@ -64,7 +139,8 @@ def pixel_agreement(
     result is the best such score with the sharper picture (more high-pass energy in the
     overlap) blurred by :data:`PIXEL_BLURS` in turn, until the score stops rising (or not
     blurred): a blurred or resampled copy agrees once the sharper picture is brought to
-    its level, two shots do not.
+    its level, two shots do not. The second number is the share of those tiles whose
+    correlation is below :data:`PIXEL_DISAGREE` at that best blur.
 
     Parameters
     ----------
@@ -79,17 +155,19 @@ def pixel_agreement(
 
     Returns
     -------
-    float
-        In [-1, 1]; ``nan`` when fewer than 4 textured tiles overlap.
+    agreement : float
+        In [-1, 1]; ``nan`` when fewer than 4 textured tiles overlap, 0 for two framings.
+    disagreement : float
+        In [0, 1] (``nan`` with a ``nan`` agreement, 1 for two framings).
     """
     import cv2
 
     ga, gb, m = _common_scale(gray_a, gray_b, homography, size_a, size_b)
     h, w = gb.shape
     if h < patch or w < patch:
-        return float("nan")
+        return float("nan"), float("nan")
     if within_share(ga, gb, m, patch=2 * patch) < PIXEL_WITHIN:
-        return 0.0
+        return 0.0, 1.0
     warped, inside = _warp(ga, m, (w, h))
     total = np.zeros(2)
     for _ in range(2):  # (a second step takes out what the first linearised away)
@@ -102,7 +180,7 @@ def pixel_agreement(
         m = np.array([[1.0, 0.0, d[0]], [0.0, 1.0, d[1]], [0.0, 0.0, 1.0]]) @ m
         warped, inside = _warp(ga, m, (w, h))
     best = _tile_agreement(warped, gb, inside, patch)
-    if np.isnan(best):
+    if np.isnan(best[0]):
         return best
     # blur only the sharper picture (more high-pass energy where they overlap), more
     # and more until the agreement stops rising (it rises to the other's level, then
@@ -113,10 +191,10 @@ def pixel_agreement(
         a = cv2.GaussianBlur(warped, (0, 0), sigma) if sharp_a else warped
         b = gb if sharp_a else cv2.GaussianBlur(gb, (0, 0), sigma)
         score = _tile_agreement(a, b, inside, patch)
-        if not score > last - 1e-3:
+        if not score[0] > last[0] - 1e-3:
             break
-        best, last = max(best, score), score
-    return float(best)
+        best, last = (score if score[0] > best[0] else best), score
+    return float(best[0]), float(best[1])
 
 
 def _detail(x: np.ndarray, inside: np.ndarray) -> float:
@@ -231,9 +309,12 @@ def _translation(a: np.ndarray, b: np.ndarray, inside: np.ndarray) -> np.ndarray
     return np.linalg.solve(g, -np.array([(gx * it).sum(), (gy * it).sum()], np.float64))
 
 
-def _tile_agreement(a: np.ndarray, b: np.ndarray, inside: np.ndarray, patch: int) -> float:
-    """Median normalised correlation of the high-passed pictures over the more textured
-    half of the ``patch`` tiles wholly ``inside`` (nan for fewer than 4 textured)."""
+def _tile_agreement(
+    a: np.ndarray, b: np.ndarray, inside: np.ndarray, patch: int
+) -> tuple[float, float]:
+    """(median normalised correlation of the high-passed pictures over the more textured
+    half of the ``patch`` tiles wholly ``inside``, share of those below
+    :data:`PIXEL_DISAGREE`); (nan, nan) for fewer than 4 textured tiles."""
     import cv2
 
     hp_a = a - cv2.GaussianBlur(a, (0, 0), 2.0)
@@ -253,7 +334,7 @@ def _tile_agreement(a: np.ndarray, b: np.ndarray, inside: np.ndarray, patch: int
     texture = np.minimum(su, sv)
     good = texture > 1e-3
     if good.sum() < 4:
-        return float("nan")
+        return float("nan"), float("nan")
     ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
-    textured = texture[good] >= np.median(texture[good])
-    return float(np.median(ncc[textured]))
+    ncc = ncc[texture[good] >= np.median(texture[good])]
+    return float(np.median(ncc)), float(np.mean(ncc < PIXEL_DISAGREE))

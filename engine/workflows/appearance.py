@@ -1,0 +1,406 @@
+"""A second, feature-free way to find copies: for photos with too few local features to
+be verified geometrically (a starry sky, the moon at night, haze, a blank wall), the
+duplicate search compares their global appearance instead.
+
+Why. The duplicate search (:mod:`engine.workflows.duplicates`) links two photos as
+"the same photo" when one transform explains their matched features. A photo with a
+handful of features never gets there, however exact its copies. Such photos are few in
+a library, so they can afford a slower, pixel-level check.
+
+How (:func:`appearance_links`):
+
+1. the photos with fewer than :data:`APPEARANCE_FEATURES` features (the catalogue
+   counts them) get an appearance signature: the 8 x 8 lowest-frequency DCT
+   coefficients of a :data:`APPEARANCE_SIDE`-pixel square gray thumbnail of the whole
+   picture (:func:`signature`), computed once per photo and cached by row key in
+   ``<index>/cache/`` :data:`CACHE_FILE` (plain arrays, no pickle);
+2. candidates are the pairs of those photos whose signatures' signs (63 bits, DC left
+   out: brightness and contrast edits do not move them) differ in at most
+   :data:`APPEARANCE_HAMMING` bits under one of the four rotations by quarter turns
+   (sign changes and a transpose of the coefficients, :func:`orientations`): a copy is
+   the same picture up to resampling, compression, a global tone curve and a rotation;
+3. each candidate is tested under that hypothesis (:func:`appearance_agreement`):
+   the quarter turn and the resize make a first alignment, refined by an affine ECC
+   fit on small versions (a rotation by a few degrees, a slight offset), then the pixel
+   test of the geometric pairs (:func:`engine.workflows.pixels.pixel_agreement`: fine
+   detail correlated tile by tile, blur matched, framing checked) decides with the
+   same threshold (:attr:`TierRule.same_photo_pixels`). A second shot of a starry sky
+   or of the moon moments later has the same coarse look but other noise, other stars
+   and a moved disc: its fine detail does not agree.
+
+Cost: only the low-feature photos are read (once: their signatures are cached), and
+their pairs are compared as 64-bit words, a block at a time (``L`` low-feature photos:
+``2 L^2`` word comparisons, a few milliseconds for thousands); each candidate pair costs
+one pixel test (tens of milliseconds).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from engine.index.files import atomic_write
+from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.index.searcher import Searcher
+
+__all__ = [
+    "APPEARANCE_FEATURES",
+    "APPEARANCE_HAMMING",
+    "APPEARANCE_SIDE",
+    "CACHE_FILE",
+    "appearance_agreement",
+    "appearance_candidates",
+    "appearance_links",
+    "load_gray",
+    "orientations",
+    "signature",
+]
+
+#: Photos with fewer local features than this get an appearance signature.
+APPEARANCE_FEATURES = 25
+#: Side (pixels) of the square thumbnail a signature is made of.
+APPEARANCE_SIDE = 32
+#: Most differing sign bits (of 63) of a candidate pair's signatures.
+APPEARANCE_HAMMING = 16
+#: Longest side (pixels) of the pictures the ECC refinement works on.
+APPEARANCE_ECC_SIDE = 128
+#: Where the signatures are cached in an index folder.
+CACHE_FILE = Path("cache") / "appearance.npz"
+#: Raise when :func:`signature` changes (older caches are then ignored).
+VERSION = 1
+
+
+def signature(gray: np.ndarray) -> np.ndarray:
+    """The appearance signature of a picture.
+
+    Parameters
+    ----------
+    gray : (H, W) float32
+        The picture in gray levels, any size.
+
+    Returns
+    -------
+    (8, 8) float32
+        The lowest-frequency DCT coefficients (rows: vertical frequency) of the picture
+        resized, whatever its aspect, to :data:`APPEARANCE_SIDE` pixels square.
+    """
+    import cv2
+
+    small = cv2.resize(
+        np.asarray(gray, np.float32),
+        (APPEARANCE_SIDE, APPEARANCE_SIDE),
+        interpolation=cv2.INTER_AREA,
+    )
+    return cv2.dct(small)[:8, :8].astype(np.float32)
+
+
+def orientations(sig: np.ndarray) -> np.ndarray:
+    """The signature of the picture turned by 0, 90, 180 and 270 degrees clockwise.
+
+    Parameters
+    ----------
+    sig : (8, 8) float32
+        A :func:`signature`.
+
+    Returns
+    -------
+    (4, 8, 8) float32
+        A horizontal flip multiplies coefficient (u, v) by (-1)^v, a vertical one by
+        (-1)^u; a quarter turn clockwise is a transpose followed by a horizontal flip.
+    """
+    sign = (-1.0) ** np.arange(8)
+    out = [sig]
+    for _ in range(3):
+        out.append(out[-1].T * sign[None, :])
+    return np.stack(out).astype(np.float32)
+
+
+def _bits(sigs: np.ndarray) -> np.ndarray:
+    """(..., ) uint64 words of the signs of the 63 AC coefficients of (..., 8, 8)."""
+    flat = sigs.reshape(*sigs.shape[:-2], 64)[..., 1:] > 0
+    weights = np.uint64(1) << np.arange(63, dtype=np.uint64)
+    return (flat.astype(np.uint64) * weights).sum(axis=-1, dtype=np.uint64)
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of each uint64."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    b = x.view(np.uint8).reshape(*x.shape, 8)
+    return np.unpackbits(b, axis=-1).sum(axis=-1)
+
+
+def appearance_candidates(
+    sigs: np.ndarray, *, max_bits: int = APPEARANCE_HAMMING, block_words: int = 1 << 21
+) -> list[tuple[int, int, int]]:
+    """Pairs of signatures that may be one picture, and the quarter turn that maps one
+    to the other.
+
+    Parameters
+    ----------
+    sigs : (L, 8, 8) float32
+        :func:`signature` of each picture.
+    max_bits : int
+        Most differing sign bits.
+    block_words : int
+        Word comparisons held in memory at a time (8 bytes each, twice).
+
+    Returns
+    -------
+    list of (i, j, k)
+        i < j (positions in ``sigs``), k in 0..3: picture i turned clockwise by k quarter
+        turns is compared with picture j (the k with the fewest differing bits; the
+        distance is the same from j's side, turned back).
+    """
+    n = len(sigs)
+    if n < 2:
+        return []
+    words = _bits(np.stack([orientations(s) for s in sigs]))  # (L, 4)
+    base = words[:, 0]
+    block = max(1, min(n, block_words // (4 * n)))
+    out = []
+    for s0 in range(0, n, block):
+        q = words[s0 : s0 + block]  # (b, 4)
+        d = _popcount(q[:, :, None] ^ base[None, None, :])  # (b, 4, L)
+        k = d.argmin(axis=1)
+        best = d.min(axis=1)
+        ii, jj = np.nonzero(best <= max_bits)
+        out.extend(
+            (s0 + a, j, int(k[a, j]))
+            for a, j in zip(ii.tolist(), jj.tolist(), strict=True)
+            if s0 + a < j
+        )
+    return out
+
+
+def appearance_agreement(gray_a: np.ndarray, gray_b: np.ndarray, turns: int) -> float:
+    """The pixel agreement of two pictures under the hypothesis that b is a turned (by
+    ``turns`` quarter turns clockwise), resized, recompressed or lightly rotated copy
+    of a.
+
+    Parameters
+    ----------
+    gray_a, gray_b : (H, W) float32
+        The two pictures in gray levels, any size.
+    turns : int
+        0..3.
+
+    Returns
+    -------
+    float
+        :func:`engine.workflows.pixels.pixel_agreement` after the alignment (``nan``
+        when not measurable).
+    """
+    import cv2
+
+    ha, wa = gray_a.shape
+    hb, wb = gray_b.shape
+    # a -> a turned: clockwise quarter turns about the picture's corners
+    turn = np.eye(3)
+    w, h = wa, ha
+    for _ in range(turns % 4):
+        turn = np.array([[0.0, -1.0, h - 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]) @ turn
+        w, h = h, w
+    if abs(np.log((w / h) / (wb / hb))) > 0.05:  # not the same aspect: not a copy
+        return float("nan")
+    h0 = _scale(wb / w, hb / h) @ turn  # a pixels -> b pixels
+    # refine by an affine ECC fit on small versions of b and of a warped onto b
+    f = min(1.0, APPEARANCE_ECC_SIDE / max(wb, hb))
+    size = (max(8, round(wb * f)), max(8, round(hb * f)))
+    small = _scale(size[0] / wb, size[1] / hb)
+    sb = cv2.resize(gray_b, size, interpolation=cv2.INTER_AREA)
+    m0 = small @ h0
+    sa = cv2.warpPerspective(_shrunk(gray_a, m0), _shrink_map(gray_a, m0), size)
+    warp = np.eye(2, 3, dtype=np.float32)
+    try:
+        _cc, warp = cv2.findTransformECC(
+            _norm(sb),
+            _norm(sa),
+            warp,
+            cv2.MOTION_AFFINE,
+            (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 100, 1e-5),
+            None,
+            5,
+        )
+        w3 = np.vstack([warp.astype(np.float64), [0.0, 0.0, 1.0]])  # small b -> small a'
+        refine = np.linalg.inv(small) @ np.linalg.inv(w3) @ small  # b -> b
+        if not np.isfinite(refine).all() or abs(np.linalg.det(refine[:2, :2]) - 1) > 0.1:
+            refine = np.eye(3)
+    except cv2.error:  # (did not converge: the first alignment stands)
+        refine = np.eye(3)
+    hom = refine @ h0
+    return pixel_agreement(gray_a, gray_b, hom, (wa, ha), (wb, hb))
+
+
+def _scale(sx: float, sy: float) -> np.ndarray:
+    """3x3 map of pixel positions of a picture resized by (sx, sy) (pixel centres:
+    ``x' = (x + 0.5) sx - 0.5``, as :func:`cv2.resize` samples)."""
+    return np.array([[sx, 0.0, 0.5 * sx - 0.5], [0.0, sy, 0.5 * sy - 0.5], [0.0, 0.0, 1.0]])
+
+
+def _shrink_map(g: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``m`` for the picture :func:`_shrunk` returns."""
+    s = _shrink_factor(m)
+    if s >= 1:
+        return m
+    h, w = g.shape
+    sw, sh = round(w * s), round(h * s)
+    return m @ np.linalg.inv(_scale(sw / w, sh / h))
+
+
+def _shrunk(g: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``g`` shrunk (area) to about the scale ``m`` maps it to (no aliasing in a warp)."""
+    import cv2
+
+    s = _shrink_factor(m)
+    if s < 1:
+        h, w = g.shape
+        return cv2.resize(g, (round(w * s), round(h * s)), interpolation=cv2.INTER_AREA)
+    return g
+
+
+def _shrink_factor(m: np.ndarray) -> float:
+    return float(min(1.0, abs(np.linalg.det(m[:2, :2])) ** 0.5))
+
+
+def _norm(x: np.ndarray) -> np.ndarray:
+    """Zero mean, unit variance float32 (ECC on pictures of other brightness)."""
+    x = np.asarray(x, np.float32)
+    return (x - x.mean()) / (x.std() + 1e-6)
+
+
+# ------------------------------------------------------------------ the search step
+def load_gray(path: str | os.PathLike, max_side: int = PIXEL_SIDE) -> np.ndarray:
+    """The photo at ``path`` in gray levels, (H, W) float32, longest side at most
+    ``max_side`` (as the pixel test compares pictures).
+
+    Raises
+    ------
+    OSError, ValueError
+        When the file cannot be read as an image.
+    """
+    from engine.io.imageio import load_image
+
+    rgb = load_image(str(path), max_side=max_side).astype(np.float32)
+    return rgb @ np.array([0.299, 0.587, 0.114], np.float32)
+
+
+def _signatures(
+    index_dir: Path | None, keys: np.ndarray | None, rows: list[int], paths: Sequence[Path]
+) -> dict[int, np.ndarray]:
+    """:func:`signature` of the photos of ``rows``, from the cache when it knows them;
+    the cache is brought up to date (unreadable photos are left out)."""
+    cache_path = None if index_dir is None else Path(index_dir) / CACHE_FILE
+    known: dict[int, np.ndarray] = {}
+    if cache_path is not None and keys is not None:
+        try:
+            with np.load(cache_path, allow_pickle=False) as npz:
+                if int(npz["version"]) == VERSION:
+                    ck, cs = npz["keys"], npz["sigs"]
+                    if cs.shape == (len(ck), 8, 8):
+                        known = {int(k): s for k, s in zip(ck.tolist(), cs, strict=True)}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            known = {}
+    out: dict[int, np.ndarray] = {}
+    new = False
+    for r in rows:
+        key = None if keys is None else int(keys[r])
+        if key is not None and key in known:
+            out[r] = known[key]
+            continue
+        try:
+            out[r] = signature(load_gray(paths[r]))
+        except Exception:  # a file gone or unreadable since indexing: left out
+            continue
+        if key is not None:
+            known[key] = out[r]
+            new = True
+    if new and cache_path is not None and keys is not None:
+        live = {int(k) for k in np.asarray(keys).tolist()}
+        ks = [k for k in known if k in live]
+        try:
+            cache_path.parent.mkdir(exist_ok=True)
+            if os.access(cache_path.parent, os.W_OK):
+                atomic_write(
+                    cache_path,
+                    lambda fh: np.savez(
+                        fh,
+                        version=np.int64(VERSION),
+                        keys=np.array(ks, np.uint64),
+                        sigs=np.array([known[k] for k in ks], np.float32).reshape(-1, 8, 8),
+                    ),
+                )
+        except OSError:  # a cache: a read-only or full disk only costs time
+            pass
+    return out
+
+
+def appearance_links(
+    searcher: Searcher,
+    linked: dict[tuple[int, int], tuple[str, float]],
+    pixels: float,
+    *,
+    cancel: threading.Event | None = None,
+) -> dict[tuple[int, int], tuple[str, float]]:
+    """``same_photo`` links between photos with too few features, found and tested by
+    their appearance (the module docstring).
+
+    Parameters
+    ----------
+    searcher : Searcher
+        Current (:meth:`Searcher.ensure` called).
+    linked : dict
+        The links found so far, ``(i, j) -> (tier, score)``: pairs already linked as
+        identical or same_photo are not tested again.
+    pixels : float
+        Least pixel agreement of a copy (:attr:`TierRule.same_photo_pixels`).
+    cancel : threading.Event, optional
+        Checked between pairs; when set, :class:`InterruptedError`.
+
+    Returns
+    -------
+    dict
+        ``(i, j) -> ("same_photo", agreement)`` for rows i < j.
+    """
+    store = searcher.store
+    _, data = searcher.ensure()
+    row_of_id = {int(d): r for r, d in enumerate(np.asarray(data.ids).tolist())}
+    rows = sorted(
+        row_of_id[rec.id]
+        for rec in store.records()
+        if rec.n_features < APPEARANCE_FEATURES and rec.id in row_of_id
+    )
+    if len(rows) < 2:
+        return {}
+    paths = searcher.row_paths
+    sigs = _signatures(store.index_dir, searcher.data_keys, rows, paths)
+    rows = [r for r in rows if r in sigs]
+    out: dict[tuple[int, int], tuple[str, float]] = {}
+    grays: dict[int, np.ndarray] = {}
+
+    def gray(r: int) -> np.ndarray:
+        if r not in grays:
+            grays[r] = load_gray(paths[r])
+        return grays[r]
+
+    for a, b, k in appearance_candidates(np.stack([sigs[r] for r in rows])):
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("the duplicate search was cancelled")
+        i, j = rows[a], rows[b]
+        if linked.get((i, j), ("similar_shots",))[0] != "similar_shots":
+            continue
+        try:
+            agree = appearance_agreement(gray(i), gray(j), k)
+        except Exception:  # a file gone or unreadable since indexing
+            continue
+        if agree >= pixels:
+            out[(i, j)] = ("same_photo", float(agree))
+    return out

@@ -1,0 +1,128 @@
+"""The feature-free way to find copies of photos with too few features
+(:mod:`engine.workflows.appearance`) and the pixel test's local-disagreement evidence
+(:mod:`engine.workflows.pixels`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.workflows.appearance import (
+    APPEARANCE_HAMMING,
+    appearance_agreement,
+    appearance_candidates,
+    orientations,
+    signature,
+)
+from engine.workflows.duplicates import DEFAULT_RULE
+from engine.workflows.pixels import (
+    PIXEL_CLEAN_BONUS,
+    PIXEL_CLEAN_SHARE,
+    combine_evidence,
+    pixel_evidence,
+)
+
+cv2 = pytest.importorskip("cv2")
+
+
+def _night_sky(seed: int, *, moon: tuple[int, int] | None = None) -> np.ndarray:
+    """A 240 x 320 gray night sky: a glow, sensor noise (spread over a pixel or two, as
+    demosaicing leaves it), faint stars, maybe a moon."""
+    rng = np.random.default_rng(seed)
+    h, w = 240, 320
+    yy, xx = np.mgrid[:h, :w]
+    img = 12 + 10 * np.exp(-((xx - 60) ** 2 + (yy - 200) ** 2) / 2e4)  # a glow, low left
+    noise = cv2.GaussianBlur(rng.normal(0, 1, (h, w)).astype(np.float32), (0, 0), 1.0)
+    img = img + 6 * noise / noise.std()
+    for _ in range(120):
+        x, y = rng.integers(2, w - 2), rng.integers(2, h - 2)
+        img[y - 1 : y + 2, x - 1 : x + 2] += rng.uniform(20, 80) * np.array(
+            [[0.3, 0.6, 0.3], [0.6, 1.0, 0.6], [0.3, 0.6, 0.3]]
+        )
+    if moon is not None:
+        img += 200 * ((xx - moon[0]) ** 2 + (yy - moon[1]) ** 2 < 12**2)
+    return np.clip(img, 0, 255).astype(np.float32)
+
+
+def _jpeg(img: np.ndarray, quality: int, scale: float = 1.0) -> np.ndarray:
+    if scale != 1.0:
+        img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    _ok, buf = cv2.imencode(".jpg", np.clip(img, 0, 255).astype(np.uint8), [1, quality])
+    return cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE).astype(np.float32)
+
+
+def _bits(sig: np.ndarray) -> np.ndarray:
+    return sig.reshape(-1)[1:] > 0
+
+
+def test_quarter_turns_of_a_signature_are_the_signatures_of_the_turned_picture():
+    img = _night_sky(1, moon=(200, 80))
+    sigs = orientations(signature(img))
+    for k in range(4):
+        turned = np.rot90(img, -k).copy()  # k quarter turns clockwise
+        differ = np.sum(_bits(sigs[k]) != _bits(signature(turned)))
+        assert differ <= 2, (k, differ)
+
+
+def test_candidates_pair_copies_in_any_orientation_and_not_other_skies():
+    sky = _night_sky(2)
+    other = _night_sky(3)
+    copies = [
+        sky + 30,  # brightened
+        np.rot90(sky, -1).copy(),  # turned a quarter clockwise
+        _jpeg(sky, 50, 0.5),  # half size, quality 50
+    ]
+    sigs = np.stack([signature(x) for x in [sky, other, *copies]])
+    found = {(i, j): k for i, j, k in appearance_candidates(sigs)}
+    assert found.get((0, 2)) == 0
+    assert found.get((0, 3)) == 1
+    assert found.get((0, 4)) == 0
+    assert (0, 1) not in found
+    assert APPEARANCE_HAMMING < 32  # (a random pair differs in about half of 63 bits)
+
+
+@pytest.mark.parametrize(
+    "make, turns",
+    [
+        (lambda x: x + 30, 0),
+        (lambda x: np.rot90(x, -1).copy(), 1),
+        (lambda x: np.rot90(x, 2).copy(), 2),
+        (lambda x: _jpeg(x, 92, 0.6), 0),
+        (lambda x: _jpeg(x, 92), 0),
+    ],
+    ids=["brighter", "turned 90", "turned 180", "60 % q92", "q92"],
+)
+def test_a_copy_of_a_night_sky_agrees(make, turns):
+    sky = _night_sky(4, moon=(150, 110))
+    agree = appearance_agreement(sky, make(sky), turns)
+    assert agree >= DEFAULT_RULE.same_photo_pixels
+
+
+def test_a_slightly_rotated_copy_is_aligned_before_it_is_compared():
+    sky = _night_sky(5, moon=(160, 120))
+    m = cv2.getRotationMatrix2D((160, 120), 3.0, 1.0)
+    turned = _jpeg(cv2.warpAffine(sky, m, (320, 240), flags=cv2.INTER_LINEAR), 92)
+    assert appearance_agreement(sky, turned, 0) >= DEFAULT_RULE.same_photo_pixels
+
+
+def test_another_shot_of_the_sky_does_not_agree():
+    # the same moon moved a little, the same glow, other noise and other stars
+    first = _night_sky(6, moon=(150, 110))
+    second = _night_sky(7, moon=(153, 108))
+    assert appearance_agreement(first, second, 0) < 0.5
+    assert np.isnan(appearance_agreement(first, first[:, :200], 0))  # not one aspect
+
+
+def test_disagreeing_tiles_tell_a_recompressed_copy_from_a_second_shot():
+    rng = np.random.default_rng(8)
+    base = cv2.GaussianBlur(rng.uniform(0, 255, (240, 320)).astype(np.float32), (0, 0), 1.5)
+    eye = np.eye(3)
+    copy = _jpeg(base, 40)
+    agree, disagree = pixel_evidence(base, copy, eye, (320, 240), (320, 240))
+    assert agree > 0.5 and disagree <= PIXEL_CLEAN_SHARE
+    shot = base.copy()
+    shot[40:100, 60:140] = np.roll(shot[40:100, 60:140], 7, axis=1)  # something moved
+    agree2, disagree2 = pixel_evidence(base, _jpeg(shot, 40), eye, (320, 240), (320, 240))
+    assert disagree2 > 3 * PIXEL_CLEAN_SHARE
+    assert combine_evidence(agree, disagree) == pytest.approx(min(1.0, agree + PIXEL_CLEAN_BONUS))
+    assert combine_evidence(agree2, disagree2) == pytest.approx(agree2)
