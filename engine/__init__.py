@@ -13,6 +13,8 @@ import importlib.machinery
 import sys
 from typing import TYPE_CHECKING, Any
 
+from engine.core.lazy import attach
+
 __version__ = "0.1.0"
 
 # public name -> submodule that defines it
@@ -100,18 +102,7 @@ if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
     sys.meta_path.append(_MovedModuleFinder())
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"engine.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, {k: f"engine.{v}" for k, v in _LAZY.items()})
 
 
 if TYPE_CHECKING:  # pragma: no cover

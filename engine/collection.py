@@ -58,7 +58,6 @@ The settings re-exported here (``EXHAUSTIVE_LIMIT``, ``CANDIDATE_KIND``, ``TREE_
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -68,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.core.lazy import attach
 from engine.index.calibration import hit_label, hit_probability
 from engine.index.candidates import (
     CANDIDATE_FRACTION,
@@ -184,18 +184,7 @@ IndexProgress = IngestProgress
 IndexSummary = IngestSummary
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, _LAZY)
 
 
 def _cache_home() -> Path:

@@ -12,8 +12,9 @@ index → search / cluster / learn``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from engine.core.lazy import attach
 
 # public name -> submodule that defines it, imported on first use: ``import
 # engine.features.keypoints`` (for :class:`Features`) must not pay for OpenCV and the
@@ -30,18 +31,7 @@ _LAZY = {
 __all__ = ["KINDS", "PCA", "DenseSift", "Features", "dense_sift", "extract_features"]
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'engine.features' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"engine.features.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, {k: f"engine.features.{v}" for k, v in _LAZY.items()})
 
 
 if TYPE_CHECKING:  # pragma: no cover
