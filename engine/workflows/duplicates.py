@@ -76,7 +76,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.index.threads import thread_map  # noqa: F401  (tests patch it)
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
 from engine.workflows.appearance import appearance_links
 from engine.workflows.dup_candidates import neighbour_pairs

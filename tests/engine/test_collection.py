@@ -26,6 +26,7 @@ from engine.collection import (
 from engine.index.encode import DATA_STATE, encode
 from engine.index.search import IntersectionIndex, code_values, histograms_from_codes
 from engine.io.imageio import load_image
+from engine.workflows.pair_cache import CACHE_FILE as PAIR_CACHE_FILE
 
 GROUPS = ("astronaut", "brick", "coffee")
 
@@ -204,19 +205,27 @@ def test_duplicates(tmp_path, demo_folder, monkeypatch):
     shutil.copy(demo_folder / "coins.jpg", tmp_path / "coins_copy.jpg")
     with Collection.open(tmp_path) as col:
         _run(col.update(jobs=1))
-        groups = col.duplicates()
-        # blocks of pairs checked on threads, through a feature cache smaller than a
-        # block: the same groups and scores as one block with every image cached
+        remembered = col.index_dir / PAIR_CACHE_FILE
+
+        def checked_afresh():  # (the remembered pair checks would answer otherwise)
+            remembered.unlink(missing_ok=True)
+            return col.duplicates()
+
+        groups = checked_afresh()
+        assert remembered.exists()
+        again = col.duplicates()  # from the remembered checks
+        # chunks of pairs smaller than the feature cache's reach: the same groups and
+        # scores as one chunk with every image cached
         monkeypatch.setattr(dup, "DUPLICATE_BLOCK", 3)
         monkeypatch.setattr(dup, "DUPLICATE_CACHE", 2)
-        small = col.duplicates()
+        small = checked_afresh()
         monkeypatch.setattr(dup, "DUPLICATE_BLOCK", 10_000)
         monkeypatch.setattr(dup, "DUPLICATE_CACHE", 10_000)
-        monkeypatch.setattr(dup, "thread_map", lambda fn, items: [fn(x) for x in items])
-        one = col.duplicates()
+        one = checked_afresh()
         monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", 0)  # neighbours from the WTA bands,
         monkeypatch.setattr(cand, "MIN_CANDIDATES", 2)  # few enough that the bands decide
-        hashed = col.duplicates()
+        hashed = checked_afresh()
+    assert [(g.paths, g.scores) for g in again] == [(g.paths, g.scores) for g in one]
     assert [(g.paths, g.scores) for g in small] == [(g.paths, g.scores) for g in one]
     assert [(g.paths, g.scores) for g in hashed] == [(g.paths, g.scores) for g in one]
     assert [(g.paths, g.scores) for g in groups] == [(g.paths, g.scores) for g in one]
