@@ -69,11 +69,15 @@ def run(code: Path, args: list[str]) -> tuple[float, float, float, str]:
     return float(wall), float(cpu), float(rss) / 1024**2, rest
 
 
-def make_copy(library: Path, index: Path, work: Path) -> None:
+def make_copy(
+    library: Path, index: Path, work: Path, *, keep_cache: bool = False, mark: bool = True
+) -> None:
     """``work/photos`` (hard links to ``library``'s photos) and ``work/index`` (a copy of
-    ``index``: features and states hard-linked, the rest copied, paths moved)."""
+    ``index``: features and states hard-linked, the rest copied, paths moved; its
+    ``cache`` folder left out unless ``keep_cache``). With ``mark``, ``work/done`` says
+    the copy is made, and an existing one is kept as it is."""
     photos, copy = work / "photos", work / "index"
-    if (work / "done").is_file():
+    if mark and (work / "done").is_file():
         return
     shutil.rmtree(work, ignore_errors=True)
     photos.mkdir(parents=True)
@@ -83,7 +87,7 @@ def make_copy(library: Path, index: Path, work: Path) -> None:
     for entry in index.iterdir():
         if entry.name in ("features", "states"):  # immutable files: never written in place
             subprocess.run(["cp", "-al", str(entry), str(copy / entry.name)], check=True)
-        elif entry.name != "cache":
+        elif keep_cache or entry.name != "cache":
             subprocess.run(["cp", "-a", str(entry), str(copy / entry.name)], check=True)
     con = sqlite3.connect(copy / "catalog.sqlite")
     with con:
@@ -93,7 +97,8 @@ def make_copy(library: Path, index: Path, work: Path) -> None:
             (f"{photos.resolve()}/", len(old) + 1, len(old), old),
         )
     con.close()
-    (work / "done").write_text("")
+    if mark:
+        (work / "done").write_text("")
 
 
 def _op(code, name, only, r, photos, index, idx, extras, query_photo):

@@ -222,29 +222,12 @@ def segmented_copy(library: Path, index: Path, extra: Path, work: Path, code: Pa
     Checkout ``code`` adds 10, then 5 photos of ``extra``, then removes one photo and
     changes another (three ``simile index`` runs). Made once: an existing ``work`` is
     returned as it is."""
-    import sqlite3
+    from bench_floors import make_copy
 
     photos, copy = work / "photos", work / "index"
     if (work / "done").is_file():
         return work
-    shutil.rmtree(work, ignore_errors=True)
-    photos.mkdir(parents=True)
-    for p in library.glob("*.jpg"):
-        os.link(p, photos / p.name)
-    copy.mkdir()
-    for entry in index.iterdir():
-        if entry.name in ("features", "states"):  # immutable files: never written in place
-            subprocess.run(["cp", "-al", str(entry), str(copy / entry.name)], check=True)
-        else:
-            subprocess.run(["cp", "-a", str(entry), str(copy / entry.name)], check=True)
-    con = sqlite3.connect(copy / "catalog.sqlite")
-    with con:
-        old = f"{library.resolve()}/"
-        con.execute(
-            "UPDATE images SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
-            (f"{photos.resolve()}/", len(old) + 1, len(old), old),
-        )
-    con.close()
+    make_copy(library, index, work, keep_cache=True, mark=False)  # ("done" once segmented)
     idx = ["index", str(photos), "--index", str(copy), "--jobs", "2", "--json"]
     extras = sorted(extra.glob("*.jpg"))[:-1]  # (the last one is the query)
     t = time.perf_counter()
