@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from engine.index import candidates
+from engine.index.encode import INDEX_PARTS, stored_query
 from engine.index.verify import VERIFY_TOP, check_hits, hybrid_scores
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,12 +151,20 @@ class PyramidSearch:
     parts: frozenset[str] = frozenset()
     #: candidates whatever the collection's size
     always_hashed = False
+    #: whether the query's features are read even for a photo of the collection (whose
+    #: stored row, :func:`~engine.index.encode.stored_query`, otherwise serves as the
+    #: query's encoding when :attr:`parts` are stored ones)
+    reads_features = False
 
     def __call__(self, collection: Any, image: Any, top: int) -> list[Hit]:
         """:class:`SearchMethod` on ``collection.searcher``."""
         searcher = collection.searcher
         models, data = searcher.ensure()
-        feats, row = searcher.query_features(image)
+        row = None if self.reads_features else searcher.query_row(image)
+        if row is not None:  # a photo of the collection: its stored row is the query
+            feats = None
+        else:
+            feats, row = searcher.query_features(image)
         rows, scores = self.search(searcher, models, data, feats, int(top), query_row=row)
         paths = searcher.row_paths
         return [Hit(paths[r], float(s)) for r, s in zip(rows, scores, strict=True)]
@@ -191,7 +200,7 @@ class PyramidSearch:
         scores : (k,) float64
             ``k = min(top, rows scored)``.
         """
-        rows, scores = self.shortlisted(searcher, models, data, feats, top)
+        rows, scores = self.shortlisted(searcher, models, data, feats, top, query_row=query_row)
         return self.rerank(searcher, data, feats, rows, scores, top, query_row=query_row)
 
     def shortlisted(
@@ -199,19 +208,26 @@ class PyramidSearch:
         searcher: Searcher,
         models: SearchModels,
         data: EncodedImages,
-        feats: Features,
+        feats: Features | None,
         top: int,
+        *,
+        query_row: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The :meth:`shortlist` best rows for ``feats`` by :meth:`score` (candidates
         first in a large collection), best first (ties: lower row first), and their
-        scores: what :meth:`rerank` receives."""
+        scores: what :meth:`rerank` receives. A query that is row ``query_row`` of the
+        collection is encoded by its stored row (``feats`` not read) when :attr:`parts`
+        are stored ones."""
         n = len(data.ids)
         n_cand = candidates.candidate_count(self.name, candidates.CANDIDATE_KIND, n, top)
         hashed = self.always_hashed or n > candidates.EXHAUSTIVE_LIMIT
         parts = set(self.parts)
         if hashed:
             parts |= {"wta", "rh"}
-        q = searcher.query_encoding(models, feats, frozenset(parts))
+        if query_row is not None and parts <= INDEX_PARTS:
+            q = stored_query(data, query_row)  # (what encoding its features gives)
+        else:
+            q = searcher.query_encoding(models, feats, frozenset(parts))
         if not hashed:
             rows = None
         else:
@@ -272,6 +288,7 @@ class UniformSearch(PyramidSearch):
 
     name = "uniform"
     parts = frozenset({"uniform"})
+    reads_features = True
 
     def score(
         self,
@@ -342,6 +359,7 @@ class HybridSearch(PyramidSearch):
     """
 
     name = "hybrid"
+    reads_features = True  # (its checks match them)
 
     def shortlist(self, top: int) -> int:
         return max(top, VERIFY_TOP, EXPANSION_POOL)
@@ -421,7 +439,9 @@ class HybridSearch(PyramidSearch):
         """The score of collection row ``row`` for the query ``feats``: the one its
         search gives it, or, for a row beyond the shortlist, the one it would get were
         it checked (what "Why do they match?" shows)."""
-        rows, scores = self.shortlisted(searcher, models, data, feats, EXPANSION_POOL)
+        rows, scores = self.shortlisted(
+            searcher, models, data, feats, EXPANSION_POOL, query_row=query_row
+        )
         at = np.flatnonzero(rows == row)
         if at.size:
             final = self.final_scores(searcher, data, feats, rows, scores, query_row=query_row)

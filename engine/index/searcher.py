@@ -740,6 +740,14 @@ class Searcher:
             return self.store.get_features(rec.id), self.row_of_id.get(rec.id)
         return extract_features(path, **FEATURE_KWARGS), None
 
+    def query_row(self, image: Any) -> int | None:
+        """The row of a query given as the path of a usable photo of the collection (None
+        for any other query)."""
+        if isinstance(image, (Features, np.ndarray)):
+            return None
+        rec = self.store.record(Path(os.path.abspath(os.fspath(image))))
+        return self.row_of_id.get(rec.id) if rec is not None and rec.status == "ok" else None
+
     def query_encoding(
         self, models: fit.SearchModels, feats: Features, parts: frozenset[str] = ALL_PARTS
     ) -> EncodedImages:

@@ -23,7 +23,7 @@ from engine.collection import (
     default_index_dir,
     register_method,
 )
-from engine.index.encode import DATA_STATE, encode
+from engine.index.encode import DATA_STATE, INDEX_PARTS, encode, stored_query
 from engine.index.search import IntersectionIndex, code_values, histograms_from_codes
 from engine.io.imageio import load_image
 from engine.workflows.pair_cache import CACHE_FILE as PAIR_CACHE_FILE
@@ -534,6 +534,43 @@ def test_a_large_collection_scores_at_most_candidate_cap_rows(indexed, monkeypat
     feats = col.features(col.paths()[0])
     rows, _ = methods.BUILTIN_METHODS["vocabulary"].search(searcher, models, data, feats, 1)
     assert searcher.last_scored == 3 and rows.size == 1
+    searcher.cache = {}
+
+
+def _same_encoding(a, b):
+    """Two one-row query encodings hold the same pyramid, bag of words and codes."""
+    (ka, va), (kb, vb) = a.vocab.row(0), b.vocab.row(0)
+    assert np.array_equal(ka, kb) and np.array_equal(va, vb)
+    assert a.bow.shape == b.bow.shape and (a.bow != b.bow).nnz == 0
+    assert np.array_equal(a.wta, b.wta) and np.array_equal(a.rh, b.rh)
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_photo_of_the_collection_is_queried_by_its_stored_row(indexed, monkeypatch, hashed):
+    """A query by the path of a photo of the collection takes its stored row as its
+    encoding (no feature read, no encoding): it is what encoding its features gives, and
+    the hits are those of the same query given as Features (which are encoded)."""
+    col, _, _ = indexed
+    if hashed:
+        monkeypatch.setattr(cand, "EXHAUSTIVE_LIMIT", 0)
+        monkeypatch.setattr(cand, "MIN_CANDIDATES", 3)
+        monkeypatch.setattr(cand, "CANDIDATE_FRACTION", 0.3)
+    searcher = col.searcher
+    searcher.cache = {}
+    models, data = searcher.ensure()
+    reads, read = [], searcher.query_features
+    monkeypatch.setattr(searcher, "query_features", lambda im: reads.append(im) or read(im))
+    for path in col.paths():
+        row = searcher.query_row(path)
+        assert row is not None and data.ids[row] == col.store.record(path).id
+        want = searcher.query_encoding(models, col.features(path), INDEX_PARTS)
+        _same_encoding(stored_query(data, row), want)
+        for method in ("vocabulary", "wta"):
+            got = col.query(path, method=method, top=5)
+            assert got == col.query(col.features(path), method=method, top=5), method
+    assert not any(isinstance(r, Path) for r in reads)  # (paths were never read)
+    assert searcher.query_row(col.features(col.paths()[0])) is None
+    assert searcher.query_row(col.folder / "not-there.jpg") is None
     searcher.cache = {}
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from engine.collection import Collection
 from engine.index import candidates
+from engine.index.encode import stored_query
 from engine.index.keys import DATA_STATE
 from engine.index.manifest import read_snapshot
 from engine.index.mapped import SegmentedImages
@@ -142,6 +143,12 @@ def test_the_mapped_data_is_the_read_data(segmented):
             self_sim = w.self_similarity()
             assert np.array_equal(g.self_similarity()[rows], self_sim[rows])
             assert np.array_equal(np.asarray(g.self_similarity()), self_sim)
+        for i in range(want.ids.size):  # a photo's stored row as its query
+            a, b = stored_query(got, i), stored_query(want, i)
+            (ka, va), (kb, vb) = a.vocab.row(0), b.vocab.row(0)
+            assert np.array_equal(ka, kb) and np.array_equal(va, vb)
+            assert (a.bow != b.bow).nnz == 0 and a.bow.shape == (1, want.bow.shape[1])
+            assert np.array_equal(a.wta, b.wta) and np.array_equal(a.rh, b.rh)
 
 
 def _flip(path, at):
