@@ -55,6 +55,7 @@ def open_collection(
     check: bool | None = None,
     map_data: bool = False,
     learned: bool = True,
+    check_pages: bool = True,
 ):
     """Open ``folder``'s collection or raise :class:`CommandError` naming the problem.
 
@@ -65,6 +66,8 @@ def open_collection(
     ``learned``: make the ``learned`` search method available (imports
     :mod:`engine.workflows.feedback`, which registers it); a command that uses another
     method need not pay for that import.
+    ``check_pages``: a writer checks every page of the catalogue (``index --only`` does
+    not: :meth:`engine.collection.Collection.open`).
     """
     if learned:
         import engine.workflows.feedback  # noqa: F401  (registers the "learned" method)
@@ -78,7 +81,9 @@ def open_collection(
         raise CommandError(f"{folder}: no such folder")
     where = Path(index) if index else default_index_dir(path)
     try:
-        col = Collection.open(path, index, create=create, readonly=readonly)
+        col = Collection.open(
+            path, index, create=create, readonly=readonly, check_pages=check_pages
+        )
     except IndexNotFoundError:
         raise CommandError(
             f"no index for {path} (looked in {where}); run 'simile index {folder}' first"

@@ -131,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
     if args.repair:
         for line in repair_collection(args.folder, args.index) or ["nothing was damaged"]:
             print(f"simile: repair: {line}", file=sys.stderr)
-    col = open_collection(args.folder, args.index, create=True, learned=False)
+    col = open_collection(
+        args.folder, args.index, create=True, learned=False, check_pages=only is None
+    )
     cancel = threading.Event()
     progress = Progress("indexing", json_lines=args.json)
     summary = None

@@ -568,8 +568,9 @@ def migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-def check_schema(conn: sqlite3.Connection, catalog: Path) -> None:
-    """Check that ``conn`` is a simile catalogue this version can use.
+def check_schema(conn: sqlite3.Connection, catalog: Path, *, pages: bool = True) -> None:
+    """Check that ``conn`` is a simile catalogue this version can use (``pages``: and
+    that its pages are whole, :func:`check_pages`).
 
     Raises
     ------
@@ -601,7 +602,8 @@ def check_schema(conn: sqlite3.Connection, catalog: Path) -> None:
         raise _damaged(
             catalog, f"missing tables {sorted(TABLES - tables)}, schema version {version}"
         )
-    check_pages(conn, catalog)
+    if pages:
+        check_pages(conn, catalog)
 
 
 def check_pages(conn: sqlite3.Connection, catalog: Path) -> None:
@@ -648,7 +650,12 @@ def open_reader(catalog: Path) -> sqlite3.Connection:
 
 
 def open_writer(
-    index_dir: Path, catalog: Path, *, repair: bool = False, before_create=None
+    index_dir: Path,
+    catalog: Path,
+    *,
+    repair: bool = False,
+    before_create=None,
+    check_pages: bool = True,
 ) -> tuple[sqlite3.Connection, WriterLock]:
     """Claim ``index_dir`` (:func:`claim`), take its writer lock, connect for writing and
     create (or check and :func:`migrate`) the schema and the ``features``, ``arrays`` and
@@ -663,6 +670,10 @@ def open_writer(
         ``before_create(catalog_id)`` is called (with the lock held) before a new
         catalogue with identity ``catalog_id`` is created: the store disowns the states
         an earlier catalogue left there.
+    check_pages : bool
+        Run :func:`check_pages` on an existing catalogue (reads every page). An update of
+        a few named photos skips it: it reads only their rows, and SQLite reports damage
+        in the pages it reads; every other update (a scan of the folder) checks.
 
     Returns
     -------
@@ -692,7 +703,7 @@ def open_writer(
                     before_create(catalog_id)
                 init_schema(conn, catalog_id)
             else:
-                check_schema(conn, catalog)
+                check_schema(conn, catalog, pages=check_pages)
                 migrate(conn)
             add_row_keys(conn)
         except BaseException:

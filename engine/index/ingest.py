@@ -207,7 +207,10 @@ def ingest(
         Update these files and folders of ``folder`` only (:func:`scan_paths`: new,
         changed or gone; a folder is scanned): the index ends as a whole run would
         leave it when nothing else changed. Refused (:class:`OutsideFolderError`, before
-        anything is written) when one is not inside ``folder``.
+        anything is written) when one is not inside ``folder``. The upkeep that reads
+        the whole catalogue waits for a run over the whole folder: compacting the
+        feature chunks (:meth:`~engine.index.store.IndexStore.compact`) and reading the
+        metadata of photos an older version indexed without it.
 
     Yields
     ------
@@ -228,6 +231,7 @@ def ingest(
     kw = dict(feature_kwargs or {})
     fkey = feature_key(kw)
     folder = os.fspath(folder)
+    whole = paths is None  # a scan of the whole folder (else of the named paths)
     if paths is None:
         known, scan, n_removed = yield from _scan(store, folder, exclude, allow_empty)
     else:
@@ -294,9 +298,10 @@ def ingest(
     yield IngestProgress(done, total, None, "finalizing", "finalizing index")
     n_meta = writer.n_metadata
     if not cancelled:
-        store.compact()
         store.set_setting(FEATURE_SETTINGS, kw)
-        n_meta += yield from _read_missing_metadata(store, cancel, done, total)
+        if whole:  # (catalogue-wide upkeep: not for a few named photos)
+            store.compact()
+            n_meta += yield from _read_missing_metadata(store, cancel, done, total)
     n_ok = store.count("ok")
     failures = store.failures()
     return IngestSummary(

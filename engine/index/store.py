@@ -201,6 +201,7 @@ class IndexStore(StoreStates, StoreRows):
         create: bool = True,
         readonly: bool = False,
         repair: bool = False,
+        check_pages: bool = True,
     ) -> IndexStore:
         """Open (and with ``create`` make) the index in ``index_dir``.
 
@@ -217,6 +218,12 @@ class IndexStore(StoreStates, StoreRows):
         repair : bool
             (Writers) accept a damaged marker and a missing catalogue
             (:func:`engine.index.repair.repair_index` calls it so).
+        check_pages : bool
+            (Writers) check every page of the catalogue
+            (:func:`engine.index.catalog.check_pages`), then delete orphans
+            (:meth:`gc`). An update of a few named photos skips both (about 60 ms at
+            100,000 photos): it reads only their rows (SQLite reports damage in the pages
+            it reads), and nothing is deleted on the word of a catalogue not checked.
 
         Raises
         ------
@@ -247,11 +254,14 @@ class IndexStore(StoreStates, StoreRows):
             if base.legacy and (base.entries or base.damaged):
                 _manifest.commit(states, base, {}, None)  # made from an unknown catalogue
 
-        conn, lock = open_writer(index_dir, catalog, repair=repair, before_create=disown)
+        conn, lock = open_writer(
+            index_dir, catalog, repair=repair, before_create=disown, check_pages=check_pages
+        )
         store = cls(index_dir, conn, False, lock)
         try:
             store.adopt_legacy_states()
-            store.gc()
+            if check_pages:  # (orphans are judged by a checked catalogue only)
+                store.gc()
         except BaseException:
             store.close()
             raise

@@ -188,3 +188,36 @@ def test_keys_of_a_path_limited_update_are_the_catalogue_s(small, tmp_path):
         ids, keys = col.store.content_keys()
         assert np.array_equal(col.searcher.data.ids, ids)
         assert np.array_equal(col.searcher.data_keys, keys)
+
+
+def test_only_skips_the_catalogue_wide_upkeep(small, tmp_path, monkeypatch, capsys):
+    """``simile index --only`` reads the rows of its photos only: no check of every page
+    of the catalogue, no deletion of orphans (judged by a catalogue not checked), no
+    compaction; the next whole run does them. The index it leaves is the same."""
+    from app.cli import main
+    from engine.index import catalog, store
+
+    out, base = small
+    folder = _copy(base, tmp_path / "photos")
+    checks, cleanups = [], []
+    monkeypatch.setattr(catalog, "check_pages", lambda conn, cat: checks.append(cat))
+    gc = store.IndexStore.gc
+    monkeypatch.setattr(store.IndexStore, "gc", lambda self: cleanups.append(1) or gc(self))
+    compact = store.IndexStore.compact
+    compacts = []
+    monkeypatch.setattr(
+        store.IndexStore, "compact", lambda self, **kw: compacts.append(1) or compact(self, **kw)
+    )
+    orphan = files.tmp_path(folder / ".simile" / "features" / "chunk.npy")  # (a crash's)
+    orphan.write_bytes(b"left by a crash")
+    touched = _change(folder, out)
+    assert main(["index", str(folder), "--jobs", "1", "--only", *map(str, touched)]) == 0
+    assert (checks, cleanups, compacts) == ([], [], [])
+    assert orphan.exists()
+    assert main(["index", str(folder), "--jobs", "1"]) == 0
+    assert len(checks) == 1 and cleanups and compacts
+    assert not orphan.exists()
+    capsys.readouterr()
+    other = _copy(base, tmp_path / "whole")
+    _update(other, _change(other, out))
+    assert _state(folder)[0] == _state(other)[0]
