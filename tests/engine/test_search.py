@@ -288,6 +288,45 @@ def test_fused_candidates_with_inverted_file_matches_full_ranking():
     np.testing.assert_array_equal(fused_candidates(q, data, 30, True), cand)
 
 
+def test_fused_candidates_of_a_large_collection_read_prefixes_of_the_codes(monkeypatch):
+    """Above FUSED_PREFIX_ABOVE rows (with the inverted file) the hash score reads the
+    first FUSED_RH_BITS bits and FUSED_WTA_CODES codes: the candidates are those of the
+    same data cut to those prefixes; below it, all of them."""
+    from types import SimpleNamespace
+
+    import scipy.sparse as sp
+
+    import engine.index.candidates as cand
+
+    rng = np.random.default_rng(4)
+    n, nw = 400, 60
+    wta = rng.integers(0, 4, (n, 32)).astype(np.uint8)
+    rh = rng.integers(0, 256, (n, 32)).astype(np.uint8)
+    bow = sp.random(n, nw, density=0.1, random_state=5, format="csr", dtype=np.float32)
+    q = SimpleNamespace(wta=wta[9:10] ^ 1, rh=rh[9:10].copy(), bow=bow[9] * 1.0)
+    q.rh[0, :8] = rh[11, :8]  # row 11 agrees on the first 64 bits, row 9 on the rest
+    data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh, bow=bow)
+    cut = SimpleNamespace(ids=data.ids, wta=wta[:, :16].copy(), rh=rh[:, :8].copy(), bow=bow)
+    qcut = SimpleNamespace(wta=q.wta[:, :16].copy(), rh=q.rh[:, :8].copy(), bow=q.bow)
+    post = bow.T.tocsr()
+    whole = fused_candidates(q, data, 40, post)
+    monkeypatch.setattr(cand, "FUSED_RH_BITS", 64)
+    monkeypatch.setattr(cand, "FUSED_WTA_CODES", 16)
+    assert np.array_equal(fused_candidates(q, data, 40, post), whole)  # (n below the limit)
+    monkeypatch.setattr(cand, "FUSED_PREFIX_ABOVE", n - 1)
+    cache = {}
+    got = fused_candidates(q, data, 40, post, cache)
+    assert np.array_equal(got, fused_candidates(qcut, cut, 40, post))
+    assert not np.array_equal(got, whole)
+    assert np.array_equal(fused_candidates(q, data, 40, post, cache), got)  # (kept copies)
+    assert [a.shape[1] for a in next(iter(cache.values()))] == [8, 16]
+    # without the inverted file the hash score is the whole ranking: all of the codes
+    hashes_only = fused_candidates(q, data, 40)
+    assert not np.array_equal(hashes_only, fused_candidates(qcut, cut, 40))
+    monkeypatch.setattr(cand, "FUSED_PREFIX_ABOVE", 10**9)
+    assert np.array_equal(hashes_only, fused_candidates(q, data, 40))
+
+
 def test_lookup_directory_matches_binary_search():
     """Above _DIRECTORY_MIN_KEYS columns the key -> column lookup goes through the
     bucket directory: same columns as a binary search, hits and misses, and exact
@@ -349,7 +388,7 @@ def test_compact_index_without_keys():
         IntersectionIndex(indptr, None, vals)
 
 
-@pytest.mark.parametrize("n_bytes", [32, 5])
+@pytest.mark.parametrize("n_bytes", [32, 5, 64, 256])
 def test_bit_agreement_matches_unpacked_bits(n_bytes):
 
     rng = np.random.default_rng(n_bytes)
@@ -360,6 +399,10 @@ def test_bit_agreement_matches_unpacked_bits(n_bytes):
     np.testing.assert_allclose(bit_agreement(q, codes), want)
     np.testing.assert_allclose(bit_agreement(q, codes[::2]), want[::2])  # not contiguous
     assert bit_agreement(q, codes)[3] == 1.0 - 3 / (8.0 * n_bytes)
+    # (64 and 256 bytes: the row sums fold 8 popcounts into 16-bit lanes; the extremes)
+    ones = np.full((2, n_bytes), 255, np.uint8)
+    np.testing.assert_array_equal(bit_agreement(np.zeros((1, n_bytes), np.uint8), ones), 0.0)
+    np.testing.assert_array_equal(bit_agreement(ones[:1], ones), 1.0)
 
 
 def test_unique_values_is_np_unique():

@@ -323,16 +323,18 @@ def test_code_agreement_paths_agree_with_bruteforce():
         code_agreement(A, B[:, :10])
 
 
+@pytest.mark.parametrize("m", [8, 64, 96])
 @pytest.mark.parametrize("n_rows", [1, 3, 16])
-def test_code_agreement_byte_path_is_exact(n_rows):
-    """A few uint8 query rows take the 8-codes-per-word path: exact equal-code counts,
-    for every byte value (0 and 255 included) and non-contiguous inputs."""
+def test_code_agreement_byte_path_is_exact(n_rows, m):
+    """A few uint8 query rows take the 8-codes-per-word path (up to 64 codes the words
+    added column by column): exact equal-code counts, for every byte value (0 and 255
+    included) and non-contiguous inputs."""
     rng = np.random.default_rng(n_rows)
-    B = rng.integers(0, 256, (500, 96)).astype(np.uint8)
+    B = rng.integers(0, 256, (500, m)).astype(np.uint8)
     B[:, :8] = rng.integers(0, 2, (500, 8)) * 255  # codes 0 and 255
     A = B[rng.choice(500, n_rows)].copy()
-    A[:, ::3] = rng.integers(0, 256, (n_rows, 32))
-    brute = (A[:, None, :] == B[None]).sum(axis=2) / 96.0
+    A[:, ::3] = rng.integers(0, 256, (n_rows, len(range(0, m, 3))))
+    brute = (A[:, None, :] == B[None]).sum(axis=2) / float(m)
     S = code_agreement(A, B)
     assert S.dtype == np.float32 and S.shape == (n_rows, 500)
     np.testing.assert_array_equal(S, brute.astype(np.float32))
