@@ -327,6 +327,40 @@ def test_fused_candidates_of_a_large_collection_read_prefixes_of_the_codes(monke
     assert np.array_equal(hashes_only, fused_candidates(q, data, 40))
 
 
+def test_fused_candidates_of_a_large_collection_read_the_heaviest_words(monkeypatch):
+    """Above FUSED_PREFIX_ABOVE rows the inverted file reads the postings of the query's
+    FUSED_QUERY_WORDS heaviest words: the candidates are those of the query cut to them,
+    through the inverted file and through the bags directly (a one-shot query)."""
+    from types import SimpleNamespace
+
+    import scipy.sparse as sp
+
+    import engine.index.candidates as cand
+
+    rng = np.random.default_rng(6)
+    n, nw = 300, 80
+    bow = sp.random(n, nw, density=0.3, random_state=7, format="csr", dtype=np.float32)
+    wta = rng.integers(0, 4, (n, 16)).astype(np.uint8)
+    rh = rng.integers(0, 256, (n, 8)).astype(np.uint8)
+    qbow = sp.csr_matrix(rng.random((1, nw)).astype(np.float32))
+    q = SimpleNamespace(wta=wta[:1].copy(), rh=rh[:1].copy(), bow=qbow)
+    heavy = np.sort(np.argsort(-qbow.toarray()[0])[:10])
+    cut = qbow.toarray()
+    cut[0, np.setdiff1d(np.arange(nw), heavy)] = 0
+    qcut = SimpleNamespace(wta=q.wta, rh=q.rh, bow=sp.csr_matrix(cut))
+    data = SimpleNamespace(ids=np.arange(n), wta=wta, rh=rh, bow=bow)
+    post = bow.T.tocsr()
+    monkeypatch.setattr(cand, "FUSED_QUERY_WORDS", 10)
+    whole = fused_candidates(q, data, 30, post)
+    assert not np.array_equal(whole, fused_candidates(qcut, data, 30, post))
+    monkeypatch.setattr(cand, "FUSED_PREFIX_ABOVE", n - 1)
+    monkeypatch.setattr(cand, "FUSED_RH_BITS", 64)  # (all of the bits and codes)
+    monkeypatch.setattr(cand, "FUSED_WTA_CODES", 16)
+    got = fused_candidates(q, data, 30, post)
+    assert np.array_equal(got, fused_candidates(qcut, data, 30, post))
+    assert np.array_equal(fused_candidates(q, data, 30, True), got)
+
+
 def test_lookup_directory_matches_binary_search():
     """Above _DIRECTORY_MIN_KEYS columns the key -> column lookup goes through the
     bucket directory: same columns as a binary search, hits and misses, and exact
