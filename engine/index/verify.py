@@ -296,10 +296,20 @@ def _distinct_spread(
     and they must cover 5 % of image b's larger side (``image_size``; else the span of
     ``xy_b``), not a collapsed cluster (0 then)."""
     ia, ib = pairs[inliers, 0], pairs[inliers, 1]
-    n = min(np.unique(ia).size, np.unique(ib).size)
+    n = min(_distinct(ia), _distinct(ib))
     side = max(image_size) if image_size else float(np.ptp(xy_b, axis=0).max() or 1.0)
     spread = np.ptp(xy_b[ib], axis=0).min() if ib.size else 0.0
     return 0 if spread < 0.05 * side else int(n)
+
+
+def _distinct(ix: np.ndarray) -> int:
+    """How many distinct values the non-negative indices ``ix`` hold (``np.unique(ix).size``
+    without sorting)."""
+    if ix.size == 0:
+        return 0
+    seen = np.zeros(int(ix.max()) + 1, bool)
+    seen[ix] = True
+    return int(np.count_nonzero(seen))
 
 
 def check_hits(feats: Features, store: IndexStore, ids: np.ndarray) -> list[Verification]:

@@ -15,7 +15,7 @@ are ranked exhaustively.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.index.encode import EncodedImages
     from engine.index.searcher import Searcher
 
-__all__ = ["CANDIDATE_BLOCK", "band_candidates", "neighbour_pairs"]
+__all__ = ["CANDIDATE_BLOCK", "band_candidates", "neighbour_blocks", "neighbour_pairs"]
 
 #: Photos whose band candidates are found by one sparse product.
 CANDIDATE_BLOCK = 512
@@ -61,16 +61,44 @@ def neighbour_pairs(
     (m, 2) int64
         Unique pairs, sorted by first then second row.
     """
+    found = list(neighbour_blocks(searcher, data, k, cancel=cancel, progress=progress))
+    if not found:
+        return np.zeros((0, 2), np.int64)
+    return np.unique(np.concatenate(found), axis=0)
+
+
+def neighbour_blocks(
+    searcher: Searcher,
+    data: EncodedImages,
+    k: int,
+    *,
+    cancel: threading.Event | None = None,
+    progress: Callable[[int, int], object] | None = None,
+) -> Iterator[np.ndarray]:
+    """The pairs of :func:`neighbour_pairs` as they are found, a block of
+    :data:`CANDIDATE_BLOCK` rows at a time (so that they can be checked meanwhile).
+
+    Parameters
+    ----------
+    searcher, data, k, cancel, progress
+        As :func:`neighbour_pairs` (``progress`` after each block).
+
+    Yields
+    ------
+    (m, 2) int64
+        (i, j), i < j, of the block's rows and their neighbours, sorted and unique within
+        the block; a pair can come again in a later block (from its other row).
+    """
     n = len(data.ids)
     k_nb = min(n, k + 1)
     hashed = n > candidates.EXHAUSTIVE_LIMIT
-    found = []
     for b0 in range(0, n, CANDIDATE_BLOCK):
         if cancel is not None and cancel.is_set():
             raise InterruptedError("the duplicate search was cancelled")
         rows = np.arange(b0, min(n, b0 + CANDIDATE_BLOCK))
         want = candidates.MIN_CANDIDATES
         cands = band_candidates(searcher, data, rows, want) if hashed else None
+        found = []
         for r, i in enumerate(rows.tolist()):
             kk, v = data.vocab.row(i)
             c = None if cands is None else cands[r]
@@ -81,9 +109,7 @@ def neighbour_pairs(
             found.append(np.stack([np.minimum(best, i), np.maximum(best, i)], 1))
         if progress is not None:
             progress(int(rows[-1]) + 1, n)
-    if not found:
-        return np.zeros((0, 2), np.int64)
-    return np.unique(np.concatenate(found).astype(np.int64), axis=0)
+        yield np.unique(np.concatenate(found).astype(np.int64).reshape(-1, 2), axis=0)
 
 
 def band_candidates(

@@ -1,10 +1,16 @@
 """The pair checks of a duplicate search, run side by side in worker processes.
 
 :func:`verify_pairs` hands the pairs of rows to check (sorted by their first row) to
-:data:`VERIFY_WORKERS` processes, in consecutive chunks of :data:`VERIFY_CHUNK` pairs.
+:data:`VERIFY_WORKERS` processes, in consecutive chunks of :data:`VERIFY_CHUNK` pairs;
+given an iterator of blocks of pairs (the candidate search's, block by block), it hands
+out the chunks of the first blocks and reads the next ones meanwhile, so that the checks
+run while the candidates are still being found.
+
 Each process opens the index read-only once and keeps, per row, the features
 (memory-mapped feature chunks, decoded on first use, at most :data:`FEATURE_CACHE` rows),
-the gray pixels the pixel test compares (:data:`GRAY_CACHE` rows) and the EXIF capture
+the gray pixels the pixel test compares (:data:`GRAY_CACHE` rows, at most
+:data:`GRAY_CACHE_BYTES`; read-only arrays, so that :mod:`engine.workflows.pixels`
+remembers what it derives from them) and the EXIF capture
 time (:class:`PairContext`): a photo compared with several neighbours is read once
 per process, not once per pair. The answer does not depend on how the pairs are split:
 each pair's check reads only its two photos (OpenCV's robust fits are seeded per call).
@@ -22,11 +28,10 @@ fraction of a second). The pairs checked until then are returned with the error
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +43,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "FEATURE_CACHE",
     "GRAY_CACHE",
+    "GRAY_CACHE_BYTES",
     "PROCESS_MIN_PAIRS",
+    "STREAM_QUEUE",
     "VERIFY_CHUNK",
     "VERIFY_WORKERS",
     "PairContext",
@@ -52,11 +59,16 @@ VERIFY_WORKERS = max(1, min(8, os.cpu_count() or 1))
 VERIFY_CHUNK = 128
 #: Fewer pairs than this are checked in the calling process.
 PROCESS_MIN_PAIRS = 400
+#: Chunks queued per worker while the pairs are still being found (the calling process
+#: then spends a second or so on the next block of candidates between hand-outs).
+STREAM_QUEUE = 6
 #: Rows whose features a :class:`PairContext` keeps (~128 KB each at 500 features).
 FEATURE_CACHE = 1024
-#: Rows whose gray pixels (at ``PIXEL_SIDE``) a :class:`PairContext` keeps (~3 MB each
-#: at 1024 x 768).
-GRAY_CACHE = 48
+#: Rows whose gray pixels (at ``PIXEL_SIDE``) a :class:`PairContext` keeps at most
+#: (0.3 MB each at 320 x 240, 3 MB at 1024 x 768) ...
+GRAY_CACHE = 1024
+#: ... and at most this many bytes of them.
+GRAY_CACHE_BYTES = 128 * 2**20
 
 #: A check: ``check(ctx, i, j) -> evidence`` (or None when the pair is not checkable).
 Check = Callable[["PairContext", int, int], Any]
@@ -94,6 +106,7 @@ class PairContext:
         self._get = get_features
         self._features: OrderedDict[int, Features] = OrderedDict()
         self._gray: OrderedDict[int, np.ndarray | None] = OrderedDict()
+        self._gray_bytes = 0
         self._taken: dict[int, str | None] = {}
 
     def features(self, row: int) -> Features:
@@ -102,8 +115,18 @@ class PairContext:
 
     def gray(self, row: int, max_side: int) -> np.ndarray | None:
         """(H, W) float32 gray levels of ``row``'s file loaded at ``max_side`` (None when
-        it cannot be read; at most :data:`GRAY_CACHE` rows kept)."""
-        return _cached(self._gray, row, GRAY_CACHE, functools.partial(self._load, max_side))
+        it cannot be read; at most :data:`GRAY_CACHE` rows and :data:`GRAY_CACHE_BYTES`
+        kept)."""
+        cache = self._gray
+        if row in cache:
+            cache.move_to_end(row)
+            return cache[row]
+        gray = cache[row] = self._load(max_side, row)
+        self._gray_bytes += 0 if gray is None else gray.nbytes
+        while len(cache) > 1 and (len(cache) > GRAY_CACHE or self._gray_bytes > GRAY_CACHE_BYTES):
+            _, old = cache.popitem(last=False)
+            self._gray_bytes -= 0 if old is None else old.nbytes
+        return gray
 
     def taken(self, row: int) -> str | None:
         """EXIF capture time of ``row``'s file (:func:`engine.workflows.keeper.capture_time`)."""
@@ -188,7 +211,7 @@ def _worker_chunk(pairs: np.ndarray) -> list[tuple[int, int, Any]]:
 
 
 def verify_pairs(
-    todo: Sequence[tuple[int, int]],
+    todo: Sequence[tuple[int, int]] | Iterator[np.ndarray],
     check: Check,
     *,
     index_dir: Path,
@@ -205,8 +228,12 @@ def verify_pairs(
 
     Parameters
     ----------
-    todo : sequence of (int, int)
+    todo : sequence of (int, int), or iterator of (m, 2) int arrays
         Pairs of rows, best sorted by their first row (neighbouring pairs share photos).
+        An iterator of blocks of pairs (e.g. as a candidate search finds them,
+        :func:`engine.workflows.dup_candidates.neighbour_blocks`) is checked as it
+        goes: the worker processes check the pairs of the first blocks while the
+        iterator makes the next ones (it runs in this process, between the hand-outs).
     check : callable
         ``check(ctx, i, j) -> evidence or None`` with ``ctx`` a :class:`PairContext`;
         picklable (a module-level function or a ``functools.partial`` of one).
@@ -241,62 +268,117 @@ def verify_pairs(
         When ``cancel`` is set; its ``done`` holds the pairs checked until then.
     """
     workers = VERIFY_WORKERS if workers is None else int(workers)
-    arr = np.asarray(todo, np.int64).reshape(-1, 2)
     chunk = max(1, int(chunk))
-    chunks = [arr[s : s + chunk] for s in range(0, len(arr), chunk)]
+    chunks = _Chunks(todo, chunk)
     done: dict[tuple[int, int], Any] = {}
-    if workers <= 1 or len(arr) < PROCESS_MIN_PAIRS:
-        from engine.core.blas import single_threaded_blas
+    try:
+        # (few pairs: no processes; the first blocks of a stream are read to know)
+        here = workers <= 1 or not chunks.at_least(PROCESS_MIN_PAIRS)
+        if here:
+            from engine.core.blas import single_threaded_blas
 
-        ctx = PairContext(get_features, paths, feature_cache)
-        n = 0
-        with single_threaded_blas():
-            for part in chunks:
-                if cancel is not None and cancel.is_set():
-                    raise VerifyInterrupted(done)
-                done.update(((i, j), ev) for i, j, ev in _check_all(ctx, check, part.tolist()))
-                n += len(part)
-                if progress is not None:
-                    progress(n)
-        return done
+            ctx = PairContext(get_features, paths, feature_cache)
+            n = 0
+            with single_threaded_blas():
+                while (part := chunks.next()) is not None:
+                    if cancel is not None and cancel.is_set():
+                        raise VerifyInterrupted(done)
+                    pairs = part.tolist()
+                    done.update(((i, j), ev) for i, j, ev in _check_all(ctx, check, pairs))
+                    n += len(part)
+                    if progress is not None:
+                        progress(n)
+            return done
+    except VerifyInterrupted:
+        raise
+    except InterruptedError:  # (cancelled while the pairs were being found)
+        raise VerifyInterrupted(done) from None
     init = (str(index_dir), np.asarray(ids), [str(p) for p in paths], check, feature_cache)
     return _in_processes(chunks, init, workers, cancel, progress)
 
 
-def _in_processes(chunks, init, workers, cancel, progress) -> dict[tuple[int, int], Any]:
-    """:func:`verify_pairs` in ``workers`` processes opened by ``_worker_init(*init)``."""
+class _Chunks:
+    """Chunks of ``chunk`` pairs from a sequence of pairs or an iterator of blocks of
+    pairs, the blocks read as the chunks are asked for."""
+
+    def __init__(self, todo: Sequence[tuple[int, int]] | Iterable[np.ndarray], chunk: int):
+        if isinstance(todo, Sequence | np.ndarray):  # (one block: all the pairs)
+            todo = [np.asarray(todo, np.int64).reshape(-1, 2)]
+        self._blocks = iter(todo)
+        self._ready: deque[np.ndarray] = deque()  # chunks made, not handed out
+        self._held = 0  # pairs in them
+        self.chunk = chunk
+        self.exhausted = False
+
+    def read(self) -> bool:
+        """Read the next block into chunks (False when there is none)."""
+        block = next(self._blocks, None)
+        if block is None:
+            self.exhausted = True
+            return False
+        block = np.asarray(block, np.int64).reshape(-1, 2)
+        self._ready.extend(block[s : s + self.chunk] for s in range(0, len(block), self.chunk))
+        self._held += len(block)
+        return True
+
+    def at_least(self, n: int) -> bool:
+        """Whether ``n`` pairs or more are to come (reading blocks until known)."""
+        while self._held < n and self.read():
+            pass
+        return self._held >= n
+
+    def pending(self) -> int:
+        """Chunks made and not handed out yet."""
+        return len(self._ready)
+
+    def next(self) -> np.ndarray | None:
+        """The next chunk (None when no pair is left)."""
+        while not self._ready and self.read():
+            pass
+        if not self._ready:
+            return None
+        part = self._ready.popleft()
+        self._held -= len(part)
+        return part
+
+
+def _in_processes(chunks: _Chunks, init, workers, cancel, progress) -> dict[tuple[int, int], Any]:
+    """:func:`verify_pairs` in ``workers`` processes opened by ``_worker_init(*init)``;
+    while blocks of pairs are still to come, this process reads the next one when every
+    worker has its chunks queued (:data:`STREAM_QUEUE` of them)."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     done: dict[tuple[int, int], Any] = {}
     ctx = multiprocessing.get_context("spawn")  # (safe beside Qt's and other threads)
     pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(chunks)),
-        mp_context=ctx,
-        initializer=_worker_init,
-        initargs=init,
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=init
     )
-    # at most two chunks queued per worker: a cancel drops the rest at once
+    # at most two chunks queued per worker once all are known (a cancel drops the rest
+    # at once); more while this process is busy finding the next blocks
     pending: dict[Any, int] = {}
-    it = iter(range(len(chunks)))
     n_done = 0
     try:
-        for k in it:
-            pending[pool.submit(_worker_chunk, chunks[k])] = k
-            if len(pending) >= 2 * workers:
+        while True:
+            queue = 2 * workers if chunks.exhausted else STREAM_QUEUE * workers
+            while len(pending) < queue and (part := chunks.next()) is not None:
+                pending[pool.submit(_worker_chunk, part)] = len(part)
+            if not pending:
                 break
-        while pending:
-            finished, _ = wait(list(pending), timeout=0.2, return_when=FIRST_COMPLETED)
+            timeout = 0.2
+            if not chunks.exhausted:  # (the workers have their chunks: find the next pairs)
+                try:
+                    chunks.read()
+                except InterruptedError:  # (cancelled while finding them)
+                    raise VerifyInterrupted(done) from None
+                timeout = 0.0
+            finished, _ = wait(list(pending), timeout=timeout, return_when=FIRST_COMPLETED)
             if cancel is not None and cancel.is_set():
                 raise VerifyInterrupted(done)
             for fut in finished:
-                k = pending.pop(fut)
+                n_done += pending.pop(fut)
                 for i, j, ev in fut.result():
                     done[(i, j)] = ev
-                n_done += len(chunks[k])
-                nxt = next(it, None)
-                if nxt is not None:
-                    pending[pool.submit(_worker_chunk, chunks[nxt])] = nxt
             if finished and progress is not None:
                 progress(n_done)
     finally:

@@ -69,7 +69,7 @@ import dataclasses
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,7 +78,7 @@ import numpy as np
 
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
 from engine.workflows.appearance import appearance_links
-from engine.workflows.dup_candidates import neighbour_pairs
+from engine.workflows.dup_candidates import neighbour_blocks
 from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
 from engine.workflows.keeper import (
     DERIVED_WORDS,
@@ -99,7 +99,7 @@ from engine.workflows.keeper import (
     sharpness,
     suggest_keeper,
 )
-from engine.workflows.pair_cache import PairCache, remember, split_remembered
+from engine.workflows.pair_cache import AskedPairs, PairCache, remember
 from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -305,10 +305,10 @@ def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
     side_b = float(max(fb.image_size)) if fb.image_size else float(np.ptp(fb.xy, axis=0).max())
     if h is None or not np.isfinite(h).all() or abs(np.linalg.det(h)) < 1e-12:
         return PairEvidence(len(v.pairs), n, score, score, float("inf"))
-    err = np.linalg.norm(_apply(h, pa) - pb, axis=1)
-    residual = float(np.median(err)) / max(side_b, 1.0)
+    err = float(np.median(np.linalg.norm(_apply(h, pa) - pb, axis=1)))
+    residual = err / max(side_b, 1.0)
     side_a = float(max(fa.image_size)) if fa.image_size else side_b
-    residual_px = float(np.median(err)) * min(1.0, side_a / max(side_b, 1.0))
+    residual_px = err * min(1.0, side_a / max(side_b, 1.0))
     in_b = _inside(_apply(h, fa.xy.astype(np.float64)), fb.image_size)
     in_a = _inside(_apply(np.linalg.inv(h), fb.xy.astype(np.float64)), fa.image_size)
     if fa.scale is not None and fb.scale is not None and len(fa.scale) and len(fb.scale):
@@ -559,55 +559,60 @@ def neighbour_evidence(
         for the pairs whose images both have at least 4 features.
     """
     _, data = searcher.ensure()
-    skip = set(skip)
     # (a ``progress.candidates(rows_done, n)`` method, when there is one, follows the
-    # search for candidates)
+    # search for candidates; the pairs of its first blocks are checked while it goes on)
     found = getattr(progress, "candidates", None)
-    pairs = neighbour_pairs(searcher, data, DUPLICATE_NEIGHBOURS, cancel=cancel, progress=found)
-    todo = [pair for pair in map(tuple, pairs.tolist()) if pair not in skip]
+    blocks = neighbour_blocks(searcher, data, DUPLICATE_NEIGHBOURS, cancel=cancel, progress=found)
     paths, keys = searcher.row_paths, searcher.data_keys
     cache = None if keys is None else PairCache.load(searcher.store.index_dir)
-    return _verify(searcher.store, data, paths, todo, cancel, progress, pixel_rule, cache, keys)
+    return _verify(
+        searcher.store, data, paths, blocks, cancel, progress, pixel_rule, cache, keys, skip
+    )
 
 
 def _verify(
     store,
     data: EncodedImages,
     paths: Sequence[Path],
-    todo: list[tuple[int, int]],
+    todo: Iterable[tuple[int, int]] | Iterator[np.ndarray],
     cancel: threading.Event | None,
     progress: Callable[[int, int], object] | None,
     pixel_rule: TierRule | None,
     cache: PairCache | None = None,
     keys: np.ndarray | None = None,
+    skip: Iterable[tuple[int, int]] = (),
 ) -> dict[tuple[int, int], PairEvidence]:
     """:func:`pair_evidence` of the pairs of rows ``todo`` (:func:`_judge`), in worker
     processes (:func:`engine.workflows.dup_verify.verify_pairs`): those the ``cache``
     remembers (by the rows' ``keys``) are not checked again; the others are added to it
-    and it is saved, also when cancelled (:mod:`.pair_cache`)."""
-    total, asked = len(todo), todo
+    and it is saved, also when cancelled (:mod:`.pair_cache`).
+
+    ``todo`` is a sequence of pairs, or an iterator of blocks of pairs as the candidate
+    search finds them (a pair may come again; those in ``skip`` are left out), checked
+    while the next blocks are found. ``progress(done, total)`` is called once all the
+    pairs are known: first with the remembered pairs done, then as pairs are checked.
+    """
     if cancel is not None and cancel.is_set():
         raise InterruptedError("the duplicate search was cancelled")
-    known: dict[tuple[int, int], PairEvidence] = {}
-    if cache is not None and keys is not None:
-        no_pixels = functools.partial(_same_geometry, rule=pixel_rule) if pixel_rule else None
-        known, todo = split_remembered(
-            cache, keys, todo, no_pixels or (lambda ev: False), PairEvidence
-        )
-    done = total - len(todo)
-    if progress is not None:
-        progress(done, total)
+    no_pixels = functools.partial(_same_geometry, rule=pixel_rule) if pixel_rule else None
+    asked = AskedPairs(todo, skip, cache, keys, no_pixels or (lambda ev: False), PairEvidence)
+    asked.progress = progress
     out: dict[tuple[int, int], PairEvidence] = {}
+
+    def report(n: int) -> None:
+        if asked.total is not None:
+            asked.report(len(asked.known) + n)
+
     try:
         out = verify_pairs(
-            todo,
+            asked.blocks(),
             functools.partial(_judge, pixel_rule=pixel_rule),
             index_dir=store.index_dir,
             ids=np.asarray(data.ids, np.int64),
             paths=paths,
             get_features=lambda r: store.get_features(int(data.ids[r])),
             cancel=cancel,
-            progress=None if progress is None else (lambda n: progress(done + n, total)),
+            progress=None if progress is None else report,
             chunk=DUPLICATE_BLOCK,
             feature_cache=DUPLICATE_CACHE,
         )
@@ -618,8 +623,9 @@ def _verify(
         if cache is not None and keys is not None and out:
             remember(cache, keys, out, functools.partial(_pixels_asked, pixel_rule=pixel_rule))
             cache.save(keys)
-    out.update(known)
-    return {pair: out[pair] for pair in asked if pair in out}  # (in the order asked)
+    asked.report(asked.total)
+    out.update(asked.known)
+    return {pair: out[pair] for pair in sorted(asked.pairs) if pair in out}  # (sorted)
 
 
 def _pixels_asked(ev: PairEvidence, pixel_rule: TierRule | None) -> bool:

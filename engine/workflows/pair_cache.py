@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,15 @@ import numpy as np
 
 from engine.index.files import atomic_write
 
-__all__ = ["CACHE_FILE", "VERSION", "PairCache", "pair_hash", "remember", "split_remembered"]
+__all__ = [
+    "CACHE_FILE",
+    "VERSION",
+    "AskedPairs",
+    "PairCache",
+    "pair_hash",
+    "remember",
+    "split_remembered",
+]
 
 #: Where the cache lives in an index folder.
 CACHE_FILE = Path("cache") / "pair-evidence.npz"
@@ -214,3 +222,79 @@ def remember(
     rows["has_homography"] = np.array([e.homography is not None for e in evs], bool)
     rows["pixels_checked"] = np.array([pixels_checked(e) for e in evs], bool)
     cache.add(keys[pairs[:, 0]], keys[pairs[:, 1]], rows)
+
+
+class AskedPairs:
+    """The pairs a duplicate search asks for, block by block: new ones only (not in
+    ``skip``, not asked before), those the ``cache`` remembers answered from it
+    (:attr:`known`, :func:`split_remembered`), the others handed on to be checked
+    (:meth:`blocks`).
+
+    Parameters
+    ----------
+    todo : iterable of (int, int), or iterator of (m, 2) int arrays
+        Pairs of rows, or blocks of them as they are found (a pair may come again).
+    skip : iterable of (int, int)
+        Pairs not to check.
+    cache : PairCache or None
+    keys : (n,) uint64 or None
+        The rows' keys in ``cache``.
+    needs_pixels, make
+        As :func:`split_remembered`.
+
+    Attributes
+    ----------
+    pairs : set of (int, int)
+        The pairs asked for so far (without ``skip``, once :meth:`blocks` is done).
+    known : dict
+        ``(i, j) -> evidence`` of those the cache answered.
+    total : int or None
+        ``len(pairs)`` once every block is read (None before).
+    progress : callable or None
+        ``progress(done, total)``, called by :meth:`report` (first when the last block
+        is read, with the remembered pairs done).
+    """
+
+    def __init__(
+        self,
+        todo: Iterable[tuple[int, int]] | Iterator[np.ndarray],
+        skip: Iterable[tuple[int, int]],
+        cache: PairCache | None,
+        keys: np.ndarray | None,
+        needs_pixels: Callable[[Any], bool],
+        make: Callable[..., Any],
+    ) -> None:
+        if not isinstance(todo, Iterator):  # (a sequence of pairs: one block)
+            todo = iter([np.asarray(list(todo), np.int64).reshape(-1, 2)])
+        self._todo = todo
+        self._skip = set(skip)
+        self._cache, self._keys, self._needs_pixels = cache, keys, needs_pixels
+        self._make = make
+        self.progress: Callable[[int, int], object] | None = None
+        self.pairs: set[tuple[int, int]] = set()
+        self.known: dict[tuple[int, int], Any] = {}
+        self.total: int | None = None  # (known once every block is read)
+        self._said = -1
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The blocks of pairs still to check."""
+        for block in self._todo:
+            new = [p for p in map(tuple, np.asarray(block).tolist()) if p not in self.pairs]
+            self.pairs.update(new)
+            new = [p for p in new if p not in self._skip]
+            if self._cache is not None and self._keys is not None:
+                known, new = split_remembered(
+                    self._cache, self._keys, new, self._needs_pixels, self._make
+                )
+                self.known.update(known)
+            if new:
+                yield np.asarray(new, np.int64).reshape(-1, 2)
+        self.pairs -= self._skip
+        self.total = len(self.pairs)
+        self.report(len(self.known))
+
+    def report(self, done: int | None) -> None:
+        """``progress(done, total)`` (once per value)."""
+        if self.progress is not None and done is not None and done != self._said:
+            self._said = done
+            self.progress(done, self.total)

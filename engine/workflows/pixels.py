@@ -25,6 +25,10 @@ What a copy keeps and what another shot does not (see :func:`pixel_agreement`):
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 __all__ = [
@@ -166,42 +170,91 @@ def pixel_evidence(
     h, w = gb.shape
     if h < patch or w < patch:
         return float("nan"), float("nan")
-    if within_share(ga, gb, m, patch=2 * patch) < PIXEL_WITHIN:
+    hp_b = _highpass(gb)  # (the smaller picture's detail: computed once for the pair)
+    if _within_share(ga, gb, m, 2 * patch, _highpass(ga), hp_b) < PIXEL_WITHIN:
         return 0.0, 1.0
     warped, inside = _warp(ga, m, (w, h))
     total = np.zeros(2)
+    band_b = None
     for _ in range(2):  # (a second step takes out what the first linearised away)
         if inside.sum() < 16 * patch * patch:
             break
-        d = _translation(warped, gb, inside)
+        if band_b is None:
+            band_b = _band(gb)
+        d = _translation_of(_band(warped), band_b, inside)
         if not np.isfinite(d).all() or np.hypot(*(total + d)) > PIXEL_SHIFT:
             break
         total += d
         m = np.array([[1.0, 0.0, d[0]], [0.0, 1.0, d[1]], [0.0, 0.0, 1.0]]) @ m
         warped, inside = _warp(ga, m, (w, h))
-    best = _tile_agreement(warped, gb, inside, patch)
+    hp_w = _highpass(warped)
+    tiles = _Tiles(inside, patch)
+    side_w, side_b = tiles.side(hp_w), tiles.side(hp_b)
+    best = tiles.agreement(side_w, side_b)
     if np.isnan(best[0]):
         return best
     # blur only the sharper picture (more high-pass energy where they overlap), more
     # and more until the agreement stops rising (it rises to the other's level, then
-    # falls): two or three tries instead of every blur on both
-    sharp_a = _detail(warped, inside) >= _detail(gb, inside)
+    # falls): two or three tries instead of every blur on both (the other picture's
+    # tiles are the same at every try)
+    sharp_a = _energy(hp_w, inside) >= _energy(hp_b, inside)
     last = best
     for sigma in PIXEL_BLURS:
-        a = cv2.GaussianBlur(warped, (0, 0), sigma) if sharp_a else warped
-        b = gb if sharp_a else cv2.GaussianBlur(gb, (0, 0), sigma)
-        score = _tile_agreement(a, b, inside, patch)
+        blurred = tiles.side(_highpass(cv2.GaussianBlur(warped if sharp_a else gb, (0, 0), sigma)))
+        score = tiles.agreement(blurred, side_b) if sharp_a else tiles.agreement(side_w, blurred)
         if not score[0] > last[0] - 1e-3:
             break
         best, last = (score if score[0] > best[0] else best), score
     return float(best[0]), float(best[1])
 
 
-def _detail(x: np.ndarray, inside: np.ndarray) -> float:
-    """Mean high-pass energy of ``x`` where ``inside``."""
+def _highpass(x: np.ndarray) -> np.ndarray:
+    """``x`` minus its Gaussian blur of sigma 2 px: the fine detail the tests compare
+    (remembered for a read-only picture, :func:`_memo`)."""
     import cv2
 
-    hp = x - cv2.GaussianBlur(x, (0, 0), 2.0)
+    return _memo(x, "highpass", lambda x: x - cv2.GaussianBlur(x, (0, 0), 2.0))
+
+
+#: Read-only pictures (as :class:`engine.workflows.dup_verify.PairContext` hands them
+#: out) whose derived arrays are kept, at most this many bytes of them in all: a photo
+#: compared with several neighbours is high-passed once, not once per pair.
+PIXEL_MEMO_BYTES = 96 * 2**20
+_MEMO: OrderedDict[int, tuple[np.ndarray, dict[str, Any]]] = OrderedDict()
+_MEMO_SIZE = [0]
+
+
+def _memo(x: np.ndarray, key: str, make: Callable[[np.ndarray], Any]) -> Any:
+    """``make(x)``, remembered per array ``x`` and ``key`` when ``x`` is read-only and
+    owns its data (by identity: it cannot change under the remembered value; other
+    arrays are not remembered); the least recently used arrays are forgotten beyond
+    :data:`PIXEL_MEMO_BYTES`."""
+    if x.flags.writeable or x.base is not None:
+        return make(x)
+    hit = _MEMO.get(id(x))
+    if hit is None or hit[0] is not x:  # (x is kept in the entry: its id stays unique)
+        hit = _MEMO[id(x)] = (x, {})
+    else:
+        _MEMO.move_to_end(id(x))
+    found = hit[1]
+    if key not in found:
+        found[key] = make(x)
+        _MEMO_SIZE[0] += _nbytes(found[key])
+        while _MEMO_SIZE[0] > PIXEL_MEMO_BYTES and len(_MEMO) > 1:
+            _, (_, old) = _MEMO.popitem(last=False)
+            _MEMO_SIZE[0] -= sum(_nbytes(v) for v in old.values())
+    return found[key]
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of an array or a tuple of arrays."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    return sum(v.nbytes for v in value)
+
+
+def _energy(hp: np.ndarray, inside: np.ndarray) -> float:
+    """Mean high-pass energy where ``inside`` (``hp``: :func:`_highpass` of a picture)."""
     return float(np.mean(hp[inside] ** 2)) if inside.any() else 0.0
 
 
@@ -225,22 +278,24 @@ def within_share(ga: np.ndarray, gb: np.ndarray, m: np.ndarray, *, patch: int = 
     float
         In [0, 1].
     """
-    import cv2
+    return _within_share(ga, gb, m, patch, _highpass(ga), _highpass(gb))
 
+
+def _within_share(
+    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, hp_a: np.ndarray, hp_b: np.ndarray
+) -> float:
+    """:func:`within_share` with the pictures' high-passed detail given (``hp_a``,
+    ``hp_b``: :func:`_highpass` of ``ga``, ``gb``)."""
     shares = []
-    for g, other, mm in ((ga, gb, m), (gb, ga, np.linalg.inv(m))):
+    for g, hp, other, mm in ((ga, hp_a, gb, m), (gb, hp_b, ga, np.linalg.inv(m))):
         th, tw = g.shape[0] // patch, g.shape[1] // patch
         if th == 0 or tw == 0:
             shares.append(1.0)
             continue
-        hp = g - cv2.GaussianBlur(g, (0, 0), 2.0)
-        energy = (hp[: th * patch, : tw * patch] ** 2).reshape(th, patch, tw, patch).mean((1, 3))
-        pos = energy[energy > 0]
-        ys, xs = np.nonzero(energy >= 0.25 * np.median(pos)) if pos.size else ([], [])
-        if len(xs) == 0:
+        c = _memo(g, f"textured{patch}", lambda g, hp=hp: _textured(hp, patch))
+        if len(c) == 0:
             shares.append(1.0)
             continue
-        c = (np.stack([xs, ys], 1).astype(np.float64) + 0.5) * patch - 0.5
         p = c @ mm[:2, :2].T + mm[:2, 2]
         z = c @ mm[2, :2] + mm[2, 2]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -257,6 +312,18 @@ def within_share(ga: np.ndarray, gb: np.ndarray, m: np.ndarray, *, patch: int = 
             )
         shares.append(float(ok.mean()))
     return max(shares)
+
+
+def _textured(hp: np.ndarray, patch: int) -> np.ndarray:
+    """(T, 2) float64 centres (x, y) of the textured ``patch`` tiles of a picture whose
+    high-passed detail is ``hp`` (:func:`within_share`)."""
+    th, tw = hp.shape[0] // patch, hp.shape[1] // patch
+    energy = (hp[: th * patch, : tw * patch] ** 2).reshape(th, patch, tw, patch).mean((1, 3))
+    pos = energy[energy > 0]
+    ys, xs = np.nonzero(energy >= 0.25 * np.median(pos)) if pos.size else ([], [])
+    if len(xs) == 0:
+        return np.zeros((0, 2))
+    return (np.stack([xs, ys], 1).astype(np.float64) + 0.5) * patch - 0.5
 
 
 def _common_scale(gray_a, gray_b, homography, size_a, size_b):
@@ -281,60 +348,91 @@ def _warp(ga: np.ndarray, m: np.ndarray, size: tuple[int, int]):
     import cv2
 
     warped = cv2.warpPerspective(ga, m, size, flags=cv2.INTER_LINEAR)
-    inside = cv2.warpPerspective(np.ones_like(ga), m, size, flags=cv2.INTER_NEAREST)
-    inside = cv2.erode((inside > 0.5).astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    # (nearest-neighbour warp of ones, 1 where a pixel of ga lands, 0 outside: the
+    # positions do not depend on the pixel type, so bytes give the mask floats would)
+    ones = np.ones(ga.shape, np.uint8)
+    inside = cv2.warpPerspective(ones, m, size, flags=cv2.INTER_NEAREST)
+    inside = cv2.erode(inside, np.ones((5, 5), np.uint8)) > 0
     return warped, inside
 
 
-def _translation(a: np.ndarray, b: np.ndarray, inside: np.ndarray) -> np.ndarray:
-    """(dx, dy) such that ``b(x) ~ a(x - d)`` over ``inside``: one Lucas-Kanade step on
-    band-passed pictures, each scaled to unit energy (brightness and contrast edits
-    do not count)."""
+def _band(x: np.ndarray) -> np.ndarray:
+    """``x`` band-passed for :func:`_translation_of` (difference of Gaussians)."""
     import cv2
 
+    return _memo(
+        x, "band", lambda x: cv2.GaussianBlur(x, (0, 0), 0.7) - cv2.GaussianBlur(x, (0, 0), 3.0)
+    )
+
+
+def _translation_of(ba: np.ndarray, bb: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """(dx, dy) such that ``b(x) ~ a(x - d)`` over ``inside``, from the band-passed
+    pictures ``ba``, ``bb`` (:func:`_band`): one Lucas-Kanade step, each scaled to unit
+    energy (brightness and contrast edits do not count)."""
+    import cv2
+
+    # (the arithmetic of ``ba / (sum(ba * ba * w) / n) ** 0.5``, ``sobel / 8 * w`` ...
+    # step by step, in place: the same numbers with fewer arrays made)
     w = inside.astype(np.float32)
     n = max(float(w.sum()), 1.0)
-    ba, bb = (cv2.GaussianBlur(x, (0, 0), 0.7) - cv2.GaussianBlur(x, (0, 0), 3.0) for x in (a, b))
-    ba = ba / (float((ba * ba * w).sum() / n) ** 0.5 + 1e-6)
-    bb = bb / (float((bb * bb * w).sum() / n) ** 0.5 + 1e-6)
-    mean = (ba + bb) / 2
-    gx = cv2.Sobel(mean, cv2.CV_32F, 1, 0, ksize=3) / 8 * w
-    gy = cv2.Sobel(mean, cv2.CV_32F, 0, 1, ksize=3) / 8 * w
-    it = (bb - ba) * w
-    g = np.array(
-        [[(gx * gx).sum(), (gx * gy).sum()], [(gx * gy).sum(), (gy * gy).sum()]], np.float64
-    )
+    tmp = np.multiply(ba, ba)
+    tmp *= w
+    ba = ba / (float(tmp.sum() / n) ** 0.5 + 1e-6)
+    np.multiply(bb, bb, out=tmp)
+    tmp *= w
+    bb = bb / (float(tmp.sum() / n) ** 0.5 + 1e-6)
+    np.add(ba, bb, out=tmp)
+    tmp /= 2
+    gx = cv2.Sobel(tmp, cv2.CV_32F, 1, 0, ksize=3)
+    gx /= 8
+    gx *= w
+    gy = cv2.Sobel(tmp, cv2.CV_32F, 0, 1, ksize=3)
+    gy /= 8
+    gy *= w
+    it = np.subtract(bb, ba, out=ba)
+    it *= w
+    gxy = (gx * gy).sum()
+    g = np.array([[(gx * gx).sum(), gxy], [gxy, (gy * gy).sum()]], np.float64)
     if not np.isfinite(g).all() or np.linalg.cond(g) > 1e4:
         return np.zeros(2)
     return np.linalg.solve(g, -np.array([(gx * it).sum(), (gy * it).sum()], np.float64))
 
 
-def _tile_agreement(
-    a: np.ndarray, b: np.ndarray, inside: np.ndarray, patch: int
-) -> tuple[float, float]:
-    """(median normalised correlation of the high-passed pictures over the more textured
-    half of the ``patch`` tiles wholly ``inside``, share of those below
-    :data:`PIXEL_DISAGREE`); (nan, nan) for fewer than 4 textured tiles."""
-    import cv2
+class _Tiles:
+    """The ``patch`` x ``patch`` tiles wholly ``inside`` the overlap of two aligned
+    pictures, and the normalised correlation of their detail there (one pair's tiles:
+    the picture not blurred is cut into tiles once for every blur tried)."""
 
-    hp_a = a - cv2.GaussianBlur(a, (0, 0), 2.0)
-    hp_b = b - cv2.GaussianBlur(b, (0, 0), 2.0)
-    h, w = b.shape
-    th, tw = h // patch, w // patch
+    def __init__(self, inside: np.ndarray, patch: int) -> None:
+        h, w = inside.shape
+        self.th, self.tw, self.patch = h // patch, w // patch, patch
+        self.ok = self.cut(inside.astype(np.float32)).min(axis=1) > 0
 
-    def tiles(x: np.ndarray) -> np.ndarray:
+    def cut(self, x: np.ndarray) -> np.ndarray:
+        """(tiles, patch * patch) pixels of ``x`` tile by tile."""
+        th, tw, patch = self.th, self.tw, self.patch
         x = x[: th * patch, : tw * patch].reshape(th, patch, tw, patch)
         return x.transpose(0, 2, 1, 3).reshape(th * tw, patch * patch)
 
-    ok = tiles(inside.astype(np.float32)).min(axis=1) > 0
-    u, v = tiles(hp_a)[ok], tiles(hp_b)[ok]
-    u = u - u.mean(axis=1, keepdims=True)
-    v = v - v.mean(axis=1, keepdims=True)
-    su, sv = np.linalg.norm(u, axis=1), np.linalg.norm(v, axis=1)
-    texture = np.minimum(su, sv)
-    good = texture > 1e-3
-    if good.sum() < 4:
-        return float("nan"), float("nan")
-    ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
-    ncc = ncc[texture[good] >= np.median(texture[good])]
-    return float(np.median(ncc)), float(np.mean(ncc < PIXEL_DISAGREE))
+    def side(self, hp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the tiles inside of the high-passed picture ``hp``, less their means; their
+        norms)."""
+        u = self.cut(hp)[self.ok]
+        u = u - u.mean(axis=1, keepdims=True)
+        return u, np.linalg.norm(u, axis=1)
+
+    @staticmethod
+    def agreement(
+        side_a: tuple[np.ndarray, np.ndarray], side_b: tuple[np.ndarray, np.ndarray]
+    ) -> tuple[float, float]:
+        """(median normalised correlation over the more textured half of the tiles,
+        share of those below :data:`PIXEL_DISAGREE`); (nan, nan) for fewer than 4
+        textured tiles."""
+        (u, su), (v, sv) = side_a, side_b
+        texture = np.minimum(su, sv)
+        good = texture > 1e-3
+        if good.sum() < 4:
+            return float("nan"), float("nan")
+        ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
+        ncc = ncc[texture[good] >= np.median(texture[good])]
+        return float(np.median(ncc)), float(np.mean(ncc < PIXEL_DISAGREE))

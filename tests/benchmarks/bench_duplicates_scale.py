@@ -17,7 +17,8 @@ files hard-linked, its catalogue copied; no pair cache). Then, for each checkout
 2. 10 photos of ``--extra`` linked into the copy and ``simile index`` run (not timed);
 3. ``again``: the same search, which re-checks only the pairs involving new photos.
 
-The groups of each run are kept in ``WORK/<i>/first.json`` and ``again.json``.
+The groups of each run are kept in ``WORK/<i>/first.json`` and ``again.json``, their
+progress lines in ``first.err`` and ``again.err``.
 
 Reported per run: wall time, CPU time (user + system of the process and its children:
 the worker processes), peak RSS (the largest process), pairs in the search and pairs
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         again = _measured(code, work)
         for name, r in (("first", first), ("again", again)):  # (kept to compare by hand)
             (work / f"{name}.json").write_text(json.dumps(r["groups"]))
+            (work / f"{name}.err").write_text(r["err"])  # (its progress lines)
         for name, r in (("first", first), (f"after adding {len(extras)}", again)):
             rows.append((code.name, name, r))
         answers.append(first["groups"])
@@ -102,7 +104,7 @@ def _measured(code: Path, work: Path) -> dict:
     for g in res["groups"]:
         tiers[g["tier"]] = tiers.get(g["tier"], 0) + 1
     return {"wall": wall, "cpu": cpu, "rss": rss, "groups": res["groups"], "tiers": tiers,
-            "pairs": pairs_of(err)}  # fmt: skip
+            "pairs": pairs_of(err), "err": err}  # fmt: skip
 
 
 def _run_err(code: Path, args: list[str]) -> tuple[float, float, float, str, str]:

@@ -126,3 +126,67 @@ def test_disagreeing_tiles_tell_a_recompressed_copy_from_a_second_shot():
     assert disagree2 > 3 * PIXEL_CLEAN_SHARE
     assert combine_evidence(agree, disagree) == pytest.approx(min(1.0, agree + PIXEL_CLEAN_BONUS))
     assert combine_evidence(agree2, disagree2) == pytest.approx(agree2)
+
+
+def _pair(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A textured picture, a blurred, recompressed and slightly shifted copy, and the
+    homography of the shift."""
+    rng = np.random.default_rng(seed)
+    base = cv2.GaussianBlur(rng.uniform(0, 255, (240, 320)).astype(np.float32), (0, 0), 1.2)
+    m = np.array([[1.0, 0.0, 0.6], [0.0, 1.0, -0.4], [0.0, 0.0, 1.0]])
+    copy = _jpeg(cv2.GaussianBlur(cv2.warpPerspective(base, m, (320, 240)), (0, 0), 0.8), 60)
+    return base, copy, m
+
+
+def _read_only(x: np.ndarray) -> np.ndarray:
+    x = x.copy()
+    x.flags.writeable = False
+    return x
+
+
+def test_remembered_detail_of_read_only_pictures_gives_the_same_evidence():
+    # the derived arrays of a read-only picture (as the duplicate search's worker
+    # processes hand them out) are remembered between pairs; the evidence is the
+    # evidence of pictures computed afresh, bit for bit, also when remembered
+    from engine.workflows import pixels
+
+    pixels._MEMO.clear()
+    pixels._MEMO_SIZE[0] = 0
+    pics = [_pair(seed) for seed in (11, 12)]
+    fresh = [pixel_evidence(a, b, m, (320, 240), (320, 240)) for a, b, m in pics]
+    assert not pixels._MEMO  # (writable arrays: nothing remembered)
+    ro = [(_read_only(a), _read_only(b), m) for a, b, m in pics]
+    for _ in range(2):  # (the second time from what is remembered)
+        again = [pixel_evidence(a, b, m, (320, 240), (320, 240)) for a, b, m in ro]
+        assert np.array(again).tobytes() == np.array(fresh).tobytes()
+    assert len(pixels._MEMO) == 4 and pixels._MEMO_SIZE[0] > 0
+    # each way round: the picture with more pixels is the one warped
+    a, b, m = ro[0]
+    swapped = pixel_evidence(b, a, np.linalg.inv(m), (320, 240), (320, 240))
+    assert swapped == pixel_evidence(b.copy(), a.copy(), np.linalg.inv(m), (320, 240), (320, 240))
+
+
+def test_a_writable_picture_changed_in_place_is_compared_as_it_is_now():
+    a, b, m = _pair(13)
+    before = pixel_evidence(a, b, m, (320, 240), (320, 240))
+    b[60:180, 80:240] = np.roll(b[60:180, 80:240], 9, axis=0)  # changed in place
+    after = pixel_evidence(a, b, m, (320, 240), (320, 240))
+    assert after == pixel_evidence(a.copy(), b.copy(), m, (320, 240), (320, 240))
+    assert after[0] < before[0]
+
+
+def test_remembered_detail_stays_within_its_bytes(monkeypatch):
+    from engine.workflows import pixels
+
+    pixels._MEMO.clear()
+    pixels._MEMO_SIZE[0] = 0
+    monkeypatch.setattr(pixels, "PIXEL_MEMO_BYTES", 2 * 2**20)  # (about 3 pictures' worth)
+    for seed in range(20, 26):
+        a, b, m = _pair(seed)
+        pixel_evidence(_read_only(a), _read_only(b), m, (320, 240), (320, 240))
+        assert pixels._MEMO_SIZE[0] <= pixels.PIXEL_MEMO_BYTES
+        held = sum(pixels._nbytes(v) for _x, d in pixels._MEMO.values() for v in d.values())
+        assert held == pixels._MEMO_SIZE[0]
+    assert 1 <= len(pixels._MEMO) < 12
+    pixels._MEMO.clear()
+    pixels._MEMO_SIZE[0] = 0

@@ -332,3 +332,88 @@ def test_groups_of_many_links_are_those_of_the_plain_way():
     assert len(got) == len(want) > 15
     assert sorted((g.tier, g.paths, g.scores) for g in got) == sorted(want)
     assert {g.tier for g in got} == set(dup.TIERS)
+
+
+def test_gray_pixels_kept_stay_within_their_bytes_and_are_the_files(col, monkeypatch):
+    searcher = col.searcher
+    paths = searcher.row_paths
+    first = dup_verify.PairContext(lambda r: None, paths).gray(0, PIXEL_SIDE)
+    monkeypatch.setattr(dup_verify, "GRAY_CACHE_BYTES", 3 * first.nbytes)
+    ctx = dup_verify.PairContext(lambda r: None, paths)
+    for r in range(8):
+        g = ctx.gray(r, PIXEL_SIDE)
+        assert not g.flags.writeable
+        assert ctx._gray_bytes <= max(dup_verify.GRAY_CACHE_BYTES, g.nbytes)
+        assert ctx._gray_bytes == sum(x.nbytes for x in ctx._gray.values() if x is not None)
+    assert 1 <= len(ctx._gray) < 8
+    assert ctx.gray(7, PIXEL_SIDE) is ctx.gray(7, PIXEL_SIDE)  # (kept: the same array)
+    assert np.array_equal(ctx.gray(0, PIXEL_SIDE), first)  # (read again, the same pixels)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pairs_streamed_in_blocks_give_the_answer_of_a_list(col, monkeypatch, workers):
+    # blocks of pairs as the candidate search yields them (a pair may come again in a
+    # later block) are checked while the next blocks are read: the answer of the list
+    searcher = col.searcher
+    _, data = searcher.ensure()
+    n = len(data.ids)
+    todo = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + 12))]
+    check = dup.functools.partial(dup._judge, pixel_rule=dup.DEFAULT_RULE)
+    kw = dict(
+        index_dir=searcher.store.index_dir,
+        ids=np.asarray(data.ids),
+        paths=searcher.row_paths,
+        get_features=lambda r: searcher.store.get_features(int(data.ids[r])),
+    )
+    one = verify_pairs(todo, check, workers=0, **kw)
+    read = []
+
+    def blocks():
+        for s in [*range(0, len(todo), 50), 0]:  # (the first 50 pairs again at the end)
+            read.append(s)
+            yield np.array(todo[s : s + 50], np.int64)
+
+    monkeypatch.setattr(dup_verify, "PROCESS_MIN_PAIRS", 100)
+    seen = []
+    streamed = verify_pairs(blocks(), check, workers=workers, chunk=16, progress=seen.append, **kw)
+    assert len(read) == len(range(0, len(todo), 50)) + 1  # (every block read)
+    assert set(one) - set(streamed) == set() and set(streamed) - set(one) == set()
+    assert _same(one, {p: streamed[p] for p in one})
+    assert seen == sorted(seen) and seen[-1] == len(todo) + 50
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_cancel_while_pairs_are_found_keeps_what_was_checked(col, monkeypatch, workers):
+    searcher = col.searcher
+    _, data = searcher.ensure()
+    n = len(data.ids)
+    todo = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + 12))]
+    check = dup.functools.partial(dup._judge, pixel_rule=dup.DEFAULT_RULE)
+    cancel = threading.Event()
+
+    def blocks():  # (as neighbour_blocks: the cancel is noticed between blocks)
+        for k, s in enumerate(range(0, len(todo), 40)):
+            if cancel.is_set():
+                raise InterruptedError("the duplicate search was cancelled")
+            if k == 6:
+                time.sleep(1.0)  # (the first blocks' pairs are checked meanwhile)
+                cancel.set()
+            yield np.array(todo[s : s + 40], np.int64)
+
+    monkeypatch.setattr(dup_verify, "PROCESS_MIN_PAIRS", 100)
+    with pytest.raises(VerifyInterrupted) as info:
+        verify_pairs(
+            blocks(),
+            check,
+            index_dir=searcher.store.index_dir,
+            ids=np.asarray(data.ids),
+            paths=searcher.row_paths,
+            get_features=lambda r: searcher.store.get_features(int(data.ids[r])),
+            workers=workers,
+            cancel=cancel,
+            chunk=8,
+        )
+    done = info.value.done
+    assert set(done) <= set(todo[: 7 * 40])
+    if workers == 0:  # (here: everything read before the cancel was checked)
+        assert len(done) > 0
