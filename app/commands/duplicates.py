@@ -87,8 +87,7 @@ class LineProgress:
         self.start = time.monotonic()
         self._last: float | None = None
         self._last_rows: float | None = None
-        self._first = 0
-        self._t0 = self.start
+        self._rate_base: tuple[float, int] | None = None  # (time, pairs done) the rate is from
 
     def begin(self) -> None:
         self._say("simile: duplicates: finding the candidate pairs")
@@ -110,18 +109,23 @@ class LineProgress:
     def update(self, done: int, total: int) -> None:
         now = time.monotonic()
         if self._last is None:  # the checks start (the pairs known before are done)
-            self._last, self._first, self._t0 = now, done, now
+            self._last = now
             known = f" ({done:,} remembered from an earlier search)" if done else ""
             self._say(f"simile: duplicates: checking {total:,} pairs{known}")
             return
+        if self._rate_base is None:
+            # the rate is measured from the first count after the start: the pairs checked
+            # while the candidates were still being found arrive in that count at once
+            self._rate_base = (now, done)
         if now - self._last < self.every and done < total:
             return
         self._last = now
         elapsed = now - self.start
         line = f"simile: duplicates: checked {done:,} of {total:,} pairs"
         line += f" ({100 * done / max(total, 1):.0f} %), {_duration(elapsed)}"
-        if done < total and done > self._first:
-            rate = (done - self._first) / max(now - self._t0, 1e-9)
+        t0, first = self._rate_base
+        if done < total and done > first and now > t0:
+            rate = (done - first) / (now - t0)
             line += f", about {_duration((total - done) / rate)} left"
         self._say(line)
 

@@ -69,3 +69,23 @@ def test_line_progress_writes_a_line_every_few_seconds(monkeypatch):
     assert checked[0].startswith("simile: duplicates: checked 1,000 of 5,000 pairs (20 %)")
     assert "left" in checked[0] and "left" not in checked[-1]
     assert checked[-1].startswith("simile: duplicates: checked 5,000 of 5,000 pairs (100 %)")
+
+
+def test_the_time_left_is_not_fooled_by_pairs_checked_while_candidates_were_found(
+    monkeypatch,
+):
+    """The checks start while the candidates are still being found: the first count
+    after the start holds those pairs at once, and the rate is measured from it."""
+    now = [100.0]
+    monkeypatch.setattr("app.commands.duplicates.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    p = LineProgress(out, every=10.0)
+    p.begin()
+    p(0, 5000)  # all pairs known; none remembered
+    now[0] += 0.5
+    p(2000, 5000)  # checked while the candidates were found
+    for done in range(2100, 3001, 100):  # then 100 pairs a second
+        now[0] += 1.0
+        p(done, 5000)
+    line = next(ln for ln in out.getvalue().splitlines() if "checked 3,000" in ln)
+    assert line.endswith("about 20 s left"), line  # 2,000 pairs at 100 a second
