@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             (work / f"{name}.err").write_text(r["err"])  # (its progress lines)
         for name, r in (("first", first), (f"after adding {len(extras)}", again)):
             rows.append((code.name, name, r))
-        answers.append(first["groups"])
+        # (each checkout has its own copy: its paths are compared relative to it)
+        answers.append(json.dumps(first["groups"]).replace(f"{work.resolve()}/", ""))
     print(f"{'code':>12} {'run':>16} {'wall s':>8} {'CPU s':>8} {'RSS GB':>7} "
           f"{'pairs':>9} {'checked':>9}  groups")  # fmt: skip
     for code_name, name, r in rows:
