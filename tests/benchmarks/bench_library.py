@@ -28,6 +28,13 @@ every operation is run as a whole ``simile`` process on a private copy of the in
 The folder is restored after each checkout's run. Ratios between checkouts are the
 numbers to read: the machine is shared and noisy.
 
+On the library this builds, the other measures of issue #20 have benchmarks of their
+own, each comparing checkouts in one run: ``bench_app_query.py`` (a query in the app:
+its search part, whole ``vocabulary`` and ``hybrid`` queries, resident memory, recall@10
+of the candidates against the exhaustive score), ``bench_floors.py`` (whole ``simile``
+processes: rescan, add, remove, ``--only``, query) and ``bench_duplicates_scale.py``
+(``simile duplicates``, first and second search).
+
 ``--segments``: only ``simile query``, on an index of several segments made from an
 existing library without touching it (its folder, its index and the photos to add are
 read only)::
