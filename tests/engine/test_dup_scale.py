@@ -179,7 +179,9 @@ def test_evidence_and_groups_are_those_of_the_plain_way(col, monkeypatch):
     ]
 
 
-def test_processes_give_the_answer_of_one_process(col):
+def _verify_setup(col):
+    """(pairs of each row and its next 11 rows, the duplicate check, the keywords of
+    :func:`verify_pairs` for ``col``)."""
     searcher = col.searcher
     _, data = searcher.ensure()
     n = len(data.ids)
@@ -191,6 +193,11 @@ def test_processes_give_the_answer_of_one_process(col):
         paths=searcher.row_paths,
         get_features=lambda r: searcher.store.get_features(int(data.ids[r])),
     )
+    return todo, check, kw
+
+
+def test_processes_give_the_answer_of_one_process(col):
+    todo, check, kw = _verify_setup(col)
     one = verify_pairs(todo, check, workers=0, **kw)
     seen = []
     two = verify_pairs(todo, check, workers=2, chunk=16, progress=seen.append, **kw)
@@ -202,11 +209,9 @@ def test_processes_give_the_answer_of_one_process(col):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_progress_is_reported_and_cancel_stops_within_a_second(col, workers):
-    searcher = col.searcher
-    _, data = searcher.ensure()
-    n = len(data.ids)
-    todo = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    check = dup.functools.partial(dup._judge, pixel_rule=dup.DEFAULT_RULE)
+    _, check, kw = _verify_setup(col)
+    n = len(kw["ids"])
+    todo = [(i, j) for i in range(n) for j in range(i + 1, n)]  # (every pair)
     cancel = threading.Event()
     when = []
 
@@ -217,18 +222,7 @@ def test_progress_is_reported_and_cancel_stops_within_a_second(col, workers):
 
     t0 = time.monotonic()
     with pytest.raises(VerifyInterrupted) as err:
-        verify_pairs(
-            todo,
-            check,
-            index_dir=searcher.store.index_dir,
-            ids=np.asarray(data.ids),
-            paths=searcher.row_paths,
-            get_features=lambda r: searcher.store.get_features(int(data.ids[r])),
-            workers=workers,
-            chunk=8,
-            cancel=cancel,
-            progress=progress,
-        )
+        verify_pairs(todo, check, workers=workers, chunk=8, cancel=cancel, progress=progress, **kw)
     stopped = time.monotonic()
     assert len(when) >= 2 and when[0][0] > 0
     assert stopped - when[1][1] < 1.0, stopped - t0
@@ -354,17 +348,7 @@ def test_gray_pixels_kept_stay_within_their_bytes_and_are_the_files(col, monkeyp
 def test_pairs_streamed_in_blocks_give_the_answer_of_a_list(col, monkeypatch, workers):
     # blocks of pairs as the candidate search yields them (a pair may come again in a
     # later block) are checked while the next blocks are read: the answer of the list
-    searcher = col.searcher
-    _, data = searcher.ensure()
-    n = len(data.ids)
-    todo = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + 12))]
-    check = dup.functools.partial(dup._judge, pixel_rule=dup.DEFAULT_RULE)
-    kw = dict(
-        index_dir=searcher.store.index_dir,
-        ids=np.asarray(data.ids),
-        paths=searcher.row_paths,
-        get_features=lambda r: searcher.store.get_features(int(data.ids[r])),
-    )
+    todo, check, kw = _verify_setup(col)
     one = verify_pairs(todo, check, workers=0, **kw)
     read = []
 
@@ -384,11 +368,7 @@ def test_pairs_streamed_in_blocks_give_the_answer_of_a_list(col, monkeypatch, wo
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_cancel_while_pairs_are_found_keeps_what_was_checked(col, monkeypatch, workers):
-    searcher = col.searcher
-    _, data = searcher.ensure()
-    n = len(data.ids)
-    todo = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + 12))]
-    check = dup.functools.partial(dup._judge, pixel_rule=dup.DEFAULT_RULE)
+    todo, check, kw = _verify_setup(col)
     cancel = threading.Event()
 
     def blocks():  # (as neighbour_blocks: the cancel is noticed between blocks)
@@ -402,17 +382,7 @@ def test_a_cancel_while_pairs_are_found_keeps_what_was_checked(col, monkeypatch,
 
     monkeypatch.setattr(dup_verify, "PROCESS_MIN_PAIRS", 100)
     with pytest.raises(VerifyInterrupted) as info:
-        verify_pairs(
-            blocks(),
-            check,
-            index_dir=searcher.store.index_dir,
-            ids=np.asarray(data.ids),
-            paths=searcher.row_paths,
-            get_features=lambda r: searcher.store.get_features(int(data.ids[r])),
-            workers=workers,
-            cancel=cancel,
-            chunk=8,
-        )
+        verify_pairs(blocks(), check, workers=workers, cancel=cancel, chunk=8, **kw)
     done = info.value.done
     assert set(done) <= set(todo[: 7 * 40])
     if workers == 0:  # (here: everything read before the cancel was checked)
