@@ -452,7 +452,7 @@ def scan_paths(
     skip = [index_dir, *(os.path.realpath(os.fspath(e)) for e in exclude)]
     scan = ScanResult()
     known: dict[str, tuple[int, int]] = {}
-    files: list[str] = []
+    files: dict[str, os.stat_result | None] = {}  # (stat-ed once; None: gone)
     for p in wanted:
         rel = os.path.relpath(p, root)
         if rel != os.curdir and any(part.startswith(".") for part in rel.split(os.sep)):
@@ -473,18 +473,16 @@ def scan_paths(
             for name in ("new", "changed", "unchanged", "removed", "errors", "skipped"):
                 getattr(scan, name).extend(getattr(sub, name))
         else:
-            files.append(p)
+            files[p] = st
             if st is None:  # (gone: a folder of them, maybe)
                 under = store.known_stats(under=p)
                 known.update(under)
                 scan.removed.extend(under)
-    file_known = store.known_stats(files)
+    file_known = store.known_stats(list(files))
     known.update(file_known)
-    for p in files:
+    for p, st in files.items():
         prev = file_known.get(p)
-        try:
-            st = os.stat(p)
-        except OSError:
+        if st is None:
             if prev is not None:
                 scan.removed.append(p)
             continue

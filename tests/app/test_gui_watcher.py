@@ -15,6 +15,7 @@ import app.gui  # noqa: F401  (PySide6 refcount work-around before other Qt code
 
 # isort: split
 from app.gui.watcher import FolderWatcher, relevant
+from engine.core.progress import run_to_end
 
 
 def test_relevant_changes(tmp_path):
@@ -214,12 +215,9 @@ def test_the_indexing_child_updates_the_paths_it_is_given(tmp_path, demo_folder)
         shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
 
     def run(paths=None):
-        gen = index_in_child(folder, None, cancel=threading.Event(), jobs=1, paths=paths)
-        while True:
-            try:
-                next(gen)
-            except StopIteration as stop:
-                return stop.value
+        return run_to_end(
+            index_in_child(folder, None, cancel=threading.Event(), jobs=1, paths=paths)
+        )
 
     assert run().indexed == 3
     shutil.copy(demo_folder / "rocket.jpg", folder / "rocket.jpg")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine.collection import Collection
+from engine.core.progress import run_to_end
 from engine.index import files
 from engine.index.ingest import OutsideFolderError
 
@@ -22,12 +23,7 @@ EXTRA = ("astronaut_crop", "coins_crop")
 
 def _update(folder, paths=None):
     with Collection.open(folder) as col:
-        gen = col.update(jobs=1, paths=paths)
-        while True:
-            try:
-                next(gen)
-            except StopIteration as stop:
-                return stop.value
+        return run_to_end(col.update(jobs=1, paths=paths))
 
 
 def _state(folder):
