@@ -239,8 +239,8 @@ def stored_query(data: Any, row: int) -> EncodedImages:
     The stored row was encoded from the same features with the same models (the idf
     weights stay those of the fit; a refit re-encodes every row), so a query by a photo of
     the collection need not read its features nor encode them again: about 5 ms of
-    feature reading and 4 ms of encoding at 100,000 photos. ``tests/engine/test_search_methods``
-    checks the two are equal.
+    feature reading and 4 ms of encoding at 100,000 photos. ``tests/engine/test_collection.py``
+    and ``test_mapped.py`` check that the two are equal.
 
     Parameters
     ----------
