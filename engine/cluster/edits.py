@@ -543,8 +543,9 @@ def move_edit(
         Its new group, in ``[0, old.k]`` (``old.k``: a new group of its own).
     K : (n, n) float64, optional
         The full affinities: the two groups concerned are ranked again on them (flow,
-        prototypes, outliers; Sec. 9.4). Without them the photo is ranked last in its new
-        group, as neither prototype nor outlier (the person put it there).
+        prototypes, outliers; Sec. 9.4), the photo moved never an outlier (the person put
+        it there). Without them the photo is ranked last in its new group, as neither
+        prototype nor outlier.
 
     Returns
     -------
@@ -566,6 +567,7 @@ def move_edit(
             if idx.size:
                 f, p, o = rank_groups(K[np.ix_(idx, idx)], np.zeros(idx.size, np.int64))
                 flow[idx], protos[idx], outl[idx] = f, p, o
+        outl[i] = False  # (the person put it there: not flagged as not belonging)
     else:
         rest = labels == int(group)
         rest[i] = False

@@ -160,3 +160,20 @@ def test_rebase_grouping_undoes_an_edit_and_keeps_photos_placed_since():
     # a group emptied by removals disappears; the others keep their order
     r2 = rebase_grouping(_eg("abc", [0, 1, 2], {2: "Last"}), _eg("ac", [0, 0]))
     assert r2.labels.tolist() == [0, 1] and r2.name(1) == "Last"
+
+
+def test_a_photo_moved_by_hand_is_never_called_an_outlier():
+    """Re-ranked on the affinities, the group a photo was moved into may find it the
+    least connected member; the person put it there, so it is not flagged as an outlier
+    (issue #22: "the photo that was placed is then marked outlier")."""
+    n = 10
+    paths = [f"/p/{i}.jpg" for i in range(n)]
+    labels = np.array([0] * 5 + [1] * 5)
+    K = np.full((n, n), 0.05)
+    K[:5, :5] = K[5:, 5:] = 0.9
+    np.fill_diagonal(K, 1.0)
+    g = EditableGrouping(paths, labels, np.ones(n), np.zeros(n, bool), np.zeros(n, bool), "")
+    m = move_edit(g, paths[7], 0, K)  # a photo unlike the group it is put in
+    i = m.paths.index(paths[7])
+    assert m.group_of(paths[7]) == 0 and not m.outliers[i]
+    assert m.flow[i] == m.flow[m.labels == 0].min()  # (ranked last all the same)
