@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import time
 from collections.abc import Callable, Generator
@@ -26,16 +24,13 @@ def print_error(message: str) -> None:
     print(f"simile: error: {message}", file=sys.stderr)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def emit_json(obj: Any) -> None:
-    """Print ``obj`` as one compact JSON line (the last stdout line of a --json run)."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    # undecodable bytes of a file name (lone surrogates, os.fsdecode) as \udcXX escapes:
-    # valid JSON that decodes back to the exact name (os.fsencode gives the bytes back)
-    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    sys.stdout.write(text + "\n")
+    """Print ``obj`` as one compact JSON line (the last stdout line of a --json run); an
+    undecodable byte of a file name as its ``\\udcXX`` escape
+    (:func:`engine.index.files.json_text`)."""
+    from engine.index.files import json_text
+
+    sys.stdout.write(json_text(obj, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 
 

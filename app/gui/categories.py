@@ -157,7 +157,8 @@ def export_grouping(dest, grouping: Grouping, mode: str = "links") -> int:
     dest = Path(dest)
     if mode == "csv":
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with dest.open("w", newline="", encoding="utf-8") as fh:
+        # (a file name that is not UTF-8 written as its own bytes)
+        with dest.open("w", newline="", encoding="utf-8", errors="surrogateescape") as fh:
             w = csv.writer(fh)
             w.writerow(["path", "group", "name", "prototype", "outlier"])
             for g in range(grouping.k):

@@ -6,7 +6,6 @@ Nothing here imports Qt, so it is testable and reusable without a display.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -184,6 +183,8 @@ def export_results(
             "label": str(label or ""),
         })  # fmt: skip
     if suffix == ".json":
+        from engine.index.files import json_text
+
         doc = {
             "query": str(query),
             "method": method,
@@ -191,10 +192,11 @@ def export_results(
             "hidden": int(hidden),
             "results": rows,
         }
-        path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(json_text(doc, indent=2) + "\n", encoding="utf-8")
     else:
         fields = ["query", "method", "rank", "path", "score", "probability", "label"]
-        with path.open("w", newline="", encoding="utf-8") as fh:
+        # (a file name that is not UTF-8 written as its own bytes)
+        with path.open("w", newline="", encoding="utf-8", errors="surrogateescape") as fh:
             writer = csv.DictWriter(fh, fieldnames=fields)
             writer.writeheader()
             for r in rows:

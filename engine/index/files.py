@@ -33,6 +33,7 @@ __all__ = [
     "display_path",
     "file_digest",
     "fsync_dir",
+    "json_text",
     "norm_path",
     "py_path",
     "resolved_path",
@@ -189,6 +190,33 @@ def display_path(path: str | os.PathLike) -> str:
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+#: A lone surrogate: one undecodable byte of a file name (``os.fsdecode``).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=False, **kwargs)`` that is valid UTF-8 whatever the
+    file names in ``obj``: an undecodable byte of a name (a lone surrogate) is written as
+    its ``\\udcXX`` escape, which reads back as the same ``str`` (``os.fsencode`` then
+    gives the name's bytes back).
+
+    Parameters
+    ----------
+    obj : object
+        JSON-serialisable.
+    **kwargs
+        Passed on to :func:`json.dumps` (``indent``, ``separators``...).
+
+    Returns
+    -------
+    str
+    """
+    import json
+
+    text = json.dumps(obj, ensure_ascii=False, **kwargs)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def check_name(name: str, what: str = "name") -> str:

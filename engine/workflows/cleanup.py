@@ -69,6 +69,9 @@ __all__ = [
 ACTIONS = ("trash", "move", "link")
 #: Columns of a clean-up log.
 LOG_FIELDS = ("original", "action", "destination", "time", "size", "kept")
+#: How the logs' text is encoded: UTF-8, a file name that is not (``os.fsdecode``'s lone
+#: surrogates) written as its own bytes, so that undo finds exactly that name again.
+LOG_ERRORS = "surrogateescape"
 #: Tier of the groups whose copies may be replaced by hard links.
 LINK_TIER = "identical"
 _UNDONE = ".undone.csv"
@@ -456,7 +459,7 @@ def run_cleanup(
     total = len(steps)
     if progress is not None:
         progress(0, total)
-    with open(log_path, "x", newline="", encoding="utf-8") as fh:
+    with open(log_path, "x", newline="", encoding="utf-8", errors=LOG_ERRORS) as fh:
         writer = csv.DictWriter(fh, fieldnames=LOG_FIELDS)
         writer.writeheader()
         fh.flush()
@@ -468,18 +471,34 @@ def run_cleanup(
                 row = _run_step(plan, s)
             except TrashUnavailable:
                 raise
-            except (OSError, CleanupError) as exc:
+            except (OSError, ValueError, CleanupError) as exc:  # (this file only)
                 result.failed.append((s.path, str(exc)))
             else:
                 if isinstance(row, str):
                     result.failed.append((s.path, row))
                 else:
-                    writer.writerow(row)
-                    fh.flush()
+                    _log_row(writer, fh, row)
                     result.done.append(row)
             if progress is not None:
                 progress(i + 1, total)
     return result
+
+
+def _log_row(writer: csv.DictWriter, fh, row: dict) -> None:
+    """Write the log row of a step done; when it cannot be written (a full disk), put
+    that file back (:func:`_restore`) before the error goes on: no file is ever moved
+    without its row in the log."""
+    try:
+        writer.writerow(row)
+        fh.flush()
+    except BaseException as exc:
+        why = _restore(row)
+        if why is not None:
+            raise CleanupError(
+                f"the clean-up log could not be written ({exc}) and {row['original']} could "
+                f"not be put back: it is at {row['destination']} ({why})"
+            ) from exc
+        raise
 
 
 def _run_step(plan: Plan, s: Step) -> dict | str:
@@ -548,6 +567,36 @@ class UndoResult:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _restore(row: dict) -> str | None:
+    """Put back the file of one log row; None when done, else why not (nothing that
+    appeared at its original path since is overwritten)."""
+    orig, action, dest = row["original"], row["action"], row["destination"]
+    try:
+        if action in ("trash", "move"):
+            if not os.path.lexists(dest):
+                return f"it is no longer at {dest}"
+            if os.path.lexists(orig):
+                return "another file is at its place now: nothing was overwritten"
+            move_noclobber(dest, orig)
+            if action == "trash":
+                info = trashinfo_path(dest)
+                if os.path.exists(info):
+                    os.unlink(info)
+            return None
+        if action == "link":
+            if not os.path.lexists(orig):
+                return "it is gone"
+            if not os.path.samefile(orig, dest):
+                return "another file is at its place now: nothing was overwritten"
+            tmp = os.path.join(os.path.dirname(orig), f".{os.path.basename(orig)}.simile-undo")
+            shutil.copy2(orig, tmp)
+            os.replace(tmp, orig)
+            return None
+        return f"unknown action {action!r}"
+    except OSError as exc:
+        return str(exc)
+
+
 def read_log(log_path: str | os.PathLike) -> list[dict]:
     """The rows of a clean-up log (:data:`LOG_FIELDS`).
 
@@ -559,7 +608,7 @@ def read_log(log_path: str | os.PathLike) -> list[dict]:
     -------
     list of dict
     """
-    with open(log_path, newline="", encoding="utf-8") as fh:
+    with open(log_path, newline="", encoding="utf-8", errors=LOG_ERRORS) as fh:
         return list(csv.DictReader(fh))
 
 
@@ -592,37 +641,11 @@ def undo_cleanup(
     result = UndoResult()
     left, undone = [], []
     for row in reversed(rows):
-        orig, action, dest = row["original"], row["action"], row["destination"]
-        why = None
-        try:
-            if folder is not None and not _inside(os.fspath(folder), orig):
-                why = f"it is not inside the open folder {folder}"
-            elif action in ("trash", "move"):
-                if not os.path.lexists(dest):
-                    why = f"it is no longer at {dest}"
-                elif os.path.lexists(orig):
-                    why = "another file is at its place now: nothing was overwritten"
-                else:
-                    move_noclobber(dest, orig)
-                    if action == "trash":
-                        info = trashinfo_path(dest)
-                        if os.path.exists(info):
-                            os.unlink(info)
-            elif action == "link":
-                if not os.path.lexists(orig):
-                    why = "it is gone"
-                elif not os.path.samefile(orig, dest):
-                    why = "another file is at its place now: nothing was overwritten"
-                else:
-                    tmp = os.path.join(
-                        os.path.dirname(orig), f".{os.path.basename(orig)}.simile-undo"
-                    )
-                    shutil.copy2(orig, tmp)
-                    os.replace(tmp, orig)
-            else:
-                why = f"unknown action {action!r}"
-        except OSError as exc:
-            why = str(exc)
+        orig = row["original"]
+        if folder is not None and not _inside(os.fspath(folder), orig):
+            why = f"it is not inside the open folder {folder}"
+        else:
+            why = _restore(row)
         if why is None:
             result.restored.append(orig)
             undone.append(row)
@@ -631,14 +654,14 @@ def undo_cleanup(
             left.append(row)
     done_path = log_path.with_name(log_path.stem + _UNDONE)
     new = not done_path.exists()
-    with open(done_path, "a", newline="", encoding="utf-8") as fh:
+    with open(done_path, "a", newline="", encoding="utf-8", errors=LOG_ERRORS) as fh:
         w = csv.DictWriter(fh, fieldnames=LOG_FIELDS, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerows(undone)
     if left:
         tmp = log_path.with_name(log_path.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        with open(tmp, "w", newline="", encoding="utf-8", errors=LOG_ERRORS) as fh:
             w = csv.DictWriter(fh, fieldnames=LOG_FIELDS, extrasaction="ignore")
             w.writeheader()
             w.writerows(reversed(left))

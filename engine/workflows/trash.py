@@ -166,7 +166,8 @@ def move_to_trash(path: str, when: datetime | None = None) -> str:
     shown = os.path.relpath(path, top) if top is not None else path
     body = (
         "[Trash Info]\n"
-        f"Path={quote(shown, safe='/')}\n"
+        # (the name's bytes, percent-encoded: a name that is not UTF-8 is kept exactly)
+        f"Path={quote(os.fsencode(shown), safe='/')}\n"
         f"DeletionDate={when.strftime('%Y-%m-%dT%H:%M:%S')}\n"
     )
     n = 1

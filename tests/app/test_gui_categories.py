@@ -357,3 +357,9 @@ def test_names_follow_groups_and_export_never_overwrites(tmp_path):
     assert all(s.is_file() for s in srcs)
     with pytest.raises(ValueError, match="mode"):
         export_grouping(out, g, "move")
+    # a photo whose name is not UTF-8: the CSV holds its name's own bytes
+    odd = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.jpg")
+    g = Grouping([odd, str(srcs[0])], np.array([0, 0]), np.ones(2), np.array([True, False]),
+                 np.zeros(2, bool))  # fmt: skip
+    assert export_grouping(tmp_path / "g.csv", g, "csv") == 2
+    assert os.fsencode(tmp_path) + b"/caf\xe9.jpg," in (tmp_path / "g.csv").read_bytes()

@@ -158,3 +158,16 @@ def test_export_has_query_method_probability_and_label_columns(tmp_path):
     assert row["probability"] == "" and row["rank"] == "1"
     with pytest.raises(ValueError, match="ranks"):
         export_results(tmp_path / "x.csv", "q", "hybrid", [("/a", 1.0)], ranks=[1, 2])
+
+
+def test_export_of_a_name_that_is_not_utf8(tmp_path):
+    """A hit whose file name is not UTF-8 (a lone surrogate, ``os.fsdecode``): the JSON is
+    valid and reads back as the same name, the CSV holds the name's own bytes."""
+    import os
+
+    odd = os.fsdecode(b"/f/caf\xe9.jpg")
+    export_results(tmp_path / "r.json", "/f/q.jpg", "hybrid", [Hit(odd, 1.0, 0.9, SAME_OBJECT)])
+    doc = json.loads((tmp_path / "r.json").read_bytes().decode("utf-8"))
+    assert doc["results"][0]["path"] == odd
+    export_results(tmp_path / "r.csv", "/f/q.jpg", "hybrid", [Hit(odd, 1.0, 0.9, SAME_OBJECT)])
+    assert b"/f/caf\xe9.jpg" in (tmp_path / "r.csv").read_bytes()

@@ -266,3 +266,64 @@ def test_cancel_stops_between_files(photos, tmp_path):
     assert result.cancelled and len(result.done) == 1
     assert not files["a_copy"].exists() and files["a_small"].exists() and files["b_copy"].exists()
     assert len(cleanup.read_log(tmp_path / "log.csv")) == 1
+
+
+def test_a_name_that_is_not_utf8_is_trashed_logged_and_put_back(photos, tmp_path, monkeypatch):
+    """A file whose name is not UTF-8 (Latin-1 ``café``, as old cameras and Windows copies
+    leave them) goes to the trash like any other: its ``.trashinfo`` has the name's
+    bytes percent-encoded (freedesktop), the log holds it, and undo puts back exactly that
+    name; it never stops the rest of the batch (it did: "surrogates not allowed")."""
+    folder, files, groups = photos
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    raw = os.fsencode(folder) + b"/exports/caf\xe9.jpg"
+    with open(raw, "wb") as fh:
+        fh.write(b"A" * 1000)
+    odd = os.fsdecode(raw)
+    groups = [Group([files["a"], odd, files["a_copy"]]), groups[1]]
+    plan = plan_cleanup(groups, [0, 0], "trash", folder=folder)
+    result = run_cleanup(plan, tmp_path / "log.csv")
+    assert not result.failed and len(result.done) == 3
+    assert not os.path.lexists(raw) and not files["a_copy"].exists()
+    info = tmp_path / "xdg" / "Trash" / "info" / os.fsdecode(b"caf\xe9.jpg.trashinfo")
+    assert f"Path={os.fsdecode(folder)}/exports/caf%E9.jpg" in info.read_text()
+    assert odd in [r["original"] for r in cleanup.read_log(tmp_path / "log.csv")]
+    undo = undo_cleanup(tmp_path / "log.csv", folder)
+    assert len(undo.restored) == 3 and not undo.failed
+    with open(raw, "rb") as fh:
+        assert fh.read() == b"A" * 1000
+
+
+def test_one_files_odd_error_never_stops_the_batch(photos, tmp_path, monkeypatch):
+    folder, files, groups = photos
+    real = cleanup._run_step
+
+    def step(plan, s):
+        if s.path == str(files["a_copy"]):
+            raise UnicodeEncodeError("utf-8", "\udce9", 0, 1, "surrogates not allowed")
+        return real(plan, s)
+
+    monkeypatch.setattr(cleanup, "_run_step", step)
+    plan = plan_cleanup(groups, [1, 0], "move", folder=folder, destination=tmp_path / "out")
+    result = run_cleanup(plan, tmp_path / "log.csv")
+    assert [p for p, _ in result.failed] == [str(files["a_copy"])]
+    assert len(result.done) == 2 and files["a_copy"].exists()
+    assert not files["a_small"].exists() and not files["b_copy"].exists()
+
+
+def test_a_log_that_cannot_be_written_puts_the_file_back(photos, tmp_path, monkeypatch):
+    """A full disk while the log row of a moved file is written: that file is put back
+    before the error stops the batch (no file ever moves without its row in the log)."""
+    folder, files, groups = photos
+
+    class FullDisk(csv.DictWriter):
+        def writerow(self, row):
+            if row.get("original") != "original":  # (the header goes through)
+                raise OSError(28, "No space left on device")
+            return super().writerow(row)
+
+    monkeypatch.setattr(cleanup.csv, "DictWriter", FullDisk)
+    plan = plan_cleanup(groups, [1, 0], "move", folder=folder, destination=tmp_path / "out")
+    with pytest.raises(OSError, match="No space left"):
+        run_cleanup(plan, tmp_path / "log.csv")
+    assert all(p.exists() for p in files.values())
+    assert not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
