@@ -1247,8 +1247,11 @@ class DuplicatesView(QWidget):
         if 0 <= sel.selected < len(groups) and sel.best >= 0:
             chosen.setdefault(sel.selected, sel.best)
 
+        shown = self.summary.text()  # (what the line said: back once they are chosen)
+
         def done(keepers) -> None:
             self.keepers = list(keepers)
+            self.summary.setText(shown)
             self._open_cleanup_dialog()
 
         def failed(exc) -> None:

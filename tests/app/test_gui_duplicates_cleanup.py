@@ -58,11 +58,14 @@ def find(qtbot, window) -> None:
 
 
 def open_summary(qtbot, view):
+    shown = view.summary.text()
     qtbot.mouseClick(view.keep_all_btn, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(
         lambda: view.cleanup_dialog is not None and view.cleanup_dialog.isVisible(),
         timeout=30_000,
     )
+    # the line says again what was found, not "Choosing the copy to keep…" (it did)
+    assert view.summary.text() == shown
     return view.cleanup_dialog
 
 
