@@ -3,6 +3,7 @@ the app's Duplicates view and ``simile duplicates``."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import shutil
@@ -342,6 +343,32 @@ def test_keeper_reads_size_quality_and_capture_time(tmp_path):
     k = suggest_keeper(paths)
     assert k.path == str(paths[3])
     assert k.reason == "larger (800x600 vs 400x300); less compressed (JPEG quality 95 vs 50)"
+
+
+def test_keeper_reads_headers_and_decodes_only_the_copy_it_keeps(tmp_path, monkeypatch):
+    """Without measured stats the rule reads the copies' headers (what it uses of them
+    is what :func:`copy_stats` reads) and decodes only the copy it chooses: a truncated
+    copy whose header reads fine but whose pixels do not is never the one kept."""
+    import engine.workflows.keeper as keeper
+
+    rng = np.random.default_rng(4)
+    img = cv2.GaussianBlur((rng.random((600, 800, 3)) * 255).astype(np.uint8), (0, 0), 2)
+    cv2.imwrite(str(tmp_path / "big.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    cv2.imwrite(str(tmp_path / "small.jpg"), cv2.resize(img, (400, 300)))
+    cv2.imwrite(str(tmp_path / "mid.jpg"), cv2.resize(img, (600, 450)))
+    for name in ("big.jpg", "small.jpg", "mid.jpg"):
+        full, head = copy_stats(tmp_path / name)[0], keeper.header_stats(tmp_path / name)
+        assert dataclasses.replace(head, sharpness=full.sharpness) == full
+    data = (tmp_path / "big.jpg").read_bytes()
+    (tmp_path / "big.jpg").write_bytes(data[: len(data) // 3])  # (its header still reads)
+    assert keeper.header_stats(tmp_path / "big.jpg").error is None
+    decoded = []
+    real = keeper.copy_stats
+    monkeypatch.setattr(keeper, "copy_stats", lambda p, *a: decoded.append(p) or real(p, *a))
+    paths = [tmp_path / n for n in ("small.jpg", "big.jpg", "mid.jpg")]
+    k = suggest_keeper(paths)
+    assert k.path == str(paths[2])  # (the larger one is broken)
+    assert [Path(p).name for p in decoded] == ["big.jpg", "mid.jpg"]
 
 
 def test_jpeg_quality_inverts_the_ijg_scaling():
