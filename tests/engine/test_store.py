@@ -445,6 +445,27 @@ def test_damaged_chunk_is_a_clear_error(store):
         store.get_features("/p/a")
 
 
+def test_a_chunk_mapped_again_gives_the_same_rows(tmp_path):
+    """A chunk dropped from the open maps is mapped again from its known layout (its
+    header not parsed twice): the same read-only rows; emptied since, a clear error."""
+    from engine.index.chunks import ChunkCache, write_chunk
+
+    folder = tmp_path / "features"
+    folder.mkdir()
+    one, n1, *_ = write_chunk(folder, [_feats(7, 1), _feats(3, 2)])
+    two, n2, *_ = write_chunk(folder, [_feats(5, 3)])
+    cache = ChunkCache(folder, size=1)
+    first = np.array(cache.get(one, n1))
+    cache.get(two, n2)  # (drops the map of the first)
+    again = cache.get(one, n1)
+    assert again.dtype == first.dtype and not again.flags.writeable
+    np.testing.assert_array_equal(again, first)
+    cache.get(two, n2)
+    (folder / one).write_bytes(b"")
+    with pytest.raises(IndexCorruptError, match="damaged"):
+        cache.get(one, n1)
+
+
 def test_arrays(store):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     store.save_array("codes.wta", a)
