@@ -140,42 +140,32 @@ def band_candidates(
     take = min(int(n_want), n)
     member, bands_t = _band_members(searcher, data)
     votes = member[rows] @ bands_t  # (b, n) bands shared (CSR, ids unsorted in a row)
-    b = len(rows)
     counts = np.diff(votes.indptr)
-    row_of = np.repeat(np.arange(b, dtype=np.int32), counts)
+    v, ix_all, ptr = votes.data, votes.indices, votes.indptr
     # each row's best ``take`` by (most votes, lowest id) without sorting all its
-    # entries: v*, the vote count of its take-th best; the entries above v*, then at v*
-    # the lowest ids, as many as fill up to ``take``
-    v = votes.data
-    top_v = int(v.max()) + 1 if v.size else 1
-    hist = np.bincount(row_of * top_v + v, minlength=b * top_v).reshape(b, top_v)
-    above = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # entries with votes >= each value
-    cut = np.maximum((above >= take).sum(axis=1) - 1, 0)  # (b,) v* (0 when all fit)
-    more = np.where(cut + 1 < top_v, above[np.arange(b), np.minimum(cut + 1, top_v - 1)], 0)
-    cut_of = cut[row_of]
-    hi = np.flatnonzero(v > cut_of)
-    at = np.flatnonzero(v == cut_of)
-    r_hi, v_hi, ix_hi = row_of[hi], v[hi], votes.indices[hi]
-    order = np.lexsort((ix_hi, -v_hi.astype(np.int64), r_hi))  # by row, most votes, id
-    ix_hi, r_hi = ix_hi[order], r_hi[order]
-    r_at, ix_at = row_of[at], votes.indices[at]
-    order = np.lexsort((ix_at, r_at))  # by row, id
-    r_at, ix_at = r_at[order], ix_at[order]
-    n_at = np.bincount(r_at, minlength=b)
-    nth = np.arange(r_at.size) - np.repeat(np.cumsum(n_at) - n_at, n_at)  # rank in its row
-    fill = nth < (take - more)[r_at]
-    r_at, ix_at = r_at[fill], ix_at[fill]
-    # (each row's entries above v*, then its entries at v*)
-    r_all = np.concatenate([r_hi, r_at])
-    ids = np.concatenate([ix_hi, ix_at]).astype(np.int64)[np.argsort(r_all, kind="stable")]
-    kept = np.bincount(r_all, minlength=b)
-    start = np.cumsum(kept) - kept
+    # entries: v*, its take-th largest vote (np.partition; 0 when all fit), the entries
+    # above v* by (votes, id), then at v* the lowest ids, as many as fill up to ``take``
+    # (row by row: a row of a large library shares a band with tens of thousands)
+    best_of: list[np.ndarray] = []
+    for r in range(len(rows)):
+        seg, ids = v[ptr[r] : ptr[r + 1]], ix_all[ptr[r] : ptr[r + 1]]
+        if seg.size <= take:
+            cut = 0
+        else:
+            cut = seg[np.argpartition(seg, seg.size - take)[seg.size - take]]
+        hi = seg > cut
+        ih, vh = ids[hi], seg[hi]
+        ih = ih[np.lexsort((ih, -vh.astype(np.int64)))]
+        if cut and ih.size < take:
+            ia = np.sort(ids[seg == cut])[: take - ih.size]
+            ih = np.concatenate([ih, ia])
+        best_of.append(ih.astype(np.int64))
     few = counts < int(n_want)
     agree = code_agreement(data.wta[rows[few]], data.wta) if few.any() else None
     out: list[np.ndarray] = []
     f = 0
     for r in range(len(rows)):
-        mine = ids[start[r] : start[r] + kept[r]]
+        mine = best_of[r]
         if not few[r]:
             out.append(mine[:take])
             continue
