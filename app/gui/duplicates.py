@@ -115,6 +115,15 @@ def _suggest(paths, stats=None, reference=()):
     return suggest_keeper(paths, stats, reference=tuple(reference))
 
 
+def _short(name: str, most: int = 18) -> str:
+    """``name`` shortened in the middle to ``most`` characters ("IMG_202…edit.jpg"): the
+    list of groups shows it beside a thumbnail (the tooltip has the whole paths)."""
+    if len(name) <= most:
+        return name
+    keep = most - 1
+    return name[: keep - keep // 2] + "…" + name[-(keep // 2) :]
+
+
 def suggest_keepers(groups, chosen=None, *, reference=(), cancel=None, progress=None) -> list:
     """Worker side: the copy to keep in each group — the person's choice (``chosen``:
     group index -> copy index) or the engine's suggestion (None: no copy readable;
@@ -721,7 +730,7 @@ class DuplicatesView(QWidget):
         bar.addWidget(self.keys_hint)
 
         self.group_list = QListWidget()
-        self.group_list.setMinimumWidth(230)
+        self.group_list.setMinimumWidth(270)
         self.group_list.setIconSize(QSize(56, 56))
         self.group_list.setSpacing(3)
         self.group_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
@@ -897,7 +906,7 @@ class DuplicatesView(QWidget):
             sim = f" · ≥ {min(scores):.2f}" if scores else ""
             tier = TIER_LABELS.get(tier_of(g), tier_of(g))
             item = QListWidgetItem(
-                f"Group {i + 1} · {tier}\n{n} photos{sim} · {Path(g.paths[0]).name}"
+                f"Group {i + 1} · {tier}\n{n} photos{sim} · {_short(Path(g.paths[0]).name)}"
             )
             item.setToolTip(TIER_HINTS.get(tier_of(g), "") + "\n" + "\n".join(map(str, g.paths)))
             item.setData(Qt.ItemDataRole.UserRole, str(g.paths[0]))

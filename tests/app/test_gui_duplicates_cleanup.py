@@ -364,3 +364,25 @@ def test_the_batch_leaves_similar_shots_out_unless_asked(qtbot, tmp_path):
     assert dialog.chosen_rows() == [0]
     dialog.tier_boxes["similar_shots"].setChecked(True)
     assert dialog.chosen_rows() == [0, 1]
+
+
+def test_a_long_file_name_is_shortened_in_the_group_list(qtbot, window, tmp_path):
+    """The list of groups does not scroll sideways for a long name: it is shortened in
+    the middle (seen in the real window: "astronaut.jp" cut off at the edge, a scroll
+    bar below)."""
+    from engine.workflows.duplicates import DuplicateGroup
+
+    long_name = tmp_path / ("a_very_long_photo_name_from_a_phone_export_" * 3 + "1.jpg")
+    groups = [DuplicateGroup([long_name, tmp_path / "b.jpg"], [1.0, 0.9], "same_photo")]
+    window.resize(1100, 700)
+    window.show()
+    view = window.dup_view
+    view.set_groups(groups, 0.2)
+    qtbot.wait(50)
+    lst = view.group_list
+    assert not lst.horizontalScrollBar().isVisible()
+    assert lst.visualItemRect(lst.item(0)).right() <= lst.viewport().width()
+    assert "…" in lst.item(0).text() and lst.item(0).text().endswith("1.jpg")
+    assert str(long_name) in lst.item(0).toolTip()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    lst.grab().save(str(SHOTS / "dups_long_name.png"))
