@@ -70,6 +70,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -453,23 +454,54 @@ def find_duplicates(
     searcher.ensure()  # (row_paths are those of the current search data)
     paths = searcher.row_paths
     identical = identical_pairs(searcher)
-    evidence: dict[tuple[int, int], PairEvidence] = {}
-    if want != {"identical"}:
+    links: dict[tuple[int, int], tuple[str, float]] = {p: ("identical", 1.0) for p in identical}
+    if want == {"identical"}:
+        return [g for g in group_links(links, paths) if g.tier in want]
+    # photos with too few features are compared by appearance in a thread while the
+    # pairs are checked (after them, it was half a minute of one core at 100,000 photos);
+    # the pairs the checks link as copies are left out of its links, as they were then
+    stop = _Either(cancel)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="simile-appearance")
+    pixels = rule.same_photo_pixels
+    looks = pool.submit(appearance_links, searcher, dict(links), pixels, cancel=stop)
+    try:
         evidence = neighbour_evidence(
             searcher, skip=identical, cancel=cancel, progress=progress, pixel_rule=rule
         )
-    links: dict[tuple[int, int], tuple[str, float]] = {p: ("identical", 1.0) for p in identical}
-    for pair, ev in evidence.items():
-        tier = pair_tier(ev, rule)
-        if tier is not None:
-            links[pair] = (tier, ev.score)
-    if want != {"identical"}:
-        links.update(appearance_links(searcher, links, rule.same_photo_pixels, cancel=cancel))
-        for pair in _raw_sidecar_pairs(paths):
-            if pair not in links or links[pair][0] == "similar_shots":
-                ev = evidence.get(pair)
-                links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
+        for pair, ev in evidence.items():
+            tier = pair_tier(ev, rule)
+            if tier is not None:
+                links[pair] = (tier, ev.score)
+        found = looks.result()
+    except BaseException:
+        stop.set()  # (the thread stops at its next pair; nobody waits for it)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    links.update(
+        (pair, v)
+        for pair, v in found.items()
+        if links.get(pair, ("similar_shots",))[0] == "similar_shots"
+    )
+    for pair in _raw_sidecar_pairs(paths):
+        if pair not in links or links[pair][0] == "similar_shots":
+            ev = evidence.get(pair)
+            links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
     return [g for g in group_links(links, paths) if g.tier in want]
+
+
+class _Either:
+    """Set when ``cancel`` (the person's) or this one is (an error elsewhere)."""
+
+    def __init__(self, cancel: threading.Event | None) -> None:
+        self.cancel = cancel
+        self.own = threading.Event()
+
+    def set(self) -> None:
+        self.own.set()
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.cancel is not None and self.cancel.is_set())
 
 
 def identical_pairs(searcher: Searcher) -> set[tuple[int, int]]:
