@@ -135,6 +135,7 @@ def test_the_app_starts_from_the_engine_default():
 
 def test_a_cancelled_search_exits_130(tiered, capsys, monkeypatch):
     import threading
+    import types
 
     import app.commands.duplicates as cmd
 
@@ -145,7 +146,11 @@ def test_a_cancelled_search_exits_130(tiered, capsys, monkeypatch):
         ev.set()  # as after a Ctrl-C
         return ev
 
-    monkeypatch.setattr(cmd.threading, "Event", already_set)
+    # (the command's own cancel event only: threading.Event itself is used by the
+    # threads of the search)
+    fake = types.SimpleNamespace(**{k: getattr(threading, k) for k in dir(threading)})
+    fake.Event = already_set
+    monkeypatch.setattr(cmd, "threading", fake)
     top, index = tiered
     capsys.readouterr()
     assert main(["duplicates", str(top), "--index", str(index), "--json"]) == 130
