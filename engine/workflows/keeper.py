@@ -9,6 +9,7 @@ file), a copy not in an export or copy folder, the shorter path.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Sequence
@@ -207,19 +208,16 @@ def copy_stats(
     image : (H, W, 3) uint8 or None
         The copy loaded at ``max_side`` (for display), None when unreadable.
     """
-    from engine.io.imageio import image_size, load_image
+    from engine.io.imageio import load_image
 
     p = str(path)
+    head = header_stats(p)
+    if head.error is not None:
+        return head, None
     try:
-        w, h = image_size(p)
         img = load_image(p, max_side=max_side)
         gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        st = os.stat(p)
-        fmt, quality, taken = _header_facts(p)
-        return CopyStats(
-            p, int(w), int(h), st.st_size, sharpness(gray), None, fmt, quality, taken,
-            st.st_mtime,
-        ), img  # fmt: skip
+        return dataclasses.replace(head, sharpness=sharpness(gray)), img
     except Exception as exc:  # one broken copy must not hide the others
         return CopyStats(p, 0, 0, 0, 0.0, str(exc)), None
 
