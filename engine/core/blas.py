@@ -1,4 +1,4 @@
-"""One process-wide switch for BLAS threading, shared by the engine's hot loops."""
+"""Process-wide switches for BLAS and OpenCV threading, shared by the engine's hot loops."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ _CONTROLLER = None
 _LOCK = threading.Lock()
 _DEPTH = 0  # open single_threaded_blas contexts, in all threads
 _LIMITER = None  # threadpoolctl's limiter of the outermost one
+_CV_DEPTH = 0  # open single_threaded_opencv contexts, in all threads
+_CV_SAVED = 0  # OpenCV's thread count before the outermost one
 
 
 @contextlib.contextmanager
@@ -76,3 +78,34 @@ def _release_control() -> None:
     clear = getattr(OpenBLASController, "clear_controlling_thread", None)
     if clear is not None:
         clear(force=True)
+
+
+@contextlib.contextmanager
+def single_threaded_opencv() -> Iterator[None]:
+    """Context running OpenCV's functions on one thread (``cv2.setNumThreads(1)``).
+
+    For work done beside processes that already keep every core busy (the appearance
+    checks of a duplicate search, in a thread of the process whose worker processes
+    check the pairs): OpenCV's own thread pool then only adds CPU time. Measured on the
+    100,000-photo library's 2,208 appearance checks: 40 s of CPU in 26 s with OpenCV's
+    threads, 25 s in 25 s without.
+
+    OpenCV's setting is process-wide; contexts nest across threads as
+    :func:`single_threaded_blas` does, the last one closed restoring the count the first
+    one found.
+    """
+    global _CV_DEPTH, _CV_SAVED
+    import cv2
+
+    with _LOCK:
+        if _CV_DEPTH == 0:
+            _CV_SAVED = cv2.getNumThreads()
+            cv2.setNumThreads(1)
+        _CV_DEPTH += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _CV_DEPTH -= 1
+            if _CV_DEPTH == 0:
+                cv2.setNumThreads(_CV_SAVED)

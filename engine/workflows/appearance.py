@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.core.blas import single_threaded_opencv
 from engine.index.files import atomic_write
 from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
 
@@ -380,6 +381,13 @@ def appearance_links(
     )
     if len(rows) < 2:
         return {}
+    with single_threaded_opencv():  # (small pictures: OpenCV's threads only cost CPU)
+        return _links(searcher, rows, linked, pixels, cancel)
+
+
+def _links(searcher, rows, linked, pixels, cancel) -> dict[tuple[int, int], tuple[str, float]]:
+    """:func:`appearance_links` of the photos of ``rows``, with few features."""
+    store = searcher.store
     paths = searcher.row_paths
     sigs = _signatures(store.index_dir, searcher.data_keys, rows, paths)
     rows = [r for r in rows if r in sigs]

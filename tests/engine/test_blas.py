@@ -122,3 +122,36 @@ def test_projection_transform_matches_the_centred_product():
         want = (X[:n].astype(np.float64) - proj.mean) @ proj.components.T.astype(np.float64)
         assert got.dtype == np.float32 and got.shape == (n, 32)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+def test_opencv_contexts_nest_across_threads_and_restore_the_count():
+    """OpenCV runs on one thread while any context is open, in any thread; the last one
+    closed gives back the count the first one found (not 1, not the default)."""
+    cv2 = pytest.importorskip("cv2")
+    from engine.core.blas import single_threaded_opencv
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(3)
+    try:
+        inner_open, outer_may_close = threading.Event(), threading.Event()
+        seen = []
+
+        def other():
+            with single_threaded_opencv():
+                inner_open.set()
+                outer_may_close.wait(5)
+                seen.append(cv2.getNumThreads())
+            seen.append(cv2.getNumThreads())
+
+        with single_threaded_opencv():
+            t = threading.Thread(target=other)
+            t.start()
+            inner_open.wait(5)
+            assert cv2.getNumThreads() == 1
+        assert cv2.getNumThreads() == 1  # (the other thread's context is still open)
+        outer_may_close.set()
+        t.join(5)
+        assert seen == [1, 3]
+        assert cv2.getNumThreads() == 3
+    finally:
+        cv2.setNumThreads(before)
