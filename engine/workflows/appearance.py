@@ -47,7 +47,7 @@ import numpy as np
 
 from engine.core.blas import single_threaded_opencv
 from engine.index.files import atomic_write
-from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
+from engine.workflows.pixels import PIXEL_SIDE, gray_levels, pixel_agreement
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.searcher import Searcher
@@ -290,8 +290,7 @@ def load_gray(path: str | os.PathLike, max_side: int = PIXEL_SIDE) -> np.ndarray
     """
     from engine.io.imageio import load_image
 
-    rgb = load_image(str(path), max_side=max_side).astype(np.float32)
-    return rgb @ np.array([0.299, 0.587, 0.114], np.float32)
+    return gray_levels(load_image(str(path), max_side=max_side))
 
 
 def _signatures(

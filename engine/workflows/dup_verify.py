@@ -138,12 +138,13 @@ class PairContext:
 
     def _load(self, max_side: int, row: int) -> np.ndarray | None:
         from engine.io.imageio import load_image
+        from engine.workflows.pixels import gray_levels
 
         try:
             rgb = load_image(str(self.paths[row]), max_side=max_side)
         except Exception:  # a file changed or gone since indexing
             return None
-        gray = rgb.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        gray = gray_levels(rgb)
         gray.flags.writeable = False  # (shared by the checks of every pair of the row)
         return gray
 

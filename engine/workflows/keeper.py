@@ -209,6 +209,7 @@ def copy_stats(
         The copy loaded at ``max_side`` (for display), None when unreadable.
     """
     from engine.io.imageio import load_image
+    from engine.workflows.pixels import gray_levels
 
     p = str(path)
     head = header_stats(p)
@@ -216,8 +217,7 @@ def copy_stats(
         return head, None
     try:
         img = load_image(p, max_side=max_side)
-        gray = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        return dataclasses.replace(head, sharpness=sharpness(gray)), img
+        return dataclasses.replace(head, sharpness=sharpness(gray_levels(img))), img
     except Exception as exc:  # one broken copy must not hide the others
         return CopyStats(p, 0, 0, 0, 0.0, str(exc)), None
 

@@ -41,6 +41,7 @@ __all__ = [
     "PIXEL_SIDE",
     "PIXEL_WITHIN",
     "combine_evidence",
+    "gray_levels",
     "pixel_agreement",
     "pixel_evidence",
     "within_share",
@@ -66,6 +67,25 @@ PIXEL_CLEAN_SHARE = 0.01
 #: Added to the agreement of such a pair (capped at 1) by :func:`pixel_agreement`; off
 #: (see the module docstring).
 PIXEL_CLEAN_BONUS = 0.0
+
+
+_LUMA = np.array([0.299, 0.587, 0.114], np.float32)
+
+
+def gray_levels(rgb: np.ndarray) -> np.ndarray:
+    """The gray levels the pixel tests and the keeper's sharpness compare.
+
+    Parameters
+    ----------
+    rgb : (H, W, 3) uint8
+        RGB pixels (:func:`engine.io.imageio.load_image`).
+
+    Returns
+    -------
+    (H, W) float32
+        ``0.299 R + 0.587 G + 0.114 B`` (ITU-R BT.601 luma, not rounded).
+    """
+    return rgb.astype(np.float32) @ _LUMA
 
 
 def pixel_agreement(
