@@ -21,6 +21,7 @@ duplicate groups shown).
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from dataclasses import dataclass
@@ -55,8 +56,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import workers
+from app.gui.models import shown_name
 from app.gui.session import ActionRefused, Session
 from app.gui.thumbnails import array_to_qimage
+from engine.index.files import display_path
 
 __all__ = [
     "TIER_LABELS",
@@ -373,8 +376,8 @@ class _Card(QFrame):
         self.pic = _FitImage(info.image, info.error or "unreadable")
         lay.addWidget(self.pic, 1)
         p = Path(info.path)
-        name = QLabel(f"<b>{p.name}</b>")
-        name.setToolTip(info.path)
+        name = QLabel(f"<b>{html.escape(shown_name(p))}</b>")
+        name.setToolTip(display_path(info.path))
         lay.addWidget(name)
         where = str(p.parent)
         if folder is not None:
@@ -383,9 +386,9 @@ class _Card(QFrame):
                 where = f"{folder.name}/{rel.as_posix()}" if str(rel) != "." else folder.name
             except ValueError:
                 pass
-        fol = QLabel(f"in {where}")
+        fol = QLabel(f"in {display_path(where)}")
         fol.setObjectName("detail")
-        fol.setToolTip(str(p.parent))
+        fol.setToolTip(display_path(p.parent))
         lay.addWidget(fol)
         bits = []
         if info.error is None:
@@ -730,6 +733,7 @@ class DuplicatesView(QWidget):
         bar.addWidget(self.keys_hint)
 
         self.group_list = QListWidget()
+        self._list_firsts: list[str] = []  # (see _fill_list)
         self.group_list.setMinimumWidth(270)
         self.group_list.setIconSize(QSize(56, 56))
         self.group_list.setSpacing(3)
@@ -900,32 +904,35 @@ class DuplicatesView(QWidget):
     def _fill_list(self, groups) -> None:
         self.group_list.blockSignals(True)
         self.group_list.clear()
+        # each row's first photo, for its icon (a path is never stored in an item: Qt
+        # drops the undecodable bytes of a file name)
+        self._list_firsts = [str(g.paths[0]) for g in groups]
         for i, g in enumerate(groups):
             n = len(g.paths)
             scores = list(getattr(g, "scores", []) or [])
             sim = f" · ≥ {min(scores):.2f}" if scores else ""
             tier = TIER_LABELS.get(tier_of(g), tier_of(g))
-            item = QListWidgetItem(
-                f"Group {i + 1} · {tier}\n{n} photos{sim} · {_short(Path(g.paths[0]).name)}"
+            first = _short(shown_name(g.paths[0]))
+            item = QListWidgetItem(f"Group {i + 1} · {tier}\n{n} photos{sim} · {first}")
+            item.setToolTip(
+                TIER_HINTS.get(tier_of(g), "") + "\n" + "\n".join(map(display_path, g.paths))
             )
-            item.setToolTip(TIER_HINTS.get(tier_of(g), "") + "\n" + "\n".join(map(str, g.paths)))
-            item.setData(Qt.ItemDataRole.UserRole, str(g.paths[0]))
             self.group_list.addItem(item)
-            self._set_icon(item)
+            self._set_icon(i)
         self.group_list.blockSignals(False)
 
-    def _set_icon(self, item: QListWidgetItem) -> None:
-        if self.thumbs is None:
+    def _set_icon(self, row: int) -> None:
+        """The icon of the list's ``row``: the thumbnail of its group's first photo."""
+        if self.thumbs is None or not 0 <= row < self.group_list.count():
             return
-        pm = self.thumbs.pixmap(item.data(Qt.ItemDataRole.UserRole))
+        pm = self.thumbs.pixmap(self._list_firsts[row])
         if pm is not None:
-            item.setIcon(QIcon(pm))
+            self.group_list.item(row).setIcon(QIcon(pm))
 
     def on_thumbnail(self, path: str) -> None:
-        for i in range(self.group_list.count()):
-            item = self.group_list.item(i)
-            if item.data(Qt.ItemDataRole.UserRole) == path:
-                self._set_icon(item)
+        for i, first in enumerate(self._list_firsts):
+            if first == path:
+                self._set_icon(i)
 
     def set_copies(self, infos: list[CopyInfo], best: int) -> None:
         self._clear_cards()
@@ -1410,7 +1417,7 @@ class DuplicatesView(QWidget):
             text = f"Put back {n} photo{'s' if n != 1 else ''}"
             if result.failed:
                 p, why = result.failed[0]
-                text += (f"; {len(result.failed)} could not be ({Path(p).name}: {why}); they "
+                text += (f"; {len(result.failed)} could not be ({shown_name(p)}: {why}); they "
                          f"stay listed in {log}")  # fmt: skip
             self._report(text + ".", error=bool(result.failed))
             if result.restored:
@@ -1435,7 +1442,7 @@ class DuplicatesView(QWidget):
         box = QMessageBox(self)
         box.setIcon(QMessageBox.Icon.Warning)
         box.setWindowTitle("Move to Trash")
-        box.setText(f"Move “{Path(path).name}” to the trash?")
+        box.setText(f"Move “{shown_name(path)}” to the trash?")
         box.setInformativeText(f"{path}\n\nYou can restore it from the system trash.")
         box.setStandardButtons(QMessageBox.StandardButton.Cancel)
         move = box.addButton("Move to Trash", QMessageBox.ButtonRole.DestructiveRole)
@@ -1450,7 +1457,7 @@ class DuplicatesView(QWidget):
         ok = QFile.moveToTrash(path)
         ok = ok[0] if isinstance(ok, tuple) else ok
         if not ok:
-            self.message.emit(f"Could not move {Path(path).name} to the trash (no trash here?).")
+            self.message.emit(f"Could not move {shown_name(path)} to the trash (no trash here?).")
             self.offer_folder_for(path)
             return
         self.trashed.emit(path)
@@ -1480,12 +1487,12 @@ class DuplicatesView(QWidget):
             try:
                 plan = plan_cleanup([pair], [0], "move", dest, folder=folder)
             except (CleanupError, ValueError, OSError) as exc:
-                self._report(f"Cannot move {Path(path).name}: {exc}", error=True)
+                self._report(f"Cannot move {shown_name(path)}: {exc}", error=True)
                 return
             self.run_plan(plan)
 
         self._no_trash_box(
-            f"“{Path(path).name}” could not be moved to the trash. Nothing was moved.",
+            f"“{shown_name(path)}” could not be moved to the trash. Nothing was moved.",
             "Move it to a folder you choose instead? You can undo it.",
             move,
         )

@@ -109,7 +109,9 @@ class ThumbnailProvider(QObject):
         Decoding threads (a private pool, so thumbnails never wait behind indexing).
     """
 
-    ready = Signal(str)  # path whose thumbnail just arrived (or failed)
+    # path whose thumbnail just arrived (or failed); an object, not a str: Qt would drop
+    # the undecodable bytes of a file name and the path would match no photo
+    ready = Signal(object)
 
     def __init__(
         self,

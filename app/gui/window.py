@@ -201,7 +201,8 @@ class MainWindow(QMainWindow):
         self._reader_timer.timeout.connect(self.poll_writer)
         self._reader_poll = None  # the running look (a worker)
         self._reader_seen = None  # the generations it saw last
-        self._banner_topic: str | None = None  # what the banner shows: "readonly", "repair"
+        self._banner_topic: str | None = None  # what the banner shows: "readonly", "repair",
+        # "duplicates" (a failed clean-up step), None (anything else)
         # the open folder stays current (app/gui/watcher.py): changes are indexed by themselves
         self.watcher = FolderWatcher(self)
         self.watcher.changed.connect(self._on_folder_changed_on_disk)
@@ -756,7 +757,7 @@ class MainWindow(QMainWindow):
         self.dup_view.group_selected.connect(self._show_group)
         self.dup_view.open_requested.connect(self.open_full_size)
         self.dup_view.trashed.connect(self._on_trashed)
-        self.dup_view.message.connect(lambda m: self.show_error(m, kind="warning"))
+        self.dup_view.message.connect(self._duplicates_warning)
         self.dup_view.reference_changed.connect(  # the shown group's keeper chosen again
             lambda: (
                 self._show_group(self.session.duplicates.selected)
@@ -766,8 +767,23 @@ class MainWindow(QMainWindow):
         )
         self.dup_view.cleaned.connect(self._on_cleaned)
         self.dup_view.restored.connect(self._on_restored)
-        self.dup_view.cleanup_finished.connect(lambda m: self.status_label.setText(m))
+        self.dup_view.cleanup_finished.connect(self._duplicates_done)
         return self.dup_view
+
+    def _duplicates_warning(self, text: str) -> None:
+        """A clean-up step of the Duplicates view failed: the banner says so until a later
+        step succeeds."""
+        self.show_error(text, kind="warning")
+        self._banner_topic = "duplicates"
+
+    def _duplicates_done(self, text: str) -> None:
+        """A clean-up step of the Duplicates view finished (or was undone) without
+        failing: the status bar says what happened, and an earlier step's failure
+        leaves the banner (it is no longer what is true)."""
+        self.status_label.setText(text)
+        if self._banner_topic == "duplicates":
+            self.banner.hide()
+            self._banner_topic = None
 
     def _build_status_bar(self) -> None:
         sb = self.statusBar()

@@ -402,6 +402,14 @@ def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path)
     row = window.photos.row_of(odd)
     shown = window.photos.data(window.photos.index(row), Qt.ItemDataRole.DisplayRole)
     assert shown == "Urlaub_M\ufffdnchen.jpg"
+    # its thumbnail arrives under its exact name and its tile is drawn again (a str
+    # signal lost the odd byte: the tile stayed blank)
+    got, changed = [], []
+    window.thumbs.ready.connect(got.append)
+    window.photos.dataChanged.connect(lambda a, b, roles=(): changed.append(a.row()))
+    window.thumbs.request(odd)
+    qtbot.waitUntil(lambda: odd in got, timeout=20_000)
+    assert row in changed and window.thumbs.pixmap(odd) is not None
     reasons = {Path(p).name: r for p, r in window.problems}
     assert reasons["pipe.jpg"] == "not a regular file: a FIFO (named pipe)"
     assert "dangling" in reasons["dangling.jpg"]
