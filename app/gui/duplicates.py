@@ -332,11 +332,13 @@ class _FitImage(QWidget):
 
 
 class _Card(QFrame):
-    trash_requested = Signal(str)
-    open_requested = Signal(str)
-    keep_requested = Signal(str)
-    discard_requested = Signal(str)
-    focus_requested = Signal(str)
+    # (paths travel as objects: a str or list signal drops the undecodable bytes of a
+    # file name, and the path then names no photo)
+    trash_requested = Signal(object)
+    open_requested = Signal(object)
+    keep_requested = Signal(object)
+    discard_requested = Signal(object)
+    focus_requested = Signal(object)
 
     def __init__(
         self, info: CopyInfo, state: str, tier: str = "same_photo", folder: Path | None = None,
@@ -619,13 +621,13 @@ class DuplicatesView(QWidget):
 
     find_requested = Signal(float)  # threshold
     group_selected = Signal(int)
-    open_requested = Signal(str)
-    trashed = Signal(str)
+    open_requested = Signal(object)  # (paths: objects, see CopyCard)
+    trashed = Signal(object)
     message = Signal(str)
     #: a clean-up moved these paths away (the index must forget them)
-    cleaned = Signal(list)
+    cleaned = Signal(object)
     #: an undo put these paths back
-    restored = Signal(list)
+    restored = Signal(object)
     #: a batch finished (or failed, or was undone): what happened, for the status bar
     cleanup_finished = Signal(str)
     reference_changed = Signal()  # the reference folders changed: keepers chosen again

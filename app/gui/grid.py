@@ -15,8 +15,9 @@ class PhotoGridView(QListView):
     """Virtualised thumbnail grid: a click selects a photo (the info panel shows it); a
     double-click or Enter makes it the query, Space opens it."""
 
-    query_requested = Signal(str)
-    open_requested = Signal(str)
+    # (paths as objects: a str signal drops the undecodable bytes of a file name)
+    query_requested = Signal(object)
+    open_requested = Signal(object)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)

@@ -282,7 +282,7 @@ class CorrespondenceView(QWidget):
     (right: more; at its right end, all); its label counts them.
     """
 
-    result_chosen = Signal(str)  # user picked another result in the combo
+    result_chosen = Signal(object)  # the path of another result (an object, as in grid.py)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)

@@ -41,8 +41,9 @@ class ResultsPanel(QWidget):
     """Renders a :class:`ResultsModel`; emits what the user asks for."""
 
     search_changed = Signal(str, int)  # method, top
-    why_requested = Signal(str)  # result path
-    open_requested = Signal(str)
+    # (paths as objects: a str signal drops the undecodable bytes of a file name)
+    why_requested = Signal(object)  # result path
+    open_requested = Signal(object)
     export_requested = Signal()
     mark_requested = Signal(str, bool)  # result path, relevant (thumbs up / down clicked)
     learn_requested = Signal()

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from app.gui.state import DEFAULT_METHOD, METHODS, SearchSettings
+from engine.index.files import display_path
 
 __all__ = [
     "ActionRefused",
@@ -987,7 +988,7 @@ class Session:
         ``"photos"`` (the open folder's photos).
         """
         p = mark_key(path)
-        what_to_do = _VERBS.get(action, action + " {name}").format(name=Path(p).name)
+        what_to_do = _VERBS.get(action, action + " {name}").format(name=display_path(Path(p).name))
         if self.folder is None:
             self._refuse(action, p, f"Refused to {what_to_do}: no folder is open.")
         if not self.inside_folder(p):

@@ -79,9 +79,10 @@ class FolderWatcher(QObject):
     """
 
     changed = Signal()
-    offline = Signal(str)
-    online = Signal(str)
-    _event = Signal(str)  # (from the observer thread: queued to the GUI thread)
+    # (paths as objects: a str signal drops the undecodable bytes of a file name)
+    offline = Signal(object)
+    online = Signal(object)
+    _event = Signal(object)  # (from the observer thread: queued to the GUI thread)
 
     def __init__(self, parent=None, quiet_ms: int = QUIET_MS, rescan_ms: int = RESCAN_MS):
         super().__init__(parent)

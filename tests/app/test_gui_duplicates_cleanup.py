@@ -412,3 +412,19 @@ def test_a_name_that_is_not_utf8_is_shown_and_gets_its_icon(qtbot, window, tmp_p
     assert "caf\ufffd.jpg" in item.toolTip()
     assert asked[0] == str(odd)  # (the exact name, its byte kept)
     qtbot.waitUntil(lambda: not view.group_list.item(0).icon().isNull(), timeout=20_000)
+    # its card's buttons name it exactly: "Keep" keeps that copy (a str signal lost the
+    # byte, and "Trash…" was refused: "not one of the duplicate groups shown")
+    from PySide6.QtWidgets import QPushButton
+
+    from app.gui.duplicates import CopyInfo
+
+    model = window.session.duplicates
+    model.set_groups([DuplicateGroup([odd, other], [1.0, 1.0], "identical")], 0.2)
+    model.select(0)
+    model.set_copies([CopyInfo(str(p), 64, 48, 1000, 1.0, 1.0, None) for p in (odd, other)], 1)
+    card = next(c for c in view.cards_list() if c.info.path == str(odd))
+    assert card.state == "copy"
+    keep = next(b for b in card.findChildren(QPushButton) if b.text() == "Keep")
+    qtbot.mouseClick(keep, Qt.MouseButton.LeftButton)
+    card = next(c for c in view.cards_list() if c.info.path == str(odd))
+    assert card.state == "kept"
