@@ -161,6 +161,27 @@ def duplicate_keywords_job(groups, chosen, photos, folder, dry_run, *, reference
     return export_keywords(kws, photos, folder, dry_run=dry_run, scope="Simile|Duplicates")
 
 
+def _move_to_trash(path: str) -> bool:
+    """Move ``path`` to the system trash; False when it cannot be (nothing moved).
+
+    Qt's trash takes a QString, which cannot hold the undecodable bytes of a file name
+    (it would name another file): such a name goes to the freedesktop.org trash of
+    :mod:`engine.workflows.trash`, which keeps its bytes (POSIX, where such names exist).
+    """
+    from PySide6.QtCore import QFile
+
+    if display_path(path) != path:
+        from engine.workflows.trash import move_to_trash
+
+        try:
+            move_to_trash(path)
+        except OSError:  # (TrashUnavailable among them)
+            return False
+        return True
+    ok = QFile.moveToTrash(path)
+    return bool(ok[0] if isinstance(ok, tuple) else ok)
+
+
 @dataclass
 class CopyInfo:
     """A copy as a card shows it: :class:`engine.workflows.duplicates.CopyStats`, its
@@ -1436,8 +1457,6 @@ class DuplicatesView(QWidget):
             return None
 
     def _confirm_trash(self, path: str) -> None:
-        from PySide6.QtCore import QFile
-
         path = self._allowed(path)
         if path is None:
             return
@@ -1456,8 +1475,7 @@ class DuplicatesView(QWidget):
         path = self._allowed(path)
         if path is None:
             return
-        ok = QFile.moveToTrash(path)
-        ok = ok[0] if isinstance(ok, tuple) else ok
+        ok = _move_to_trash(path)
         if not ok:
             self.message.emit(f"Could not move {shown_name(path)} to the trash (no trash here?).")
             self.offer_folder_for(path)

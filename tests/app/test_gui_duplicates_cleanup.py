@@ -428,3 +428,40 @@ def test_a_name_that_is_not_utf8_is_shown_and_gets_its_icon(qtbot, window, tmp_p
     qtbot.mouseClick(keep, Qt.MouseButton.LeftButton)
     card = next(c for c in view.cards_list() if c.info.path == str(odd))
     assert card.state == "kept"
+
+
+def test_a_copy_whose_name_is_not_utf8_goes_to_the_trash(
+    qtbot, window, tmp_path, demo_folder, monkeypatch
+):
+    """Trash… on a copy whose name is not UTF-8 moves that very file to the trash (Qt's
+    trash cannot name it: the freedesktop trash of the engine takes it, its name's bytes
+    kept in the .trashinfo), after the person's yes."""
+    import os
+
+    from PySide6.QtWidgets import QMessageBox, QPushButton
+
+    folder = tmp_path / "photos"
+    (folder / "exports").mkdir(parents=True)
+    shutil.copy(demo_folder / "chelsea.jpg", folder / "chelsea.jpg")
+    shutil.copy(demo_folder / "rocket.jpg", folder / "rocket.jpg")
+    odd = os.fsdecode(os.fsencode(folder) + b"/exports/Urlaub_M\xfcnchen.jpg")
+    shutil.copy(demo_folder / "chelsea.jpg", odd)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    find(qtbot, window)
+    view = window.dup_view
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: 0)
+    destructive = QMessageBox.ButtonRole.DestructiveRole
+    monkeypatch.setattr(QMessageBox, "clickedButton", lambda box: next(
+        b for b in box.buttons() if box.buttonRole(b) == destructive))  # fmt: skip
+    card = next(c for c in view.cards_list() if c.info.path == odd)
+    trash_btn = next(b for b in card.findChildren(QPushButton) if b.text() == "Trash…")
+    with qtbot.waitSignal(view.trashed, timeout=10_000) as sent:
+        qtbot.mouseClick(trash_btn, Qt.MouseButton.LeftButton)
+    assert sent.args == [odd] and not os.path.lexists(odd)
+    trashed = tmp_path / "data" / "Trash" / "files" / os.fsdecode(b"Urlaub_M\xfcnchen.jpg")
+    assert trashed.read_bytes() == (folder / "chelsea.jpg").read_bytes()
+    info = (tmp_path / "data" / "Trash" / "info" / (trashed.name + ".trashinfo")).read_text()
+    assert "Urlaub_M%FCnchen.jpg" in info
+    assert not window.banner.isVisible()
+    qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
