@@ -94,6 +94,7 @@ from engine.index.files import (
     CHUNK_RE,
     TMP_RE,
     check_name,
+    db_path,
     display_path,
     file_digest,
     norm_path,
@@ -435,12 +436,15 @@ class IndexStore(StoreStates, StoreRows):
         ``paths``, of those rows only, and with ``under``, of the rows below that folder
         (looked up through the path index: costs what they hold)."""
         if under is not None:
-            lo = under.rstrip(os.sep) + os.sep
-            hi = lo[:-1] + chr(ord(os.sep) + 1)
-            rows = self._q(
-                "SELECT path, size, mtime_ns FROM images WHERE path >= ? AND path < ?",
-                (lo, hi),
-            )
+            # two ranges of the path index: the names stored as text, and those stored as
+            # bytes (not UTF-8, :func:`db_path`; all of them when ``under`` is one)
+            sql = "SELECT path, size, mtime_ns FROM images WHERE path >= ? AND path < ?"
+            sep = os.fsencode(os.sep)
+            lo_b = os.fsencode(under).rstrip(sep) + sep
+            rows = self._q(sql, (lo_b, lo_b[:-1] + bytes([sep[0] + 1])))
+            if isinstance(db_path(under), str):
+                lo = under.rstrip(os.sep) + os.sep
+                rows += self._q(sql, (lo, lo[:-1] + chr(ord(os.sep) + 1)))
             return {py_path(p): (s, m) for p, s, m in rows}
         if paths is None:
             rows = self._q("SELECT path, size, mtime_ns FROM images")

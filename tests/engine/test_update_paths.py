@@ -4,6 +4,7 @@ looks at the paths it is told of only, and leaves the index a whole rescan would
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -119,6 +120,29 @@ def test_a_folder_given_is_scanned(small, tmp_path):
     assert _update(folder, [sub]).indexed == 2
     shutil.rmtree(sub)
     assert _update(folder, [sub]).removed == 2
+
+
+@pytest.mark.skipif(os.name != "posix", reason="byte file names")
+def test_names_that_are_not_utf8_come_and_go_through_the_path_limited_route(small, tmp_path):
+    """A file and a folder whose names are not UTF-8 (stored as bytes): indexed when
+    given, forgotten when given once gone (the Duplicates view's Trash… gives the index
+    the file it moved; it stopped the whole update with "surrogates not allowed")."""
+    out, base = small
+    folder = _copy(base, tmp_path / "photos")
+    odd = os.fsdecode(os.fsencode(folder) + b"/caf\xe9.jpg")
+    sub = os.fsdecode(os.fsencode(folder) + b"/M\xfcnchen")
+    shutil.copy(out / "astronaut_crop.jpg", odd)
+    os.mkdir(sub)
+    shutil.copy(out / "coins_crop.jpg", os.path.join(sub, "x.jpg"))
+    assert _update(folder, [odd, sub]).indexed == 2
+    with Collection.open(folder, readonly=True) as col:
+        below = col.searcher.store.known_stats(under=str(folder))
+    assert odd in below and os.path.join(sub, "x.jpg") in below
+    os.unlink(odd)
+    shutil.rmtree(sub)
+    summary = _update(folder, [odd, sub])
+    assert (summary.indexed, summary.removed) == (0, 2)
+    assert _update(folder).removed == 0  # (a rescan agrees)
 
 
 def test_a_path_outside_the_folder_is_refused(small, tmp_path):
