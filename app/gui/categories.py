@@ -75,7 +75,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.models import PATH_ROLE, ThumbModel, ThumbnailDelegate, item_data, strength_colour
+from app.gui.models import (
+    PATH_ROLE,
+    ThumbModel,
+    ThumbnailDelegate,
+    item_data,
+    shown_name,
+    strength_colour,
+)
 from app.gui.session import ActionRefused
 from app.gui.state import plain_error
 from app.gui.thumbnails import array_to_qimage
@@ -352,7 +359,7 @@ class GroupModel(ThumbModel):
             tags = ["prototype"] if self.proto[r] else []
             tags += ["outlier: fits this group badly"] if self.outlier[r] else []
             extra = f"\n{', '.join(tags)}" if tags else ""
-            return f"{Path(p).name}{extra}\nDrag onto another group to move it"
+            return f"{shown_name(p)}{extra}\nDrag onto another group to move it"
         if role == Qt.ItemDataRole.DecorationRole:
             return self.thumbs.pixmap(p)
         if role == PATH_ROLE:
@@ -1077,7 +1084,7 @@ class CategoriesView(QWidget):
         new = move_edit(g, str(path), group, K)
         self._show_edit(new)
         self.window.status_label.setText(
-            f"Moved {Path(path).name} to {new.name(new.group_of(str(path)))}; no other photo "
+            f"Moved {shown_name(path)} to {new.name(new.group_of(str(path)))}; no other photo "
             "moved (Ctrl+Z undoes it)."
         )
 
@@ -1172,7 +1179,7 @@ class CategoriesView(QWidget):
         grp = g.group_of(path)
         partners = [g.paths[i] for i in g.members(grp) if g.paths[i] != path]
         token = self.session.begin("mask")
-        self.model.mask_started(path, f"Matching {Path(path).name} with its group…")
+        self.model.mask_started(path, f"Matching {shown_name(path)} with its group…")
 
         def done(data) -> None:
             self.model.set_mask(data, g.name(grp))
@@ -1180,7 +1187,7 @@ class CategoriesView(QWidget):
 
         def failed(exc) -> None:
             self.model.mask_started(path, "The feature mask could not be computed.")
-            self.window.show_error(plain_error(exc, f"Feature mask of {Path(path).name}"))
+            self.window.show_error(plain_error(exc, f"Feature mask of {shown_name(path)}"))
 
         self.window.run_worker(
             compute_mask, self.collection, str(path), partners, token=token,

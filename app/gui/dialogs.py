@@ -121,7 +121,7 @@ class ImageViewer(QDialog):
         self.resize(1000, 720)
         self.scene = QGraphicsScene(self)
         self.view = ZoomView(self.scene)
-        self.caption = QLabel(f"Loading {Path(path).name}…")
+        self.caption = QLabel(f"Loading {display_path(Path(path).name)}…")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.view, 1)

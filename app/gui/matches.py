@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.models import strength_colour
+from app.gui.models import shown_name, strength_colour
 from app.gui.thumbnails import array_to_qimage
 
 __all__ = ["ACCEPTED", "PYRAMID", "REJECTED", "CorrespondenceView", "MatchData", "compute_match"]
@@ -395,13 +395,15 @@ class CorrespondenceView(QWidget):
         result list numbers them (rank None: the query itself, "Q")."""
         self.result_combo.blockSignals(True)
         self.result_combo.clear()
+        # (the paths are kept here, not as the items' data: Qt drops the undecodable
+        # bytes of a file name)
+        self._choice_paths = []
         for i, item in enumerate(paths):
             p, rank = item if isinstance(item, tuple) else (item, i + 1)
-            self.result_combo.addItem(f"{'Q' if rank is None else f'#{rank}'}  {Path(p).name}", p)
-        if current is not None:
-            i = self.result_combo.findData(current)
-            if i >= 0:
-                self.result_combo.setCurrentIndex(i)
+            self._choice_paths.append(p)
+            self.result_combo.addItem(f"{'Q' if rank is None else f'#{rank}'}  {shown_name(p)}")
+        if current is not None and current in self._choice_paths:
+            self.result_combo.setCurrentIndex(self._choice_paths.index(current))
         self.result_combo.blockSignals(False)
 
     def set_busy(self, text: str) -> None:
@@ -581,8 +583,13 @@ class CorrespondenceView(QWidget):
         self.header.setStyleSheet(f"QLabel#matchHeader {{ color: {colour}; }}")
         self.header.show()
 
+    def choice_path(self, i: int) -> str | None:
+        """The path of the ``i``-th entry of the list of results (None beyond it)."""
+        paths = getattr(self, "_choice_paths", [])
+        return paths[i] if 0 <= i < len(paths) else None
+
     def _on_combo(self, i: int) -> None:
-        path = self.result_combo.itemData(i)
+        path = self.choice_path(i)
         if path:
             self.result_chosen.emit(path)
 

@@ -55,6 +55,7 @@ from app.gui.models import (
     ResultsModel,
     ThumbnailDelegate,
     item_data,
+    shown_name,
 )
 from app.gui.region import search as region_search
 from app.gui.results import ResultsPanel
@@ -1823,7 +1824,7 @@ class MainWindow(QMainWindow):
 
     def _on_trashed(self, path: str) -> None:
         self.session.file_trashed(path)  # groups are found again once the index forgot it
-        self.status_label.setText(f"Moved {Path(path).name} to the trash")
+        self.status_label.setText(f"Moved {shown_name(path)} to the trash")
         if not self.is_indexing():
             self._start_indexing()
 
@@ -1934,7 +1935,7 @@ class MainWindow(QMainWindow):
             str(path),
             # (a viewer closed before its photo was read is gone: nothing to show it in)
             connect={"returned": lambda r: viewer in self._viewers and viewer.set_image(*r)},
-            context=f"Opening {Path(path).name} failed",
+            context=f"Opening {shown_name(path)} failed",
         )
 
     def show_problems(self) -> None:

@@ -216,7 +216,7 @@ def test_the_why_view_explains_the_list(qtbot, window, demo_subset, tmp_path):
     rank = {r.hit.path: r.rank for r in window.shown.ranked()}
     combo = view.result_combo
     for i in range(combo.count()):
-        r = rank[combo.itemData(i)]
+        r = rank[view.choice_path(i)]
         assert combo.itemText(i).split()[0] == ("Q" if r is None else f"#{r}")
     assert combo.currentText().split()[0] == f"#{rank[view.data.path_b]}"
     # another result, picked in the view's list of results: an unverified one

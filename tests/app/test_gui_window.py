@@ -421,6 +421,11 @@ def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path)
     assert window.results.query == odd
     top = {window.results.path(r) for r in range(min(2, window.results.rowCount()))}
     assert str(pairs[0][0]) in top  # its byte-identical original
+    # "Why they match": the view's list of results names the query by its exact path
+    with qtbot.waitSignal(window.match_shown, timeout=60_000):
+        qtbot.keyClick(window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
+    view = window.matches_view
+    assert odd in [view.choice_path(i) for i in range(view.result_combo.count())]
 
 
 def test_first_start_keeps_the_demo_index_out_of_the_package(qtbot, window, tmp_path, monkeypatch):
