@@ -117,7 +117,7 @@ class ImageViewer(QDialog):
 
     def __init__(self, path: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle(Path(path).name)
+        self.setWindowTitle(display_path(Path(path).name))
         self.resize(1000, 720)
         self.scene = QGraphicsScene(self)
         self.view = ZoomView(self.scene)

@@ -81,6 +81,7 @@ from app.gui.state import (
 from app.gui.thumbnails import ThumbnailProvider, array_to_qimage, default_cache_dir
 from app.gui.views import PLUGIN_MODULES, register_view, registered_views
 from app.gui.watcher import FolderWatcher
+from engine.index.files import display_path
 
 __all__ = ["MainWindow", "PhotoGridView"]
 
@@ -250,7 +251,7 @@ class MainWindow(QMainWindow):
     def _on_folder_opened(self, event) -> None:
         self.banner.hide()
         self._banner_topic = None
-        self.setWindowTitle(f"{event.folder.name} — Simile")
+        self.setWindowTitle(f"{display_path(event.folder.name)} — Simile")
         self.results_panel.delegate.root = event.folder
         self.photos.root = event.folder
         self.info_panel.clear()
@@ -1928,7 +1929,7 @@ class MainWindow(QMainWindow):
 
             arr = load_image(p, max_side=4096)
             w, h = image_size(p)
-            return array_to_qimage(arr), f"{p}  ·  {w}×{h}"
+            return array_to_qimage(arr), f"{display_path(p)}  ·  {w}×{h}"
 
         self.run_worker(
             load,

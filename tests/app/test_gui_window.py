@@ -426,6 +426,17 @@ def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path)
         qtbot.keyClick(window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
     view = window.matches_view
     assert odd in [view.choice_path(i) for i in range(view.result_combo.count())]
+    # Space in the grid opens it at full size, named with U+FFFD in the title and caption
+    from app.gui.dialogs import ImageViewer
+
+    window.tabs.setCurrentIndex(0)
+    window.grid.setFocus()
+    qtbot.keyClick(window.grid, Qt.Key.Key_Space)
+    viewer = window.findChildren(ImageViewer)[-1]
+    assert viewer.windowTitle() == "Urlaub_M\ufffdnchen.jpg"
+    qtbot.waitUntil(lambda: "\u00d7" in viewer.caption.text(), timeout=20_000)
+    assert "Urlaub_M\ufffdnchen.jpg" in viewer.caption.text()
+    viewer.close()
 
 
 def test_first_start_keeps_the_demo_index_out_of_the_package(qtbot, window, tmp_path, monkeypatch):
