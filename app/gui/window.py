@@ -1911,7 +1911,7 @@ class MainWindow(QMainWindow):
 
     def reveal(self, path) -> None:
         if path:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(path).parent)))
+            QDesktopServices.openUrl(_local_url(Path(path).parent))
 
     def open_full_size(self, path) -> None:
         if not path:
@@ -1974,7 +1974,7 @@ class MainWindow(QMainWindow):
             for url in md.urls():
                 if not url.isLocalFile():
                     continue
-                p = Path(url.toLocalFile())
+                p = Path(_local_path(url))
                 if p.is_dir() and allow_folder:
                     self.open_folder(p)
                     return True
@@ -2272,6 +2272,26 @@ def _thumb_cache(index_dir: Path) -> Path:
     except OSError:
         pass
     return default_cache_dir()
+
+
+def _local_path(url: QUrl) -> str:
+    """The exact path of a local file URL (a drop): its percent-encoded bytes decoded as
+    the file system does. ``QUrl.toLocalFile`` turns the bytes of a name that is not
+    UTF-8 into U+FFFD, which names no file (POSIX; elsewhere names are Unicode)."""
+    if os.name != "posix":
+        return url.toLocalFile()
+    from urllib.parse import unquote_to_bytes
+
+    return os.fsdecode(unquote_to_bytes(url.path(QUrl.ComponentFormattingOption.FullyEncoded)))
+
+
+def _local_url(path) -> QUrl:
+    """The file URL of ``path`` with every byte of its name (:func:`_local_path`'s inverse)."""
+    if os.name != "posix":
+        return QUrl.fromLocalFile(str(path))
+    from urllib.parse import quote
+
+    return QUrl.fromEncoded(b"file://" + quote(os.fsencode(path)).encode("ascii"))
 
 
 def _one_line(text: str, limit: int = 220) -> str:

@@ -217,6 +217,35 @@ def test_cancel_indexing(qtbot, window, tmp_path):
     assert window.photos.rowCount() < 24
 
 
+def drop_url(window, url) -> None:
+    """Drop ``url`` on the window as a file manager does (enter, then drop)."""
+    md = QMimeData()
+    md.setUrls([url])
+    pos = QPointF(window.width() / 2, window.height() / 2)
+    args = (
+        Qt.DropAction.CopyAction,
+        md,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    try:  # Qt >= 6.12 takes a QPointF (the QPoint overload is deprecated)
+        enter = QDragEnterEvent(pos, *args)
+    except TypeError:  # earlier Qt 6 releases take a QPoint only
+        enter = QDragEnterEvent(pos.toPoint(), *args)
+    window.dragEnterEvent(enter)
+    assert enter.isAccepted()
+    ev = QDropEvent(
+        pos,
+        Qt.DropAction.CopyAction,
+        md,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    # QApplication only routes drops during a real drag; deliver it like Qt would
+    window.dropEvent(ev)
+    assert ev.isAccepted()
+
+
 def test_drop_file_queries_and_drop_folder_opens(qtbot, window, photo_folder, tmp_path):
     folder, index, pairs = photo_folder
     open_and_wait(qtbot, window, folder, index)
@@ -225,31 +254,7 @@ def test_drop_file_queries_and_drop_folder_opens(qtbot, window, photo_folder, tm
     cv2.imwrite(str(outside), img)
 
     def drop(path):
-        md = QMimeData()
-        md.setUrls([QUrl.fromLocalFile(str(path))])
-        pos = QPointF(window.width() / 2, window.height() / 2)
-        args = (
-            Qt.DropAction.CopyAction,
-            md,
-            Qt.MouseButton.LeftButton,
-            Qt.KeyboardModifier.NoModifier,
-        )
-        try:  # Qt >= 6.12 takes a QPointF (the QPoint overload is deprecated)
-            enter = QDragEnterEvent(pos, *args)
-        except TypeError:  # earlier Qt 6 releases take a QPoint only
-            enter = QDragEnterEvent(pos.toPoint(), *args)
-        window.dragEnterEvent(enter)
-        assert enter.isAccepted()
-        ev = QDropEvent(
-            pos,
-            Qt.DropAction.CopyAction,
-            md,
-            Qt.MouseButton.LeftButton,
-            Qt.KeyboardModifier.NoModifier,
-        )
-        # QApplication only routes drops during a real drag; deliver it like Qt would
-        window.dropEvent(ev)
-        assert ev.isAccepted()
+        drop_url(window, QUrl.fromLocalFile(str(path)))
 
     query_and_wait(qtbot, window, lambda: drop(outside))
     assert window.results.query == str(outside)
@@ -421,6 +426,13 @@ def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path)
     assert window.results.query == odd
     top = {window.results.path(r) for r in range(min(2, window.results.rowCount()))}
     assert str(pairs[0][0]) in top  # its byte-identical original
+    # dropped from a file manager (its bytes percent-encoded in the URL): the same photo
+    # is searched, not a name with U+FFFD that names no file
+    from urllib.parse import quote
+
+    url = QUrl.fromEncoded(b"file://" + quote(os.fsencode(odd)).encode("ascii"))
+    query_and_wait(qtbot, window, lambda: drop_url(window, url))
+    assert window.results.query == odd
     # "Why they match": the view's list of results names the query by its exact path
     with qtbot.waitSignal(window.match_shown, timeout=60_000):
         qtbot.keyClick(window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
