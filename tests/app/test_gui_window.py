@@ -393,7 +393,7 @@ def test_photo_grid_inserts_arrivals_at_their_sorted_place(qtbot, window):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs and byte file names")
-def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path):
+def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path, monkeypatch):
     """A file name that is not UTF-8 is indexed, shown with U+FFFD and searchable; a FIFO
     and a dangling link are listed as skipped with their reasons."""
     folder = tmp_path / "odd"
@@ -433,6 +433,15 @@ def test_odd_names_and_entries_are_shown_and_searchable(qtbot, window, tmp_path)
     url = QUrl.fromEncoded(b"file://" + quote(os.fsencode(odd)).encode("ascii"))
     query_and_wait(qtbot, window, lambda: drop_url(window, url))
     assert window.results.query == odd
+    # "reveal" hands the file manager the folder's URL with its bytes
+    from PySide6.QtGui import QDesktopServices
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(opened.append))
+    odd_dir = os.fsdecode(os.fsencode(tmp_path) + b"/Fotos_M\xfcnchen")
+    os.mkdir(odd_dir)
+    window.reveal(os.path.join(odd_dir, "a.jpg"))
+    assert bytes(opened[0].toEncoded()).endswith(b"/Fotos_M%FCnchen")
     # "Why they match": the view's list of results names the query by its exact path
     with qtbot.waitSignal(window.match_shown, timeout=60_000):
         qtbot.keyClick(window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
