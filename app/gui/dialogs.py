@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from app import __version__
 from app.gui.matches import ZoomView
+from app.gui.models import shown_name
 from app.gui.state import licences_file
 from engine.index.files import display_path
 
@@ -117,11 +118,12 @@ class ImageViewer(QDialog):
 
     def __init__(self, path: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle(display_path(Path(path).name))
+        name = shown_name(path)
+        self.setWindowTitle(name)
         self.resize(1000, 720)
         self.scene = QGraphicsScene(self)
         self.view = ZoomView(self.scene)
-        self.caption = QLabel(f"Loading {display_path(Path(path).name)}…")
+        self.caption = QLabel(f"Loading {name}…")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.view, 1)
