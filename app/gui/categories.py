@@ -354,7 +354,7 @@ class GroupModel(ThumbModel):
         r = index.row()
         p = self._paths[r]
         if role == Qt.ItemDataRole.DisplayRole:
-            return Path(p).name
+            return shown_name(p)
         if role == Qt.ItemDataRole.ToolTipRole:
             tags = ["prototype"] if self.proto[r] else []
             tags += ["outlier: fits this group badly"] if self.outlier[r] else []
@@ -616,7 +616,7 @@ class MaskPanel(QFrame):
     def set_mask(self, data: MaskData, group_name: str) -> None:
         self.data = data
         self._pm = draw_mask(data)
-        self.title.setText(f"<b>{Path(data.path).name}</b> in <b>{group_name}</b>")
+        self.title.setText(f"<b>{shown_name(data.path)}</b> in <b>{group_name}</b>")
         strong = int((data.weight >= 0.5).sum())
         self.legend.setText(
             f"{len(data.weight)} features; {strong} strongly shared with {data.n_partners} "

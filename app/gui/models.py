@@ -687,7 +687,7 @@ class ResultDelegate(QStyledItemDelegate):
         x = thumb.right() + 10
         w = r.right() - x - 8
         painter.setPen(pal.color(QPalette.ColorRole.Text))
-        name = Path(path).name
+        name = shown_name(path)
         is_query = self.query_path is not None and Path(path) == Path(self.query_path)
         if is_query:
             name += "  (query)"

@@ -9,7 +9,6 @@ is hidden in the grid too."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
@@ -366,7 +365,3 @@ class ResultsPanel(QWidget):
         p = self.selected_path()
         if p:
             self.open_requested.emit(p)
-
-
-def short(path: str | Path) -> str:
-    return Path(path).name

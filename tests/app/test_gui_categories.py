@@ -363,3 +363,19 @@ def test_names_follow_groups_and_export_never_overwrites(tmp_path):
                  np.zeros(2, bool))  # fmt: skip
     assert export_grouping(tmp_path / "g.csv", g, "csv") == 2
     assert os.fsencode(tmp_path) + b"/caf\xe9.jpg," in (tmp_path / "g.csv").read_bytes()
+
+
+def test_a_tile_names_a_photo_that_is_not_utf8_with_ufffd(qtbot):
+    """A Categories tile shows a name that is not UTF-8 with U+FFFD (Qt dropped the byte:
+    "Rose_t.jpg" for "Rose_\\xe9t\\xe9.jpg", seen in the real window) and keeps the exact
+    path for dragging."""
+    from app.gui.categories import GroupModel
+    from app.gui.models import PATH_ROLE
+    from app.gui.thumbnails import ThumbnailProvider
+
+    odd = os.fsdecode(b"/photos/Rose_\xe9t\xe9.jpg")
+    model = GroupModel(ThumbnailProvider(), 0)
+    model.set_members([odd], [False], [False])
+    idx = model.index(0)
+    assert model.data(idx, Qt.ItemDataRole.DisplayRole) == "Rose_\ufffdt\ufffd.jpg"
+    assert model.data(idx, PATH_ROLE) == odd
