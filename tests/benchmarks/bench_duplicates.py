@@ -112,6 +112,28 @@ left:
   its tone curve;
 - the wider shot of a near-planar scene from the same spot (held-out 110200 / 110201).
 
+Two more cues measured and not used (2026-11-27; the pairs that pass the geometric part
+of the rule, four draws of 75 scenes a half, ``select_sources(75, seed)`` for seeds 23-26,
+1,596 same-photo and 339 other-shot pairs; scripts ``/tmp/h20/shift.py`` and ``gcv.py`` of
+that session, not kept):
+
+- the spread of the local misalignment left after the pixel test's alignment (one
+  Lucas-Kanade translation per 32-pixel block, the median distance of the blocks' shifts
+  from their median): a copy's blocks agree to 0.03 px (median; 90 % under 0.11), other
+  shots' to 0.20 px, but the other shots that the pixel test cannot tell (aligned detail
+  0.88-0.95) start at 0.09 px, among the missed copies;
+- the share of disagreeing tiles (:func:`engine.workflows.pixels.pixel_evidence`).
+
+With scenes held out (five folds by scene), no combination of the pixel agreement, the
+shift spread, the disagreeing share, the residual, the overlap and the inliers (logistic
+regression, a depth-3 tree, boosted depth-2 trees) reaches precision 0.99 above recall
+0.85; at recall 0.95 the best combination reaches precision 0.966 against 0.938 for the
+pixel agreement alone. Split by draw instead of by scene, the boosted trees seemed to reach
+P 0.98 / R 0.98: the draws share scenes, so that was memory, not evidence. What the pairs
+left over are: three shots of a clock tower from one spot (aligned detail 0.98, only a
+crowd moved) and a canal whose gondola moved; on real camera files their capture times
+differ (``taken_differ``), on the dev photos they carry none.
+
 A half-size quality-60 re-export (the issue's example) is ``same_photo`` on the 512-pixel
 demo photos (tests). Watermarked copies of unrelated photos match each other through the
 text (score up to 0.25, aligned detail correlation below 0.1): the same-photo test
