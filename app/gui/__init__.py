@@ -6,7 +6,12 @@ on file actions) and :mod:`app.gui.state` (settings, ETA, export); item models, 
 and the single threading helper (:mod:`app.gui.workers`) are Qt.
 """
 
+import os
 import sys
+
+# superqt's widgets (QElidingLabel) are built on qtpy: make it bind the PySide6 the app
+# uses, not another binding that happens to be installed
+os.environ.setdefault("QT_API", "pyside6")
 
 from app.gui import _pyside_fix
 

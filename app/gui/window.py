@@ -47,6 +47,7 @@ from app.gui.duplicates import DuplicatesView, describe_copies, find_groups
 from app.gui.feedback import save_mark
 from app.gui.grid import PhotoGridView
 from app.gui.info_panel import InfoPanel
+from app.gui.labels import StatusLabel
 from app.gui.matches import CorrespondenceView, compute_match
 from app.gui.models import (
     PATH_ROLE,
@@ -789,7 +790,7 @@ class MainWindow(QMainWindow):
 
     def _build_status_bar(self) -> None:
         sb = self.statusBar()
-        self.status_label = QLabel("Ready")
+        self.status_label = StatusLabel("Ready")
         self.progress = QProgressBar()
         self.progress.setFixedWidth(220)
         self.progress.setTextVisible(True)
@@ -2006,21 +2007,22 @@ class MainWindow(QMainWindow):
 def learned_message(summary, method_label: str) -> str:
     """The status line after learning. With fewer comparisons than OASIS holds some aside
     for (:data:`engine.learn.oasis.MIN_TRIPLETS_TO_SCORE`), there is no before/after score
-    to show: say how many more marks make one, never "nan → nan"."""
+    to show: say how many comparisons it takes, never "nan → nan"."""
     from engine.learn.oasis import MIN_TRIPLETS_TO_SCORE
 
     n = int(summary.n_constraints)
-    text = f"Learned a similarity from {n} comparisons in {format_duration(summary.seconds)}"
+    text = f"Learned from {n} comparisons in {format_duration(summary.seconds)}"
     before, after = float(summary.score_before), float(summary.score_after)
     if before == before and after == after:  # both measured
         text += f" ({summary.score_name} {before:.2f} → {after:.2f})"
     elif n < MIN_TRIPLETS_TO_SCORE:
-        more = MIN_TRIPLETS_TO_SCORE - n
+        # (a comparison is a ✓ result against a ✗ one of the same search: how many more
+        # marks make the missing ones depends on which, so no number of marks is promised)
         text += (
-            f"; too few marks to measure what it learned: mark at least {more} more "
-            f"result{'s' if more > 1 else ''} (✓ similar, ✗ not) and learn again"
+            f"; {MIN_TRIPLETS_TO_SCORE} are needed to measure what it learned: mark more "
+            "results ✓ or ✗ and learn again"
         )
-    return text + f". Choose '{method_label}' to search with it."
+    return text + f". Search with '{method_label}'."
 
 
 # ============================================================================ worker side

@@ -122,7 +122,7 @@ def test_marks_need_an_idle_index(qtbot, window, grouped):
     qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
 
 
-def test_learned_message_says_how_many_more_marks_instead_of_nan():
+def test_learned_message_says_what_it_takes_instead_of_nan():
     from types import SimpleNamespace
 
     from app.gui.window import learned_message
@@ -130,10 +130,39 @@ def test_learned_message_says_how_many_more_marks_instead_of_nan():
     few = SimpleNamespace(n_constraints=3, seconds=1.0, score_name="triplet accuracy",
                           score_before=float("nan"), score_after=float("nan"))  # fmt: skip
     text = learned_message(few, "Learned similarity")
-    assert "nan" not in text and "mark at least 7 more results" in text
+    assert "nan" not in text and "Learned from 3 comparisons" in text
+    assert "10 are needed to measure what it learned: mark more results" in text
     enough = SimpleNamespace(n_constraints=40, seconds=2.0, score_name="triplet accuracy",
                              score_before=0.5, score_after=0.8)  # fmt: skip
     assert "triplet accuracy 0.50 → 0.80" in learned_message(enough, "Learned similarity")
+
+
+def test_a_long_status_line_ends_in_an_ellipsis_with_the_whole_of_it_in_its_tooltip(qtbot, window):
+    """Seen in a real window: the message after learning from a few marks ran past the
+    window's edge, its end ("Choose 'Taught by you' t") cut off."""
+    from types import SimpleNamespace
+
+    from app.gui.window import learned_message
+
+    window.resize(900, 600)
+    window.show()
+    qtbot.waitExposed(window)
+    few = SimpleNamespace(n_constraints=9, seconds=6.0, score_name="triplet accuracy",
+                          score_before=float("nan"), score_after=float("nan"))  # fmt: skip
+    text = learned_message(few, "Taught by you") + " " + "and some more words " * 8
+    label = window.status_label
+    label.setText(text)
+    assert window.width() == 900  # the line does not widen the window
+    assert label.text() == text and label.is_elided()
+    shown = super(type(label).__mro__[1], label).text()  # what QLabel paints
+    assert shown.endswith("…") and len(shown) < len(text)
+    assert label.toolTip() == text
+    label.setText("Ready")
+    assert not label.is_elided() and label.toolTip() == ""
+    window.resize(1800, 600)  # wider: the whole message fits again, no tooltip needed
+    label.setText(learned_message(few, "Taught by you"))
+    qtbot.waitUntil(lambda: not label.is_elided(), timeout=2_000)
+    assert label.toolTip() == ""
 
 
 def test_marks_from_the_keyboard(qtbot, window, grouped):
