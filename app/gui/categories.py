@@ -1114,6 +1114,11 @@ class CategoriesView(QWidget):
             new, cannot = split_edit(g, group, result, K)
             self.model.remember("split")
             self._show_edit(new, cannot=cannot)
+            kept, made = int(np.sum(new.labels == group)), int(np.sum(new.labels == new.k - 1))
+            self.window.status_label.setText(
+                f"Split {g.name(group)}: {kept} photos stay, {made} are in the new "
+                f"{new.name(new.k - 1)}; no other group changed (Ctrl+Z undoes it)."
+            )
 
         self._run_job(
             f"Splitting {g.name(group)}…", "Splitting the group failed", done,
@@ -1131,6 +1136,13 @@ class CategoriesView(QWidget):
         self.model.remember("merge")
         self._add_constraints(must, [])
         self._show_edit(new)
+        a = g.members(group)[0]  # (the merged group, wherever it is numbered now)
+        now, name = int(new.labels[a]), g.name(group)
+        renamed = "" if new.name(now) == name else f" (now {new.name(now)})"
+        self.window.status_label.setText(
+            f"Merged {g.name(other)} into {name}{renamed}: {int(np.sum(new.labels == now))} "
+            "photos; no other group changed (Ctrl+Z undoes it)."
+        )
 
     def _show_edit(self, g, cannot=()) -> None:
         """Show an edited grouping (:func:`engine.cluster.split_edit` /

@@ -45,7 +45,6 @@ __all__ = [
     "carry_names",
     "category_affinities_iter",
     "compact_labels",
-    "edited_grouping",
     "keep_order_labels",
     "merge_edit",
     "merge_groups",
@@ -505,28 +504,6 @@ def split_group_iter(
     return SplitResult(idx, halves, sub.flow, sub.prototypes, sub.outliers)
 
 
-def edited_grouping(
-    old: EditableGrouping,
-    labels: np.ndarray,
-    reason: str,
-    K: np.ndarray | None = None,
-    ranks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-) -> EditableGrouping:
-    """``old`` with edited ``labels`` (n,) int: ranked on the full affinities ``K`` (n, n)
-    (:meth:`EditableGrouping.from_labels`), or with ``ranks`` = (flow, prototypes,
-    outliers) (n,) when those are not kept; the names follow their groups
-    (:func:`carry_names`) and ``k_reason`` is ``"<reason> by hand"``."""
-    if ranks is None:
-        g = EditableGrouping.from_labels(old.paths, labels, K, f"{reason} by hand")
-    else:
-        flow, protos, outl = ranks
-        g = EditableGrouping(list(old.paths), compact_labels(np.asarray(labels, np.int64)),
-                             np.asarray(flow, np.float64), np.asarray(protos, bool),
-                             np.asarray(outl, bool), f"{reason} by hand")  # fmt: skip
-    g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
-    return g
-
-
 def move_edit(
     old: EditableGrouping, path: str, group: int, K: np.ndarray | None = None
 ) -> EditableGrouping:
@@ -584,7 +561,7 @@ def move_edit(
 def merge_edit(
     old: EditableGrouping, group: int, other: int, K: np.ndarray | None = None
 ) -> tuple[EditableGrouping, list[tuple[str, str]]]:
-    """Join group ``other`` into ``group`` (their union).
+    """Join group ``other`` into ``group`` (their union) and change nothing else.
 
     Parameters
     ----------
@@ -592,28 +569,58 @@ def merge_edit(
     group, other : int
         Distinct groups of ``old``.
     K : (n, n) float64, optional
-        The full affinities (members re-ranked on them), else the flows are rescaled
-        (:func:`merge_ranks`).
+        The full affinities: the merged group's members are ranked again on them (flow,
+        prototypes, outliers; Sec. 9.4). Without them their flows are rescaled
+        (:func:`merge_ranks`). Every other group keeps its ranking.
 
     Returns
     -------
     grouping : EditableGrouping
+        The merged group takes ``group``'s place and the other groups keep their order
+        (:func:`keep_order_labels`: only ``other``'s place disappears); the names follow
+        (:func:`carry_names`).
     must : list of (str, str)
         The must-group pair (the two groups' first members) that keeps them together when
         the folder is grouped again.
     """
+    group, other = int(group), int(other)
+    if group == other or not (0 <= group < old.k and 0 <= other < old.k):
+        raise ValueError(f"merge needs two distinct groups of {old.k}, got {group}, {other}")
     a, b = old.members(group)[0], old.members(other)[0]
     must = [(old.paths[a], old.paths[b])]
-    labels = merge_groups(old.labels, [group, other])
-    ranks = None if K is not None else merge_ranks(old, [group, other])
-    reason = f"merged {old.name(other)} into {old.name(group)}"
-    return edited_grouping(old, labels, reason, K, ranks), must
+    labels = np.asarray(old.labels, np.int64).copy()
+    labels[labels == other] = group
+    flow, protos, outl = merge_ranks(old, [group, other])
+    if K is not None:
+        idx = np.flatnonzero(labels == group)
+        sub = np.asarray(K, np.float64)[np.ix_(idx, idx)]
+        flow[idx], protos[idx], outl[idx] = rank_groups(sub, np.zeros(idx.size, np.int64))
+    return _kept_in_place(old, labels, (flow, protos, outl),
+                          f"merged {old.name(other)} into {old.name(group)}"), must  # fmt: skip
+
+
+def _kept_in_place(
+    old: EditableGrouping,
+    labels: np.ndarray,
+    ranks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    reason: str,
+) -> EditableGrouping:
+    """``old`` with the edited ``labels`` (n,) int renumbered in their order
+    (:func:`keep_order_labels`), ``ranks`` = (flow, prototypes, outliers) (n,), the names
+    following their groups and ``k_reason`` ``"<reason> by hand"``."""
+    flow, protos, outl = ranks
+    g = EditableGrouping(list(old.paths), keep_order_labels(labels),
+                         np.asarray(flow, np.float64), np.asarray(protos, bool),
+                         np.asarray(outl, bool), f"{reason} by hand")  # fmt: skip
+    g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+    return g
 
 
 def split_edit(
     old: EditableGrouping, group: int, split: SplitResult, K: np.ndarray | None = None
 ) -> tuple[EditableGrouping, list[tuple[str, str]]]:
-    """Apply the cut of ``group`` found by :func:`split_group_iter`.
+    """Apply the cut of ``group`` found by :func:`split_group_iter` and change nothing
+    else.
 
     Parameters
     ----------
@@ -621,25 +628,39 @@ def split_edit(
     group : int
     split : SplitResult
     K : (n, n) float64, optional
-        The full affinities the split was computed on (members re-ranked on them); without
-        them the halves keep the split's own ranking.
+        The full affinities the split was computed on: the two halves are ranked again on
+        them; without them the halves keep the split's own ranking. Every other group
+        keeps its ranking.
 
     Returns
     -------
     grouping : EditableGrouping
+        ``group`` keeps its place (and its name) with the half that holds its first
+        member; the other half is a new group after all the others, which keep their
+        order.
     cannot : list of (str, str)
         The cannot-group pair (the halves' first members) that keeps the halves apart
         when the folder is grouped again (empty if the halves did not survive).
     """
-    idx, halves, flow, protos, outl = split
-    labels = old.labels.copy()
+    idx, halves, s_flow, s_protos, s_outl = split
+    idx = np.asarray(idx, np.int64)
+    halves = np.asarray(halves, np.int64)
+    first = old.members(group)[0]
+    if first in set(idx[halves == 1].tolist()):  # (the group keeps its first member)
+        halves = 1 - halves
+    labels = np.asarray(old.labels, np.int64).copy()
     labels[idx[halves == 1]] = old.k
-    ranks = None
-    if K is None:  # rank the halves on the group's own affinities (Sec. 9.4)
-        f, p, o = old.flow.copy(), old.prototypes.copy(), old.outliers.copy()
-        f[idx], p[idx], o[idx] = flow, protos, outl
-        ranks = (f, p, o)
-    g = edited_grouping(old, labels, f"split {old.name(group)}", K, ranks)
+    flow, protos, outl = old.flow.copy(), old.prototypes.copy(), old.outliers.copy()
+    if K is None:  # the halves keep the split's own ranking (Sec. 9.4)
+        flow[idx], protos[idx], outl[idx] = s_flow, s_protos, s_outl
+    else:
+        K = np.asarray(K, np.float64)
+        for h in (group, old.k):
+            rows = np.flatnonzero(labels == h)
+            if rows.size:
+                f, p, o = rank_groups(K[np.ix_(rows, rows)], np.zeros(rows.size, np.int64))
+                flow[rows], protos[rows], outl[rows] = f, p, o
+    g = _kept_in_place(old, labels, (flow, protos, outl), f"split {old.name(group)}")
     src = set(np.flatnonzero(old.labels == group).tolist())
     parts = sorted({int(g.labels[i]) for i in src})
     tops = [next(i for i in g.members(h) if i in src) for h in parts]

@@ -142,15 +142,23 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     # split the larger group, then merge it back
     k0 = view.grouping.k
     big = int(np.argmax(np.bincount(view.grouping.labels)))
+    before = view.grouping.labels.copy()
     with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
         view.rows[big].split_btn.click()  # computed in a worker
     assert view.grouping.k == k0 + 1
     assert_partition(view, photos)
     assert len(view.rows) == k0 + 1
+    # only the split group changed: the others keep their places, the new half is last
+    after = view.grouping.labels
+    assert np.array_equal(after[before != big], before[before != big])
+    assert set(after[before == big].tolist()) == {big, k0}
+    assert window.status_label.text().startswith(f"Split {view.grouping.name(big)}: ")
+    assert "no other group changed" in window.status_label.text()
     merge_menu = view.rows[0].merge_menu
     merge_menu.actions()[-1].trigger()
     assert view.grouping.k == k0
     assert_partition(view, photos)
+    assert "Merged" in window.status_label.text()
 
     # export: links and copies in folders (originals untouched), and CSV
     before = sorted(os.listdir(folder / "g0")) + sorted(os.listdir(folder / "g1"))

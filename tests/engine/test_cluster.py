@@ -1048,11 +1048,54 @@ def test_split_and_merge_edits():
     inside = np.isin(new.labels, [0, 2])
     assert np.allclose(flow[inside], new.flow[inside] / 4 * 9)  # 5 members each -> 10
     exact, _ = merge_edit(new, 0, 2, K)
-    assert np.array_equal(exact.flow, rank_groups(K, exact.labels)[0])
+    rows = np.flatnonzero(inside)  # the merged group is ranked again on its affinities
+    assert np.allclose(exact.flow[rows], rank_groups(K, exact.labels)[0][rows])
+    assert np.array_equal(exact.flow[~inside], new.flow[~inside])  # the rest is as it was
     with pytest.raises(ValueError, match="cannot split"):
         _drain(split_group_iter(None, g.paths, np.arange(g.labels.size), 0, K))
     _, two = _drain(split_group_iter(None, g.paths[:2], np.zeros(2, np.int64), 0, K))
     assert two.halves.tolist() == [0, 1]
+
+
+def test_merge_and_split_change_only_the_groups_they_concern():
+    """Seen in a real window: merging Group 5 into Group 4 renumbered the groups by size
+    (the watches' "Group 3" became "Group 4") and flagged two photos of the untouched
+    watches group as outliers. A merge or a split changes its own groups alone."""
+    from engine.cluster import merge_edit, split_edit, split_group_iter
+
+    K, truth, _ = topic_kernel(4, 4, noise=0.3, seed=7)  # 4 topics of 4 photos
+    labels = truth.copy()
+    labels[truth == 3] = 1  # group 1 holds topics 1 and 3: a group to split
+    labels[truth == 2] = 2
+    n = labels.size
+    outl = np.zeros(n, bool)
+    outl[np.flatnonzero(truth == 0)[-1]] = True  # a flag of group 0, which no edit touches
+    g = _editable(labels, outliers=outl, names={0: "Zero", 2: "Two"})
+    small = np.flatnonzero(truth == 2)[:2]
+    g.labels[small] = 3  # a small fourth group, after the others: 0 (4), 1 (8), 2 (2), 3 (2)
+    before = g.labels.copy()
+    for K_ in (None, K):
+        merged, _ = merge_edit(g, 2, 3, K_)  # two small groups, behind a larger one
+        assert merged.k == 3
+        assert np.array_equal(merged.labels, np.where(before == 3, 2, before))
+        assert merged.names == {0: "Zero", 2: "Two"}
+        rest = ~np.isin(before, [2, 3])
+        assert np.array_equal(merged.flow[rest], g.flow[rest])
+        assert np.array_equal(merged.outliers[rest], g.outliers[rest])
+        merged0, _ = merge_edit(g, 3, 0, K_)  # into a later group: the earlier place goes
+        assert np.array_equal(merged0.labels, np.where(before == 0, 3, before) - 1)
+    _, res = _drain(split_group_iter(None, g.paths, g.labels, 1, K))
+    for K_ in (None, K):
+        cut, cannot = split_edit(g, 1, res, K_)
+        assert cut.k == 5 and len(cannot) == 1
+        assert cut.group_of(g.paths[g.members(1)[0]]) == 1  # the group keeps its first photo
+        moved = np.flatnonzero((before == 1) & (cut.labels != 1))
+        assert moved.size and set(cut.labels[moved].tolist()) == {4}  # the new half is last
+        others = before != 1
+        assert np.array_equal(cut.labels[others], before[others])
+        assert np.array_equal(cut.flow[others], g.flow[others])
+        assert np.array_equal(cut.outliers[others], g.outliers[others])
+        assert cut.names == {0: "Zero", 2: "Two"}
 
 
 def test_edits_are_stored_as_before_and_restored_in_the_collection_order(tmp_path):
