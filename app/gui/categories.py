@@ -1126,22 +1126,22 @@ class CategoriesView(QWidget):
         )  # fmt: skip
 
     def merge_groups(self, group: int, other: int) -> None:
-        """Join ``other`` into ``group`` (their union; no affinities needed)."""
+        """Join ``group`` and ``other`` (their union, in the place of the earlier of the
+        two; the other groups keep theirs; no affinities needed)."""
         from engine.cluster import merge_edit
 
         g = self.grouping
         if g is None or self._busy or group == other:
             return
-        new, must = merge_edit(g, group, other, self.K)
+        first, second = sorted((int(group), int(other)))
+        new, must = merge_edit(g, first, second, self.K)
         self.model.remember("merge")
         self._add_constraints(must, [])
         self._show_edit(new)
-        a = g.members(group)[0]  # (the merged group, wherever it is numbered now)
-        now, name = int(new.labels[a]), g.name(group)
-        renamed = "" if new.name(now) == name else f" (now {new.name(now)})"
+        now = int(new.labels[g.members(first)[0]])
         self.window.status_label.setText(
-            f"Merged {g.name(other)} into {name}{renamed}: {int(np.sum(new.labels == now))} "
-            "photos; no other group changed (Ctrl+Z undoes it)."
+            f"Merged {g.name(group)} and {g.name(other)} into {new.name(now)}: "
+            f"{int(np.sum(new.labels == now))} photos; no other group changed (Ctrl+Z undoes it)."
         )
 
     def _show_edit(self, g, cannot=()) -> None:

@@ -154,11 +154,15 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     assert set(after[before == big].tolist()) == {big, k0}
     assert window.status_label.text().startswith(f"Split {view.grouping.name(big)}: ")
     assert "no other group changed" in window.status_label.text()
-    merge_menu = view.rows[0].merge_menu
-    merge_menu.actions()[-1].trigger()
+    merge_menu = view.rows[k0].merge_menu  # the new half, merged with the group it left
+    g = view.grouping
+    merge_menu.actions()[big].trigger()
     assert view.grouping.k == k0
     assert_partition(view, photos)
-    assert "Merged" in window.status_label.text()
+    assert np.array_equal(view.grouping.labels, before)  # as it was, in its place
+    assert window.status_label.text().startswith(
+        f"Merged {g.name(k0)} and {g.name(big)} into {view.grouping.name(big)}: "
+    )
 
     # export: links and copies in folders (originals untouched), and CSV
     before = sorted(os.listdir(folder / "g0")) + sorted(os.listdir(folder / "g1"))
