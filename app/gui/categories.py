@@ -339,12 +339,16 @@ class GroupModel(ThumbModel):
         self.group = group
         self.proto: list[bool] = []
         self.outlier: list[bool] = []
+        self.placed: list[float | None] = []  # the confidence of a photo Simile placed
 
-    def set_members(self, paths, proto, outlier) -> None:
+    def set_members(self, paths, proto, outlier, placed=None) -> None:
+        """The members in their order; ``placed``: path -> confidence of the photos Simile
+        placed here (marked "new" until the person moves them)."""
         self.beginResetModel()
         self._paths = [str(p) for p in paths]
         self.proto = [bool(x) for x in proto]
         self.outlier = [bool(x) for x in outlier]
+        self.placed = [(placed or {}).get(p) for p in self._paths]
         self._reindex()
         self.endResetModel()
 
@@ -358,6 +362,9 @@ class GroupModel(ThumbModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             tags = ["prototype"] if self.proto[r] else []
             tags += ["outlier: fits this group badly"] if self.outlier[r] else []
+            if self.placed[r] is not None:
+                tags += [f"new: placed here by Simile (confidence {self.placed[r]:.0%}); "
+                         "drag it to another group if it belongs there"]  # fmt: skip
             extra = f"\n{', '.join(tags)}" if tags else ""
             return f"{shown_name(p)}{extra}\nDrag onto another group to move it"
         if role == Qt.ItemDataRole.DecorationRole:
@@ -392,7 +399,8 @@ class GroupDelegate(ThumbnailDelegate):
         r = index.row()
         proto = bool(model.proto[r]) if hasattr(model, "proto") else False
         outl = bool(model.outlier[r]) if hasattr(model, "outlier") else False
-        if not (proto or outl):
+        new = hasattr(model, "placed") and model.placed[r] is not None
+        if not (proto or outl or new):
             return
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -421,6 +429,16 @@ class GroupDelegate(ThumbnailDelegate):
             f.setPointSizeF(max(6.5, f.pointSizeF() * 0.8))
             painter.setFont(f)
             painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "outlier")
+        if new:  # placed by Simile since the last grouping: for the person to check
+            tag = QRect(img.right() - 36, img.bottom() - 18, 34, 16)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(40, 110, 200, 230))
+            painter.drawRoundedRect(tag, 3, 3)
+            painter.setPen(QColor(235, 242, 255))
+            f = QFont(option.font)
+            f.setPointSizeF(max(6.5, f.pointSizeF() * 0.8))
+            painter.setFont(f)
+            painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "new")
         painter.restore()
 
 
@@ -555,10 +573,12 @@ class GroupRow(QFrame):
 
     def fill(self, g: Grouping) -> None:
         rows = g.members(self.group)
-        self.model.set_members([g.paths[i] for i in rows], g.prototypes[rows], g.outliers[rows])
+        placed = self.view.model.placed
+        self.model.set_members([g.paths[i] for i in rows], g.prototypes[rows], g.outliers[rows],
+                               placed)  # fmt: skip
         top = rows[:REPRESENTATIVES] if len(rows) > REPRESENTATIVES_FROM else rows[:0]
         self.rep_model.set_members([g.paths[i] for i in top], g.prototypes[top],
-                                   g.outliers[top])  # fmt: skip
+                                   g.outliers[top], placed)  # fmt: skip
         self.reps.setVisible(len(top) > 0)
         self.name.setText(g.names.get(self.group, ""))
         n_p, n_o = int(g.prototypes[rows].sum()), int(g.outliers[rows].sum())
@@ -566,6 +586,9 @@ class GroupRow(QFrame):
                  + ("s" if n_p != 1 else "")]  # fmt: skip
         if n_o:
             parts.append(f"{n_o} outlier{'s' if n_o != 1 else ''}")
+        n_new = sum(str(g.paths[i]) in placed for i in rows)
+        if n_new:
+            parts.append(f"{n_new} new")
         self.info.setText("  ·  ".join(parts))
         self.split_btn.setEnabled(len(rows) >= 2)
         self.merge_menu.clear()
@@ -906,6 +929,7 @@ class CategoriesView(QWidget):
 
         def done(result) -> None:
             placed, K = result
+            self.model.add_placed(placed.placed)
             self.model.set_grouping(placed.grouping, K=K)
             self._save()
             self.grouping_shown.emit()
@@ -965,6 +989,7 @@ class CategoriesView(QWidget):
             if old is not None:
                 g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
                 m.remember("grouping again")
+            m.forget_placed()  # (every photo grouped afresh: none is "new" any more)
             m.set_grouping(g, K=K)
             self._save()
             self.grouping_shown.emit()
@@ -1081,6 +1106,7 @@ class CategoriesView(QWidget):
         K = self.K if self.K is not None and len(self.K) == len(p) else None
         self.model.remember("move")
         self._add_constraints([(p[a], p[b]) for a, b in must], [(p[a], p[b]) for a, b in cannot])
+        self.model.forget_placed([path])  # (the person decided where it goes)
         new = move_edit(g, str(path), group, K)
         self._show_edit(new)
         self.window.status_label.setText(

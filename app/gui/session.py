@@ -503,6 +503,9 @@ class GroupingModel:
         self.mask_path: str | None = None
         self.mask_data: Any = None
         self.undo_stack: list[tuple[str, Any, Any, list, list]] = []
+        # photos Simile placed into the person's groups since they were last grouped
+        # (path -> the classifier's confidence), for them to check
+        self.placed: dict[str, float] = {}
 
     def remember(self, what: str) -> None:
         """Keep the grouping shown and the constraints, so that :meth:`undo` can bring
@@ -569,11 +572,28 @@ class GroupingModel:
             self.events.k_choice(k=k)
 
     def set_grouping(self, grouping, K: Any = ...) -> None:
-        """Show ``grouping`` (None: none); ``K``: its affinities, when they change."""
+        """Show ``grouping`` (None: none); ``K``: its affinities, when they change. The
+        marks of placed photos no longer in it go."""
         self.grouping = grouping
         if K is not ...:
             self.K = K
+        if grouping is not None and self.placed:
+            live = set(map(str, grouping.paths))
+            self.placed = {p: c for p, c in self.placed.items() if p in live}
         self.events.grouping(grouping=grouping)
+
+    def add_placed(self, placed) -> None:
+        """Mark photos Simile placed into the groups: ``(path, group, confidence)`` each
+        (:attr:`engine.cluster.Placement.placed`); shown until the person moves them or
+        groups everything again (:meth:`forget_placed`)."""
+        self.placed.update({str(p): float(c) for p, _g, c in placed})
+
+    def forget_placed(self, paths=None) -> None:
+        """Drop the marks of ``paths`` (None: all)."""
+        if paths is None:
+            self.placed = {}
+        for p in paths or ():
+            self.placed.pop(str(p), None)
 
     def set_affinities(self, K) -> None:
         self.K = K

@@ -96,6 +96,28 @@ def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path
     assert "placed into your groups" in window.status_label.text()
     shown = sorted(p for row in view.rows for p in row.model.paths())
     assert shown == sorted(g2.paths)
+    # the new photos are marked "new" with the classifier's confidence, for the person to
+    # check; the old ones are not
+    for row in view.rows:
+        for i, p in enumerate(row.model.paths()):
+            conf = row.model.placed[i]
+            assert (conf is not None) == (p in later)
+            tip = row.model.data(row.model.index(i), Qt.ItemDataRole.ToolTipRole)
+            assert ("new: placed here by Simile (confidence" in tip) == (p in later)
+    n_new = {r: sum(p in later for p in row.model.paths()) for r, row in enumerate(view.rows)}
+    for r, row in enumerate(view.rows):
+        assert (f"{n_new[r]} new" in row.info.text()) == (n_new[r] > 0)
+    # the person moves a new photo: it is theirs now, no longer marked
+    first_new = next(iter(later))
+    src = next(r for r in view.rows if first_new in r.model.paths())
+    dst = next(r for r in view.rows if r is not src)
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        _drop(view, src, first_new, dst)
+    i = dst.model.paths().index(first_new)
+    assert dst.model.placed[i] is None
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
+    g2 = view.grouping
 
     # Export ▸ Keywords in XMP sidecars: asked first, then every photo's sidecar names its
     # group; the photos are not changed
