@@ -253,8 +253,8 @@ def _print_groups(grouping, n: int, as_json: bool) -> None:
             else "not refined"
         )
         print(f"{n} images in {kk} groups ({reason}; {how})")
-        for c in clusters:
-            print(f"group {c['id']}: {len(c['members'])} images, "
+        for c in clusters:  # (the name the app shows: the person's, else "Group <id + 1>")
+            print(f"{c['name']}: {len(c['members'])} images, "
                   f"{len(c['outliers'])} outliers")  # fmt: skip
             for m in c["members"]:
                 tag = "*" if m in c["prototypes"] else ("!" if m in c["outliers"] else " ")

@@ -329,6 +329,9 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
     with Collection.open(photos, readonly=True) as col:
         saved = load_edits(col.store, [str(p) for p in col.paths()])
     assert saved.new_paths == [] and str(later) in saved.grouping.paths
+    code, out = _run(["cluster", str(photos)], capsys)  # the text names the groups too
+    assert code == 0 and f"Red: {len(groups['g0']) - 1} images" in out
+    assert f"Group {1 - group_of[first] + 1}: " in out
     code, out = _run(["cluster", str(photos), "--json", "--regroup"], capsys)
     res = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and "Red" not in {c["name"] for c in res["clusters"]}
