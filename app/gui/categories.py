@@ -421,25 +421,23 @@ class GroupDelegate(ThumbnailDelegate):
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(img.adjusted(-1, -1, 1, 1), 4, 4)
             tag = QRect(img.left() + 2, img.bottom() - 18, 52, 16)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(170, 50, 50, 220))
-            painter.drawRoundedRect(tag, 3, 3)
-            painter.setPen(QColor(255, 235, 235))
-            f = QFont(option.font)
-            f.setPointSizeF(max(6.5, f.pointSizeF() * 0.8))
-            painter.setFont(f)
-            painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "outlier")
+            _tag(painter, option, tag, QColor(170, 50, 50, 220), QColor(255, 235, 235), "outlier")
         if new:  # placed by Simile since the last grouping: for the person to check
             tag = QRect(img.right() - 36, img.bottom() - 18, 34, 16)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(40, 110, 200, 230))
-            painter.drawRoundedRect(tag, 3, 3)
-            painter.setPen(QColor(235, 242, 255))
-            f = QFont(option.font)
-            f.setPointSizeF(max(6.5, f.pointSizeF() * 0.8))
-            painter.setFont(f)
-            painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "new")
+            _tag(painter, option, tag, QColor(40, 110, 200, 230), QColor(235, 242, 255), "new")
         painter.restore()
+
+
+def _tag(painter: QPainter, option, rect: QRect, back: QColor, ink: QColor, text: str) -> None:
+    """A small word on a rounded plate over a thumbnail ("outlier", "new")."""
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(back)
+    painter.drawRoundedRect(rect, 3, 3)
+    painter.setPen(ink)
+    f = QFont(option.font)
+    f.setPointSizeF(max(6.5, f.pointSizeF() * 0.8))
+    painter.setFont(f)
+    painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, text)
 
 
 class GroupStrip(QListView):
