@@ -40,6 +40,7 @@ asks to group everything again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -186,6 +187,23 @@ def unlike_their_group(
     return out
 
 
+_PLACED = re.compile(
+    r"; (\d+) new photo\(s\) placed by an SVM on the groups' prototypes(?: \((\d+) to review\))?"
+)
+
+
+def _placed_reason(reason: str, n_new: int, n_unsure: int) -> str:
+    """``reason`` saying that ``n_new`` more photos were placed (``n_unsure`` of them to
+    review): one clause counting every placement since the grouping, not one clause per
+    placement (a folder that receives photos every week would grow its reason forever)."""
+    for m in _PLACED.finditer(reason):
+        n_new += int(m.group(1))
+        n_unsure += int(m.group(2) or 0)
+    reason = _PLACED.sub("", reason)
+    review = f" ({n_unsure} to review)" if n_unsure else ""
+    return f"{reason}; {n_new} new photo(s) placed by an SVM on the groups' prototypes{review}"
+
+
 def place_photos_iter(
     collection: Any, grouping: EditableGrouping, cancel: Any = None
 ) -> Generator[ClusterProgress, None, Placement]:
@@ -255,10 +273,7 @@ def place_photos_iter(
             j = new_pos[p]
             labels[r], flow[r] = labels_new[j], low - (1.0 - confidence[j])
     n_unsure = int(unsure.sum())
-    reason = g.k_reason
-    if new:
-        reason += (f"; {len(new)} new photo(s) placed by an SVM on the groups' prototypes"
-                   + (f" ({n_unsure} to review)" if n_unsure else ""))  # fmt: skip
+    reason = _placed_reason(g.k_reason, len(new), n_unsure) if new else g.k_reason
     out = EditableGrouping(paths, labels, flow, protos, outl, reason, dict(g.names))
     if n_unsure:
         out.names[g.k] = REVIEW_NAME

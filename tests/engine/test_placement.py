@@ -177,3 +177,19 @@ def test_a_photo_moved_by_hand_is_never_called_an_outlier():
     i = m.paths.index(paths[7])
     assert m.group_of(paths[7]) == 0 and not m.outliers[i]
     assert m.flow[i] == m.flow[m.labels == 0].min()  # (ranked last all the same)
+
+
+def test_the_reason_counts_every_placement_in_one_clause():
+    """A folder that receives photos every week: its grouping's reason (the app's
+    "Details") says how many photos were placed since it was grouped, in one clause, not
+    one clause per placement that grows forever."""
+    from engine.cluster.placement import _placed_reason
+
+    r = _placed_reason("k=4 by relative eigengap; moved a.jpg by hand", 7, 0)
+    assert r == ("k=4 by relative eigengap; moved a.jpg by hand; 7 new photo(s) placed by an "
+                 "SVM on the groups' prototypes")  # fmt: skip
+    r = _placed_reason(r, 3, 1)
+    assert r.endswith("; 10 new photo(s) placed by an SVM on the groups' prototypes (1 to review)")
+    r = _placed_reason(r, 2, 0)
+    assert r.count("placed by an SVM") == 1 and "12 new photo(s)" in r and "(1 to review)" in r
+    assert r.startswith("k=4 by relative eigengap; moved a.jpg by hand; ")
