@@ -580,8 +580,9 @@ class GroupRow(QFrame):
         self.reps.setVisible(len(top) > 0)
         self.name.setText(g.names.get(self.group, ""))
         n_p, n_o = int(g.prototypes[rows].sum()), int(g.outliers[rows].sum())
-        parts = [f"{len(rows)} photo{'s' if len(rows) != 1 else ''}", f"{n_p} ★ prototype"
-                 + ("s" if n_p != 1 else "")]  # fmt: skip
+        parts = [f"{len(rows)} photo{'s' if len(rows) != 1 else ''}"]
+        if n_p:  # ("To review" has none: it is no group Simile found)
+            parts.append(f"{n_p} ★ prototype{'s' if n_p != 1 else ''}")
         if n_o:
             parts.append(f"{n_o} outlier{'s' if n_o != 1 else ''}")
         n_new = sum(str(g.paths[i]) in placed for i in rows)

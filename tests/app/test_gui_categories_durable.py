@@ -265,3 +265,36 @@ def test_a_move_can_be_undone_after_the_folder_changed_on_disk(qtbot, window, tm
     assert {p: g.group_of(p) for p in placed} == placed, "the new photos stayed placed"
     assert g.name(0) == "Sea"
     assert sorted(p for row in view.rows for p in row.model.paths()) == sorted(g.paths)
+
+
+def test_photos_simile_is_unsure_of_wait_in_to_review(qtbot, window, tmp_path, monkeypatch):
+    """New photos the classifier is unsure of are collected in "To review", marked new,
+    and the status line says so; that group claims no prototypes it does not have."""
+    import engine.cluster.placement as placement
+
+    folder, index = tmp_path / "photos", tmp_path / "index"
+    make_grouped_folder(folder, per_group=3, seed=12)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    view = window.views["categories"]
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        window.show_view("categories")
+    assert view.grouping.k == 2
+    monkeypatch.setattr(placement, "UNSURE_CONFIDENCE", 1.01)  # unsure of every photo
+    extra = make_grouped_folder(tmp_path / "more", n_groups=1, per_group=2, seed=99)["g0"]
+    (folder / "new").mkdir()
+    for p in extra:
+        shutil.copy(p, folder / "new" / p.name)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    qtbot.waitUntil(
+        lambda: view.grouping is not None and len(view.grouping.paths) == 8 and not view._busy,
+        timeout=60_000,
+    )
+    g = view.grouping
+    assert g.k == 3 and g.name(2) == placement.REVIEW_NAME
+    review = view.rows[2]
+    assert sorted(review.model.paths()) == sorted(str(folder / "new" / p.name) for p in extra)
+    assert all(c is not None for c in review.model.placed)
+    assert review.info.text() == "2 photos  ·  2 new"
+    assert "2 to review in “To review”" in window.status_label.text()
