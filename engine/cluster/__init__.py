@@ -14,8 +14,10 @@ Modules, in the order the data flows through them:
 - :mod:`~engine.cluster.refine` -- feature masks from within-group correspondences (9.3);
 - :mod:`~engine.cluster.edits` -- the person's edits: move, merge, split, names;
 - :mod:`~engine.cluster.evaluation` -- accuracy against known classes;
-- :mod:`~engine.cluster.channel` -- dense SIFT for grouping, cached in the index (9.5);
-- :mod:`~engine.cluster.model` -- a collection's vocabulary and binned sets;
+- :mod:`~engine.cluster.appearance` -- a global HOG of every photo and its kernel;
+- :mod:`~engine.cluster.channel` -- dense SIFT for grouping (9.5) and the appearance
+  descriptor, cached in the index;
+- :mod:`~engine.cluster.model` -- a collection's vocabulary, binned sets and affinities;
 - :mod:`~engine.cluster.pipeline` -- :func:`categorize_iter`, the whole-folder pipeline;
 - :mod:`~engine.cluster.grouping` -- the grouping of ``simile cluster`` and the app, and its
   storage in the index (one state; the person's edits beside it);
@@ -25,6 +27,12 @@ Modules, in the order the data flows through them:
 """
 
 from engine.cluster.affinity import diagonal_dominance, knn_graph, prepare_affinity
+from engine.cluster.appearance import (
+    APPEARANCE,
+    appearance_descriptor,
+    appearance_kernel,
+    combine_kernels,
+)
 from engine.cluster.binned import (
     BinnedMatcher,
     BinsMatcher,
@@ -35,6 +43,7 @@ from engine.cluster.binned import (
 from engine.cluster.channel import (
     CATEGORY_FEATURES,
     CategoryChannel,
+    CategoryFeatures,
     as_float,
     category_extractor,
     category_features,
@@ -100,6 +109,7 @@ from engine.cluster.refine import (
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
 
 __all__ = [
+    "APPEARANCE",
     "CATEGORY_FEATURES",
     "CATEGORY_VOCAB",
     "NYSTROM_AUTO_MIN",
@@ -108,6 +118,7 @@ __all__ = [
     "BinnedMatcher",
     "BinsMatcher",
     "CategoryChannel",
+    "CategoryFeatures",
     "CategoryModel",
     "CategoryResult",
     "ClusterProgress",
@@ -118,6 +129,8 @@ __all__ = [
     "Refinement",
     "SavedEdits",
     "SplitResult",
+    "appearance_descriptor",
+    "appearance_kernel",
     "apply_constraints",
     "as_float",
     "bin_correspondences",
@@ -135,6 +148,7 @@ __all__ = [
     "choose_landmarks",
     "clustering_accuracy",
     "collection_rows",
+    "combine_kernels",
     "compact_labels",
     "contradictions",
     "default_k_graph",

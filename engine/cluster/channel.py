@@ -10,11 +10,14 @@ a vocabulary is fitted on.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from engine.cluster.appearance import APPEARANCE, appearance_descriptor
 from engine.cluster.results import ClusterProgress
+from engine.features.keypoints import Features
 from engine.index import keys
 
 __all__ = [
@@ -22,6 +25,7 @@ __all__ = [
     "CATEGORY_FEATURES_VERSION",
     "DENSE_CHUNK",
     "CategoryChannel",
+    "CategoryFeatures",
     "as_float",
     "category_extractor",
     "category_features",
@@ -46,6 +50,20 @@ CATEGORY_FEATURES_VERSION = 1
 DENSE_CHUNK = 64
 
 
+@dataclass(frozen=True, eq=False)
+class CategoryFeatures(Features):
+    """:class:`engine.features.Features` of the categorisation channel, with the photo's
+    global appearance descriptor (:func:`engine.cluster.appearance_descriptor`).
+
+    Attributes
+    ----------
+    appearance : (d,) float32 or None
+        None when it was not asked for (``category_features(appearance=False)``).
+    """
+
+    appearance: np.ndarray | None = None
+
+
 def category_features(
     image: Any,
     *,
@@ -55,7 +73,8 @@ def category_features(
     trim: int = 245,
     rootsift: bool = True,
     octaves: bool = True,
-):
+    appearance: bool = False,
+) -> CategoryFeatures:
     """Dense multi-scale SIFT of one image for categorisation (thesis Sec. 9.5).
 
     The image is loaded upright in grey (at most 1024 pixels a side), a uniform white frame
@@ -84,18 +103,22 @@ def category_features(
         every window at full resolution; learned similarity uses that
         (:data:`engine.workflows.feedback.LEARN_FEATURES`): on Caltech-101 (20 classes) the cosine
         of tf-idf bags gives precision@10 0.412 against 0.378, OASIS 0.550 against 0.477.
+    appearance : bool
+        Also describe the whole image (white frame trimmed) by
+        :func:`engine.cluster.appearance_descriptor` with the settings of
+        :data:`engine.cluster.APPEARANCE`, from the same decoded image (the grouping's
+        channel does; learned similarity does not).
 
     Returns
     -------
-    engine.features.Features
+    CategoryFeatures
         ``descriptors`` (M, 128) float32 RootSIFT (unit L2 norm, values in [0, 1]); ``xy``
         (M, 2) float32 window centres in pixels of the image as loaded
-        (``image_size``); ``kind = "category_dense"``.
+        (``image_size``); ``kind = "category_dense"``; ``appearance`` (d,) float32 or None.
     """
     import cv2
 
-    from engine.features.dense import dense_sift
-    from engine.features.keypoints import Features
+    from engine.features.dense import dense_sift, gray_image, trim_box
 
     if isinstance(image, np.ndarray):  # arrays are taken as uint8 grey levels, as always
         gray = np.asarray(image)
@@ -104,6 +127,13 @@ def category_features(
         if gray.ndim != 2:
             raise ValueError(f"image must be (H, W) or (H, W, 3), got shape {gray.shape}")
         image = np.ascontiguousarray(gray, np.uint8)
+    app = None
+    if appearance:  # decode once: dense_sift takes the loaded grey image as it is
+        image = gray_image(image, None if isinstance(image, np.ndarray) else 1024)
+        height, width = image.shape
+        r0, r1, c0, c1 = trim_box(image, int(trim)) if trim else (0, height, 0, width)
+        app = appearance_descriptor(image[r0:r1, c0:c1], size=int(APPEARANCE["size"]),
+                                    cell=int(APPEARANCE["cell"]))  # fmt: skip
     f = dense_sift(
         image,
         windows=tuple((6 * int(z), int(step)) for z, step in windows),
@@ -116,28 +146,33 @@ def category_features(
         rootsift=rootsift,
         octaves=octaves,
     )
-    return Features(
+    return CategoryFeatures(
         descriptors=f.descriptors,
         xy=f.input_xy(),
         scale=None,
         angle=None,
         image_size=f.input_size,
         kind="category_dense",
+        appearance=app,
     )
 
 
-def category_extractor(data: bytes, **kwargs: Any):
+def category_extractor(data: bytes, **kwargs: Any) -> CategoryFeatures:
     """:func:`category_features` of an image file's bytes, as a module-level function that
     :func:`engine.index.ingest.extract_parallel` workers can call (``kwargs``: the
-    channel's settings). Returns ``engine.features.Features``."""
+    channel's settings). Returns :class:`CategoryFeatures`."""
     return category_features(data, **kwargs)
 
 
 def _settings_key(settings: dict[str, Any]) -> str:
     import json
 
+    extra = {}
+    if settings.get("appearance"):  # the descriptor's own settings are part of the key
+        extra = {"appearance_hog": [int(APPEARANCE["size"]), int(APPEARANCE["cell"])]}
     return json.dumps(
-        {"v": CATEGORY_FEATURES_VERSION, **{k: settings[k] for k in sorted(settings)}},
+        {"v": CATEGORY_FEATURES_VERSION, **{k: settings[k] for k in sorted(settings)},
+         **extra},
         sort_keys=True, default=list,
     )  # fmt: skip
 
@@ -153,7 +188,9 @@ class CategoryChannel:
 
     Storage: chunks of at most :data:`DENSE_CHUNK` images, each three arrays
     ``cluster.dense.<token>.{desc,xy,off}`` (descriptors as uint8 ``round(255 v)``, RootSIFT
-    values lie in [0, 1]; xy float32; offsets (c+1,) int64), and a JSON manifest in the
+    values lie in [0, 1]; xy float32; offsets (c+1,) int64), with the appearance channel a
+    fourth, ``.app`` ((c, d) float32, one appearance descriptor per image, rows as the
+    manifest's), and a JSON manifest in the
     key-value table (``cluster.dense.manifest``) mapping every image's CONTENT HASH to
     ``(chunk, row, width, height)``. A chunk is written (atomically) before the manifest
     names it, so an interrupted run keeps every finished chunk and leaves a usable cache;
@@ -172,6 +209,11 @@ class CategoryChannel:
         Name of the cache in the index (``<namespace>.dense.*``): channels with different
         settings kept side by side (grouping uses ``"cluster"``, learned similarity
         ``"learn"``) never evict each other.
+    appearance : bool, optional
+        Also compute and keep every image's global appearance descriptor
+        (:func:`category_features` ``appearance=True``; :meth:`appearance` reads them).
+        Default: with the default ``settings`` (the grouping's channel), else as
+        ``settings["appearance"]`` says (learned similarity's channel has none).
     """
 
     def __init__(
@@ -179,11 +221,17 @@ class CategoryChannel:
         store: Any,
         settings: dict[str, Any] | None = None,
         namespace: str = keys.DENSE_NAMESPACE,
+        appearance: bool | None = None,
     ) -> None:
         import json
 
         self.store = store
         self.settings = dict(CATEGORY_FEATURES if settings is None else settings)
+        if appearance is None:
+            appearance = settings is None or bool(self.settings.get("appearance", False))
+        self.settings.pop("appearance", None)
+        if appearance:
+            self.settings["appearance"] = True
         self.key = _settings_key(self.settings)
         # each namespace has its own cache (grouping: "cluster", learned similarity: "learn")
         self._prefix = keys.dense_array_prefix(namespace)
@@ -199,7 +247,14 @@ class CategoryChannel:
             man = {"key": self.key, "chunks": {}, "items": {}}
         self.manifest: dict[str, Any] = man
         self._memory: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
+        self._memory_app: dict[str, np.ndarray] = {}
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._app_arrays: dict[str, np.ndarray] = {}
+
+    @property
+    def with_appearance(self) -> bool:
+        """Whether this channel computes and keeps the appearance descriptors."""
+        return bool(self.settings.get("appearance", False))
 
     # -- bookkeeping --------------------------------------------------------------------------
     def has(self, content_hash: str) -> bool:
@@ -228,17 +283,24 @@ class CategoryChannel:
         self.store.save_array(n_desc, q)
         self.store.save_array(n_xy, xy)
         self.store.save_array(n_off, off)
+        if self.with_appearance:
+            self.store.save_array(f"{self._prefix}{token}.app", _appearance_rows(feats))
         self.manifest["chunks"][token] = len(feats)
         for row, (h, f) in enumerate(feats):
             self.manifest["items"][h] = [token, row, int(f.image_size[0]), int(f.image_size[1])]
         self._write_manifest()
 
     def _drop_chunk(self, token: str) -> None:
-        for name in (*self._chunk_names(token), f"{self._prefix}{token}.bins"):
+        for suffix in (".bins", ".app"):
+            name = f"{self._prefix}{token}{suffix}"
+            if self.store.has_array(name):
+                self.store.delete_array(name)
+        for name in self._chunk_names(token):
             if self.store.has_array(name):
                 self.store.delete_array(name)
         self.manifest.get("bins", {}).pop(token, None)
         self._arrays.pop(token, None)
+        self._app_arrays.pop(token, None)
 
     def _collect_garbage(self, live: set[str]) -> None:
         """Forget images not in ``live`` (content hashes); compact mostly dead chunks;
@@ -275,7 +337,8 @@ class CategoryChannel:
         for f in arrays.glob(self._prefix + "*.npy") if arrays.is_dir() else ():
             stem = f.name[: -len(".npy")]
             base = stem.rsplit(".", 1)[0]
-            if base not in named and stem.rsplit(".", 1)[-1] in ("desc", "xy", "off", "bins"):
+            suffix = stem.rsplit(".", 1)[-1]
+            if base not in named and suffix in ("desc", "xy", "off", "bins", "app"):
                 self.store.delete_array(stem)
 
     # -- computing ----------------------------------------------------------------------------
@@ -319,6 +382,7 @@ class CategoryChannel:
                 if f is None:  # unreadable now: an empty set for this run, not cached
                     self._memory[h] = (np.zeros((0, 128), np.float32),
                                        np.zeros((0, 2), np.float32), (0, 0))  # fmt: skip
+                    self._memory_app[h] = _blank_appearance()
                 elif writable:
                     pending.append((h, f))
                     if len(pending) >= DENSE_CHUNK:
@@ -326,6 +390,8 @@ class CategoryChannel:
                         pending = []
                 else:
                     self._memory[h] = (f.descriptors, f.xy, f.image_size)
+                    if self.with_appearance:
+                        self._memory_app[h] = _appearance_of(f)
                 done += 1
                 yield ClusterProgress("features", done, total, "dense features for grouping")
         finally:
@@ -402,13 +468,56 @@ class CategoryChannel:
             out.append(per_chunk[tok][off[row] : off[row + 1]].astype(np.int64))
         return out
 
-    def features(self, content_hash: str):
-        """:class:`engine.features.Features` of one image (float32 descriptors)."""
-        from engine.features.keypoints import Features
+    def appearance(self, hashes: Sequence[str]) -> np.ndarray | None:
+        """(n, d) float32 appearance descriptors of the images of ``hashes``, or None when
+        the channel keeps none (``appearance=False``). KeyError if one is not computed."""
+        if not self.with_appearance:
+            return None
+        rows = [self._appearance_row(h) for h in hashes]
+        if not rows:
+            return np.zeros((0, _appearance_dim()), np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
 
+    def _appearance_row(self, content_hash: str) -> np.ndarray:
+        if content_hash in self._memory_app:
+            return self._memory_app[content_hash]
+        tok, row, _w, _h = self.manifest["items"][content_hash]
+        if tok not in self._app_arrays:
+            name = f"{self._prefix}{tok}.app"
+            if not self.store.has_array(name):
+                raise KeyError(f"{content_hash}: no appearance descriptor in chunk {tok}")
+            self._app_arrays[tok] = np.asarray(self.store.load_array(name, mmap=False))
+        return np.asarray(self._app_arrays[tok][row], np.float32)
+
+    def features(self, content_hash: str) -> CategoryFeatures:
+        """:class:`CategoryFeatures` of one image (float32 descriptors; its appearance
+        descriptor when the channel keeps them)."""
         d, xy, size = self.raw(content_hash)
-        return Features(as_float(d), np.asarray(xy, np.float32), None, None, size,
-                        "category_dense")  # fmt: skip
+        app = self._appearance_row(content_hash) if self.with_appearance else None
+        return CategoryFeatures(as_float(d), np.asarray(xy, np.float32), None, None, size,
+                                "category_dense", app)  # fmt: skip
+
+
+def _appearance_dim() -> int:
+    size, cell = int(APPEARANCE["size"]), int(APPEARANCE["cell"])
+    return 9 * 4 * (size // cell - 1) ** 2
+
+
+def _blank_appearance() -> np.ndarray:
+    """The appearance descriptor of an unreadable image: zeros (no gradients)."""
+    return np.zeros(_appearance_dim(), np.float32)
+
+
+def _appearance_of(f: Any) -> np.ndarray:
+    a = getattr(f, "appearance", None)
+    return _blank_appearance() if a is None else np.asarray(a, np.float32).reshape(-1)
+
+
+def _appearance_rows(feats: Sequence[tuple[str, Any]]) -> np.ndarray:
+    """(c, d) float32 appearance descriptors of one chunk's ``(hash, features)``."""
+    if not feats:
+        return np.zeros((0, _appearance_dim()), np.float32)
+    return np.stack([_appearance_of(f) for _, f in feats])
 
 
 def as_float(d: np.ndarray) -> np.ndarray:

@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.cluster import pipeline
-from engine.cluster.binned import binned_pyramid_kernel
 from engine.cluster.constraints import relabel_by_size
 from engine.cluster.model import category_model_iter
 from engine.cluster.ncut import choose_landmarks
@@ -421,8 +420,10 @@ def split_group_iter(
 
     With ``K`` (n, n) the group's block is taken from it. Otherwise the group's members are
     described by the cached dense channel (:func:`engine.cluster.category_model_iter`) and
-    their sub-kernel is the engine's exact normalised vocabulary-guided pyramid match
-    (:func:`engine.cluster.binned_pyramid_kernel`, Eqs. 3.12-3.13): the full (m, m) block
+    their sub-kernel is the grouping's affinities (:meth:`engine.cluster.CategoryModel.kernel`:
+    the exact normalised vocabulary-guided pyramid match,
+    :func:`engine.cluster.binned_pyramid_kernel`, Eqs. 3.12-3.13, mixed with the global
+    appearance kernel): the full (m, m) block
     for up to :data:`SPLIT_NYSTROM_MIN` members, else (m, SPLIT_LANDMARKS) Nystrom columns
     of sampled members (Fowlkes et al. 2004). Cost O(m^2) resp. O(m * landmarks), never
     O(n^2).
@@ -478,15 +479,15 @@ def split_group_iter(
             raise ValueError(
                 f"{len(missing)} photo(s) of the group are no longer indexed; group again"
             )
-        sub_bins = [model.bins[row[paths[i]]] for i in idx]
+        sub_rows = np.array([row[paths[i]] for i in idx], np.int64)
         check_cancel()
         yield ClusterProgress("split", 0, 2, f"Computing the affinities of the group's {m} "
                               "photos…")  # fmt: skip
         if m > SPLIT_NYSTROM_MIN and m > SPLIT_LANDMARKS:
             kw["landmarks"] = choose_landmarks(m, SPLIT_LANDMARKS)
-            C = binned_pyramid_kernel(sub_bins, columns=kw["landmarks"])
+            C = model.kernel(rows=sub_rows, columns=sub_rows[kw["landmarks"]])
         else:
-            C = binned_pyramid_kernel(sub_bins)
+            C = model.kernel(rows=sub_rows, columns=sub_rows)
     check_cancel()
     yield ClusterProgress("split", 1, 2, "Normalized cut of the group…")
     if m == 2:  # nothing to cut: one photo each
@@ -681,4 +682,4 @@ def category_affinities_iter(
     model = yield from category_model_iter(collection, cancel=cancel)
     if len(model.bins) > pipeline.NYSTROM_AUTO_MIN:
         return None
-    return binned_pyramid_kernel(model.bins)
+    return model.kernel()

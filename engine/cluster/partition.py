@@ -56,6 +56,7 @@ def discover_categories_iter(
     outlier_z: float = 3.0,
     random_state: int = 0,
     k_graph: int | None = None,
+    k_kernel: np.ndarray | None = None,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
@@ -70,13 +71,18 @@ def discover_categories_iter(
     cannot_a = constraint_pairs(cannot, n, "cannot")
     if isinstance(k, int | np.integer) and int(k) > n:
         raise ValueError(f"k={k} is larger than the number of images ({n})")
+    Ck = None
+    if k_kernel is not None and k == "auto":
+        Ck = np.asarray(k_kernel, dtype=np.float64)
+        if Ck.shape != C.shape:
+            raise ValueError(f"k_kernel must have the kernel's shape {C.shape}, got {Ck.shape}")
 
     yield ClusterProgress("affinity", 0, 1, "preparing affinities")
     if landmarks is not None:
         landmarks = np.asarray(landmarks, dtype=np.int64)
         res = yield from _discover_nystrom(
             C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
-            prototype_percentile, outlier_z, random_state,
+            prototype_percentile, outlier_z, random_state, Ck,
         )  # fmt: skip
         return res
     W = prepare_affinity(C, power=power, empirical=empirical)
@@ -96,7 +102,16 @@ def discover_categories_iter(
     yield ClusterProgress("spectrum", 0, 1, f"{q} leading eigenvectors of {n}x{n}")
     values, vectors = ncut_embedding(W, q)
     yield ClusterProgress("spectrum", 1, 1)
-    kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max)
+    if Ck is None:
+        kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max)
+    else:  # the number of groups from other affinities (the same constraints)
+        Wk = prepare_affinity(Ck, power=power, empirical=empirical)
+        np.fill_diagonal(Wk, 1.0)
+        apply_constraints(Wk, must_a, cannot_a)
+        np.fill_diagonal(Wk, 0.0)
+        own = k_graph is None or n <= int(k_graph) + 1  # else the graph's own spectrum
+        values_k = ncut_embedding(Wk, q)[0] if own else values
+        kk, reason = _choose_k(Wk, values_k, q, k, k_graph, k_min, k_max)
     yield ClusterProgress("discretize", 0, 1, f"k={kk}")
     if method == "recursive":
         labels = recursive_ncut(W, kk)
@@ -167,12 +182,13 @@ def _choose_k(
 
 def _discover_nystrom(
     C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
-    prototype_percentile, outlier_z, random_state,
+    prototype_percentile, outlier_z, random_state, Ck=None,
 ):  # fmt: skip
     """Nystrom mode of :func:`discover_categories_iter` (same arguments, ``C`` the (n, m)
-    landmark columns): constraints written into the columns, approximate spectrum
-    (:func:`engine.cluster.ncut.nystrom_embedding`), and flow, prototypes and outliers
-    from the affinities to the landmark members of each group."""
+    landmark columns, ``Ck`` those of ``k_kernel`` or None): constraints written into the
+    columns, approximate spectrum (:func:`engine.cluster.ncut.nystrom_embedding`), and
+    flow, prototypes and outliers from the affinities to the landmark members of each
+    group."""
     n, m = C.shape
     if landmarks.ndim != 1 or landmarks.shape[0] != m:
         raise ValueError(
@@ -183,28 +199,17 @@ def _discover_nystrom(
         raise ValueError("landmarks must be >= 2 distinct row indices of kernel")
     if np.any(C < -1e-6):
         raise ValueError("kernel has negative entries; affinities must be non-negative")
-    W = np.maximum(C, 0.0)
-    if power is not None:
-        if not 0 < power <= 1:
-            raise ValueError(f"power must be in (0, 1], got {power!r}")
-        W = W**power
-    pos = np.full(n, -1, np.int64)
-    pos[landmarks] = np.arange(m)
-    top = float(np.max(W[landmarks, np.arange(m)]))
-    for arr, val in ((must_a, top), (cannot_a, 0.0)):
-        if len(arr) == 0:
-            continue
-        if (pos[arr] < 0).any():
-            raise ValueError(
-                "every image in a constraint must be a landmark; use choose_landmarks()"
-            )
-        W[arr[:, 0], pos[arr[:, 1]]] = val
-        W[arr[:, 1], pos[arr[:, 0]]] = val
+    if power is not None and not 0 < power <= 1:
+        raise ValueError(f"power must be in (0, 1], got {power!r}")
+    W = _landmark_affinities(C, landmarks, must_a, cannot_a, power)
     yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
     q = min(m, (k_max if k == "auto" else int(k)) + 1)
     yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
     with single_threaded_blas():  # m x m problems: thread hand-offs cost more than they save
         values, vectors = nystrom_embedding(W, landmarks, q)
+        if Ck is not None:  # the number of groups from other affinities
+            Wk = _landmark_affinities(Ck, landmarks, must_a, cannot_a, power)
+            values = nystrom_embedding(Wk, landmarks, q)[0]
     yield ClusterProgress("spectrum", 1, 1)
     if k == "auto":
         kk, reason = eigengap_k(values, k_min, k_max)
@@ -244,6 +249,34 @@ def _discover_nystrom(
     )  # fmt: skip
 
 
+def _landmark_affinities(
+    C: np.ndarray,
+    landmarks: np.ndarray,
+    must_a: np.ndarray,
+    cannot_a: np.ndarray,
+    power: float | None,
+) -> np.ndarray:
+    """Nystrom mode: the (n, m) landmark columns ``C`` as affinities (clipped at 0, the
+    ``power`` map) with the constraints written in (maximal value resp. 0)."""
+    n, m = C.shape
+    W = np.maximum(np.asarray(C, np.float64), 0.0)
+    if power is not None:
+        W = W**power
+    pos = np.full(n, -1, np.int64)
+    pos[landmarks] = np.arange(m)
+    top = float(np.max(W[landmarks, np.arange(m)]))
+    for arr, val in ((must_a, top), (cannot_a, 0.0)):
+        if len(arr) == 0:
+            continue
+        if (pos[arr] < 0).any():
+            raise ValueError(
+                "every image in a constraint must be a landmark; use choose_landmarks()"
+            )
+        W[arr[:, 0], pos[arr[:, 1]]] = val
+        W[arr[:, 1], pos[arr[:, 0]]] = val
+    return W
+
+
 def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
     """Group images by normalized cuts on pyramid-match affinities (thesis Sec. 9.2).
 
@@ -278,6 +311,12 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         symmetric ``k_graph``-nearest-neighbour graph of the affinities
         (:func:`knn_graph`) instead of the full affinities; the cut itself still uses
         the full affinities.
+    k_kernel : array_like, optional
+        With ``k="auto"``: read the number of groups (the eigengap, with ``k_graph`` of
+        its nearest-neighbour graph) from these affinities instead, of ``kernel``'s shape
+        (the same columns in Nystrom mode) and with the same constraints; the cut uses
+        ``kernel``. :func:`engine.cluster.categorize_iter` passes the pyramid match alone
+        while cutting its mix with the appearance kernel.
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).

@@ -2,7 +2,8 @@
 
 :func:`categorize_iter` groups a whole collection: dense features and vocabulary
 (:mod:`engine.cluster.model`), vocabulary-guided pyramid-match affinities
-(:mod:`engine.cluster.binned`), normalized cuts (:mod:`engine.cluster.partition`), feature
+(:mod:`engine.cluster.binned`) mixed with a global appearance kernel
+(:mod:`engine.cluster.appearance`), normalized cuts (:mod:`engine.cluster.partition`), feature
 masks (:mod:`engine.cluster.refine`) and an SVM on the prototypes
 (:mod:`engine.cluster.classify`); :class:`CategoryResult` holds everything it found.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cluster.binned import BinsMatcher, binned_pyramid_kernel
+from engine.cluster.binned import BinsMatcher
 from engine.cluster.constraints import constraint_pairs, enforce_must, relabel_by_size
 from engine.cluster.model import CategoryModel, category_model_iter
 from engine.cluster.ncut import choose_landmarks
@@ -114,14 +115,17 @@ def categorize_iter(
 ) -> Generator[ClusterProgress, None, CategoryResult]:
     """Group a collection into categories: the pipeline of ``simile cluster`` and the app.
 
-    1. Dense multi-scale SIFT per image (:class:`CategoryChannel`, computed once per image
-       and cached in the index; the retrieval index keeps its sparse keypoints).
+    1. Dense multi-scale SIFT per image and a global appearance descriptor (HOG of the
+       whole photo; :class:`CategoryChannel`, computed once per image and cached in the
+       index; the retrieval index keeps its sparse keypoints).
     2. Vocabulary-guided pyramid match (thesis Ch. 4) over a hierarchical k-means tree of
-       those features (:func:`binned_pyramid_kernel`), exact below
+       those features (:func:`binned_pyramid_kernel`), mixed half and half with the
+       appearance kernel (:meth:`CategoryModel.kernels`), exact below
        :data:`NYSTROM_AUTO_MIN` images, else Nystrom columns of
        :data:`NYSTROM_LANDMARKS` landmarks.
-    3. Normalized cuts with the user's constraints (:func:`discover_categories_iter`); with
-       ``k="auto"`` the eigengap of the ``default_k_graph(n)``-nearest-neighbour graph.
+    3. Normalized cuts of the mixed affinities with the user's constraints
+       (:func:`discover_categories_iter`); with ``k="auto"`` the eigengap of the
+       ``default_k_graph(n)``-nearest-neighbour graph of the pyramid match alone.
     4. Feature masks from explicit within-group correspondences, masked flow, prototypes
        and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).
     5. An SVM on the precomputed kernel trained on the prototypes assigns every image
@@ -187,13 +191,15 @@ def categorize_iter(
     must = [tuple(int(v) for v in p) for p in must]
     cannot = [tuple(int(v) for v in p) for p in cannot]
     yield ClusterProgress("affinity", 0, 1, "pyramid-match affinities")
-    landmarks, K, C = _affinities(model.bins, nystrom, must, cannot, random_state)
+    landmarks, K, C, C_k = _affinities(model, nystrom, must, cannot, random_state)
     seconds["affinity"] = time.perf_counter() - t1
     check_cancel()
     t2 = time.perf_counter()
     kw = dict(k=k, must=must, cannot=cannot, power=power, k_min=min(k_min, max(n - 1, 1)),
               k_max=max(min(k_max, n - 1), 1), prototype_percentile=prototype_percentile,
               random_state=random_state)  # fmt: skip
+    if k == "auto" and C_k is not C:
+        kw["k_kernel"] = C_k
     if landmarks is not None:
         kw["landmarks"] = landmarks
     elif n > 2:
@@ -255,14 +261,15 @@ def categorize_iter(
 
 
 def _affinities(
-    bins: list[np.ndarray],
+    model: CategoryModel,
     nystrom: int | str,
     must: list[tuple[int, ...]],
     cannot: list[tuple[int, ...]],
     random_state: int,
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
-    """Step 2 of :func:`categorize_iter`: the binned pyramid-match affinities of the n
-    images, exact or (``nystrom``) as the columns of landmark images.
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray]:
+    """Step 2 of :func:`categorize_iter`: the affinities of the n images
+    (:meth:`CategoryModel.kernel`), exact or (``nystrom``) as the columns of landmark
+    images.
 
     Returns
     -------
@@ -271,20 +278,24 @@ def _affinities(
         Exact affinities (None in Nystrom mode).
     C : (n, n) or (n, m) float64
         What the normalized cut takes: ``K``, or the landmark columns.
+    C_k : (n, n) or (n, m) float64
+        The pyramid match alone, in ``C``'s shape: what the number of groups is read
+        from (``C`` itself when the model has no appearance descriptors).
     """
-    n = len(bins)
+    n = len(model.bins)
     use_nystrom = (n > NYSTROM_AUTO_MIN) if nystrom == "auto" else bool(nystrom)
     m_land = nystrom if isinstance(nystrom, int) and not isinstance(nystrom, bool) else None
     m_land = int(m_land or NYSTROM_LANDMARKS)
     if use_nystrom and n > m_land:
         landmarks = choose_landmarks(n, m_land, must=must, cannot=cannot,
                                      random_state=random_state)  # fmt: skip
-        C = binned_pyramid_kernel(bins, columns=landmarks)
+        C_k, C = model.kernels(columns=landmarks)
         K = None
     else:
-        landmarks, K = None, binned_pyramid_kernel(bins)
+        landmarks = None
+        C_k, K = model.kernels()
         C = K
-    return landmarks, K, C
+    return landmarks, K, C, C_k
 
 
 def _refine_iter(
