@@ -213,11 +213,14 @@ def _kept_edits(col):
     if saved is None or saved.source != "edits" or saved.grouping is None:
         return None
     g = saved.grouping
+    placed = dict(saved.placed)  # (the app marks these "new" until the person moves them)
     if saved.new_paths:
-        g = drive_stages(place_photos_iter(col, g)).grouping
+        placement = drive_stages(place_photos_iter(col, g))
+        g = placement.grouping
+        placed.update({p: c for p, _g, c in placement.placed})
     if saved.new_paths or len(g.paths) != len(col.paths()):
         try:
-            save_edits(col.store, g, saved.must, saved.cannot, saved.k)
+            save_edits(col.store, g, saved.must, saved.cannot, saved.k, placed)
         except OSError as exc:
             print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
     return g

@@ -906,6 +906,8 @@ class CategoriesView(QWidget):
         if saved.grouping is None:  # unusable, or all its photos gone: group again
             log.debug("saved grouping not restored: %s", saved.problem)
             return
+        self.model.forget_placed()
+        self.model.placed.update(saved.placed)  # (still marked "new" from an earlier visit)
         self.model.set_grouping(saved.grouping)
         if saved.new_paths:  # photos added since: placed into the groups, not regrouped
             self._place_new(saved.grouping, len(saved.new_paths))
@@ -960,7 +962,8 @@ class CategoriesView(QWidget):
         if self.collection is None or m.grouping is None:
             return
         try:
-            save_edits(self.collection.store, m.grouping, m.must, m.cannot, m.k_choice)
+            save_edits(self.collection.store, m.grouping, m.must, m.cannot, m.k_choice,
+                       m.placed)  # fmt: skip
         except Exception as exc:  # read-only index: names live for this session only
             log.debug("could not save the grouping: %s", exc)
 

@@ -481,6 +481,9 @@ class SavedEdits:
         holds the others (photos removed since have left their groups,
         :func:`engine.cluster.restrict`); place them with
         :func:`engine.cluster.place_photos_iter`.
+    placed : dict str -> float
+        Photos Simile placed into the groups that the person has not moved since (path ->
+        the classifier's confidence; the app marks them "new"), those still in the folder.
     """
 
     grouping: EditableGrouping | None
@@ -490,6 +493,7 @@ class SavedEdits:
     source: str
     problem: str = ""
     new_paths: list[str] = field(default_factory=list)
+    placed: dict[str, float] = field(default_factory=dict)
 
 
 def edits_json(
@@ -497,9 +501,12 @@ def edits_json(
     must: Sequence[Sequence[str]],
     cannot: Sequence[Sequence[str]],
     k: int | str,
+    placed: dict[str, float] | None = None,
 ) -> str:
     """The JSON text :func:`save_edits` stores (keys ``paths``, ``labels``, ``names``,
-    ``k_reason``, ``flow``, ``prototypes``, ``outliers``, ``must``, ``cannot``, ``k``)."""
+    ``k_reason``, ``flow``, ``prototypes``, ``outliers``, ``must``, ``cannot``, ``k``, and
+    ``placed`` when there are placed photos to mark)."""
+    extra = {"placed": {str(p): float(c) for p, c in placed.items()}} if placed else {}
     return json.dumps(
         {
             "paths": grouping.paths,
@@ -512,6 +519,7 @@ def edits_json(
             "must": [list(p) for p in must],
             "cannot": [list(p) for p in cannot],
             "k": k,
+            **extra,
         }
     )
 
@@ -522,6 +530,7 @@ def save_edits(
     must: Sequence[Sequence[str]],
     cannot: Sequence[Sequence[str]],
     k: int | str,
+    placed: dict[str, float] | None = None,
 ) -> None:
     """Keep the grouping as the person edited it, keyed by photo path, in the index.
 
@@ -537,8 +546,11 @@ def save_edits(
         The person's constraints (path pairs).
     k : int or "auto"
         The number of groups chosen.
+    placed : dict str -> float, optional
+        Photos Simile placed into the groups and the person has not moved yet (path ->
+        confidence; :attr:`SavedEdits.placed`).
     """
-    store.set_kv(keys.CATEGORY_EDITS_KEY, edits_json(grouping, must, cannot, k))
+    store.set_kv(keys.CATEGORY_EDITS_KEY, edits_json(grouping, must, cannot, k, placed))
 
 
 def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
@@ -602,7 +614,11 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     keep = set(paths)
     must = [p for p in must if p[0] in keep and p[1] in keep]
     cannot = [p for p in cannot if p[0] in keep and p[1] in keep]
-    return SavedEdits(g, must, cannot, k, "edits", new_paths=new)
+    try:
+        placed = {str(p): float(c) for p, c in dict(d.get("placed") or {}).items() if p in keep}
+    except (TypeError, ValueError):  # (marks only: the grouping stands without them)
+        placed = {}
+    return SavedEdits(g, must, cannot, k, "edits", new_paths=new, placed=placed)
 
 
 def _fitted(

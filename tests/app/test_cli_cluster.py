@@ -329,6 +329,8 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
     with Collection.open(photos, readonly=True) as col:
         saved = load_edits(col.store, [str(p) for p in col.paths()])
     assert saved.new_paths == [] and str(later) in saved.grouping.paths
+    assert list(saved.placed) == [str(later)]  # marked "new" for the app, with a confidence
+    assert 0 < saved.placed[str(later)] <= 1
     code, out = _run(["cluster", str(photos)], capsys)  # the text names the groups too
     assert code == 0 and f"Red: {len(groups['g0']) - 1} images" in out
     assert f"Group {1 - group_of[first] + 1}: " in out

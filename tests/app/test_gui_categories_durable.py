@@ -298,3 +298,10 @@ def test_photos_simile_is_unsure_of_wait_in_to_review(qtbot, window, tmp_path, m
     assert all(c is not None for c in review.model.placed)
     assert review.info.text() == "2 photos  ·  2 new"
     assert "2 to review in “To review”" in window.status_label.text()
+    # the marks are kept with the groups: the folder opened again still shows them
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    qtbot.waitUntil(lambda: view.grouping is not None and not view._busy, timeout=60_000)
+    assert view.grouping.k == 3 and view.rows[2].info.text() == "2 photos  ·  2 new"
+    assert all(c is not None for c in view.rows[2].model.placed)
+    assert not any(c is not None for row in view.rows[:2] for c in row.model.placed)

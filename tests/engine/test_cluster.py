@@ -1133,6 +1133,16 @@ def test_edits_are_stored_as_before_and_restored_in_the_collection_order(tmp_pat
         assert other.problem == "" and other.grouping.names == {}  # (Blue left with /p/1)
         gone = load_edits(store, ["/p/7.jpg"])
         assert gone.grouping is None and gone.new_paths == [] and gone.problem
+        assert saved.placed == {}
+        # photos Simile placed (marked "new" in the app) are kept with the edits, those
+        # still in the folder; a damaged list of them loses the marks, not the grouping
+        save_edits(store, g, [], [], "auto", {"/p/2.jpg": 0.75, "/p/1.jpg": 0.5})
+        assert load_edits(store, order).placed == {"/p/2.jpg": 0.75, "/p/1.jpg": 0.5}
+        assert load_edits(store, ["/p/0.jpg", "/p/2.jpg"]).placed == {"/p/2.jpg": 0.75}
+        d = json.loads(store.get_kv(keys.CATEGORY_EDITS_KEY))
+        store.set_kv(keys.CATEGORY_EDITS_KEY, json.dumps({**d, "placed": ["x"]}))
+        odd = load_edits(store, order)
+        assert odd.placed == {} and odd.grouping is not None and odd.problem == ""
         # damaged entries
         store.set_kv(keys.CATEGORY_EDITS_KEY, json.dumps({"k": 3, "paths": order}))
         bad = load_edits(store, order)
