@@ -56,6 +56,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import workers
+from app.gui.labels import elide_rows
 from app.gui.models import shown_name
 from app.gui.session import ActionRefused, Session
 from app.gui.thumbnails import array_to_qimage
@@ -761,6 +762,7 @@ class DuplicatesView(QWidget):
         self.group_list.setIconSize(QSize(56, 56))
         self.group_list.setSpacing(3)
         self.group_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        elide_rows(self.group_list)  # (a line too long for the list ends in "…")
         self.thumbs = None  # set by the window: ThumbnailProvider for group icons
         self.group_list.currentRowChanged.connect(self._on_row)
         self.group_header = QLabel("")

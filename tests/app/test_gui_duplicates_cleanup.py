@@ -390,6 +390,36 @@ def test_a_long_file_name_is_shortened_in_the_group_list(qtbot, window, tmp_path
     lst.grab().save(str(SHOTS / "dups_long_name.png"))
 
 
+def test_rows_too_long_for_the_group_list_end_in_an_ellipsis(qtbot, window, tmp_path):
+    """The README's screenshot (1360 x 840, 14 groups: a vertical scroll bar narrows the
+    list): "4 photos · ≥ 0.40 · astronaut.jp" ran past the list's edge above a sideways
+    scroll bar, names of 18 characters or less being left whole. The rows now fit the
+    list and a line too long ends in "…"."""
+    from engine.workflows.duplicates import DuplicateGroup
+
+    groups = [DuplicateGroup([tmp_path / f"camera_crop_{i:02d}.jpg", tmp_path / f"b{i}.jpg"],
+                             [1.0, 0.4], "same_photo") for i in range(40)]  # fmt: skip
+    window.resize(1360, 840)
+    window.show()
+    window.show_view("duplicates")
+    view = window.dup_view
+    view.set_groups(groups, 0.2)
+    from PySide6.QtGui import QIcon, QPixmap
+
+    lst = view.group_list
+    for i in range(lst.count()):  # (the thumbnails of the groups' first photos)
+        pm = QPixmap(56, 56)
+        pm.fill(Qt.GlobalColor.gray)
+        lst.item(i).setIcon(QIcon(pm))
+    qtbot.wait(50)
+    assert lst.isVisible() and lst.verticalScrollBar().isVisible()
+    assert not lst.horizontalScrollBar().isVisible()
+    for i in range(lst.count()):
+        assert lst.visualItemRect(lst.item(i)).right() <= lst.viewport().width()
+    assert lst.item(0).text().endswith("camera_crop_00.jpg")  # (the whole name is kept)
+    lst.grab().save(str(SHOTS / "dups_list_fits.png")) if SHOTS.is_dir() else None
+
+
 def test_a_name_that_is_not_utf8_is_shown_and_gets_its_icon(qtbot, window, tmp_path, demo_folder):
     """A group whose first photo's name is not UTF-8 (an old archive): the list shows
     the name with U+FFFD for the odd byte, and the row gets that photo's thumbnail (Qt
