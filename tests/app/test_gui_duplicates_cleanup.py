@@ -378,11 +378,12 @@ def test_a_long_file_name_is_shortened_in_the_group_list(qtbot, window, tmp_path
     groups = [DuplicateGroup([long_name, tmp_path / "b.jpg"], [1.0, 0.9], "same_photo")]
     window.resize(1100, 700)
     window.show()
+    window.show_view("duplicates")  # (a hidden list has no visible scroll bar to find)
     view = window.dup_view
     view.set_groups(groups, 0.2)
     qtbot.wait(50)
     lst = view.group_list
-    assert not lst.horizontalScrollBar().isVisible()
+    assert lst.isVisible() and not lst.horizontalScrollBar().isVisible()
     assert lst.visualItemRect(lst.item(0)).right() <= lst.viewport().width()
     assert "…" in lst.item(0).text() and lst.item(0).text().endswith("1.jpg")
     assert str(long_name) in lst.item(0).toolTip()
