@@ -585,7 +585,7 @@ class GroupRow(QFrame):
             parts.append(f"{n_p} ★ prototype{'s' if n_p != 1 else ''}")
         if n_o:
             parts.append(f"{n_o} outlier{'s' if n_o != 1 else ''}")
-        n_new = sum(str(g.paths[i]) in placed for i in rows)
+        n_new = sum(c is not None for c in self.model.placed)
         if n_new:
             parts.append(f"{n_new} new")
         self.info.setText("  ·  ".join(parts))
@@ -906,8 +906,7 @@ class CategoriesView(QWidget):
         if saved.grouping is None:  # unusable, or all its photos gone: group again
             log.debug("saved grouping not restored: %s", saved.problem)
             return
-        self.model.forget_placed()
-        self.model.placed.update(saved.placed)  # (still marked "new" from an earlier visit)
+        self.model.set_placed(saved.placed)  # (still marked "new" from an earlier visit)
         self.model.set_grouping(saved.grouping)
         if saved.new_paths:  # photos added since: placed into the groups, not regrouped
             self._place_new(saved.grouping, len(saved.new_paths))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
@@ -101,7 +99,7 @@ class ProblemsPanel(QDialog):
     def set_problems(self, problems: list[tuple[str, str]]) -> None:
         self.table.setRowCount(len(problems))
         for r, (path, reason) in enumerate(problems):
-            item = QTableWidgetItem(display_path(Path(path).name))
+            item = QTableWidgetItem(shown_name(path))
             item.setToolTip(display_path(path))
             self.table.setItem(r, 0, item)
             self.table.setItem(r, 1, QTableWidgetItem(reason))

@@ -292,6 +292,9 @@ class CorrespondenceView(QWidget):
         self._lines: list[QGraphicsLineItem] = []
         self._rank = np.zeros(0, np.int64)  # rank of each line within its kind (0 = strongest)
         self._keys: QGraphicsItemGroup | None = None
+        # the combo's results, in its order (kept here, not as the items' data: Qt drops
+        # the undecodable bytes of a file name)
+        self._choice_paths: list[str] = []
         self.scene = QGraphicsScene(self)
         self.view = ZoomView(self.scene)
 
@@ -395,8 +398,6 @@ class CorrespondenceView(QWidget):
         result list numbers them (rank None: the query itself, "Q")."""
         self.result_combo.blockSignals(True)
         self.result_combo.clear()
-        # (the paths are kept here, not as the items' data: Qt drops the undecodable
-        # bytes of a file name)
         self._choice_paths = []
         for i, item in enumerate(paths):
             p, rank = item if isinstance(item, tuple) else (item, i + 1)
@@ -585,8 +586,7 @@ class CorrespondenceView(QWidget):
 
     def choice_path(self, i: int) -> str | None:
         """The path of the ``i``-th entry of the list of results (None beyond it)."""
-        paths = getattr(self, "_choice_paths", [])
-        return paths[i] if 0 <= i < len(paths) else None
+        return self._choice_paths[i] if 0 <= i < len(self._choice_paths) else None
 
     def _on_combo(self, i: int) -> None:
         path = self.choice_path(i)

@@ -22,7 +22,7 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from app.gui.results_state import RankedHit, ShownResults
-from app.gui.session import Hit, QueryModel
+from app.gui.session import Hit, QueryModel, shown_name
 from app.gui.thumbnails import ThumbnailProvider
 from engine.index.files import display_path
 
@@ -497,12 +497,6 @@ def card_date(meta) -> str:
     """The date taken as a card shows it (``"2021-06-05 14:03"``), "" when unknown."""
     taken = getattr(meta, "date_taken", None)
     return taken[:16].replace("T", " ") if taken else ""
-
-
-def shown_name(path) -> str:
-    """A photo's file name for showing: bytes that are not UTF-8 (old archives, Windows
-    zips) become U+FFFD instead of vanishing in Qt (the path itself stays exact)."""
-    return display_path(Path(path).name)
 
 
 def item_data(index, role: int):

@@ -70,9 +70,17 @@ __all__ = [
     "QueryModel",
     "Session",
     "Token",
+    "shown_name",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def shown_name(path) -> str:
+    """A photo's file name for showing: bytes that are not UTF-8 (old archives, Windows
+    zips) become U+FFFD instead of vanishing in Qt (the path itself stays exact). Qt-free:
+    the session's messages and every view use it (:mod:`app.gui.models` re-exports it)."""
+    return display_path(Path(path).name)
 
 
 # ============================================================================ events
@@ -588,6 +596,11 @@ class GroupingModel:
         groups everything again (:meth:`forget_placed`)."""
         self.placed.update({str(p): float(c) for p, _g, c in placed})
 
+    def set_placed(self, placed: dict) -> None:
+        """The marks of the photos Simile placed, as saved with the groups (path ->
+        confidence; :attr:`engine.cluster.SavedEdits.placed`), replacing any others."""
+        self.placed = {str(p): float(c) for p, c in placed.items()}
+
     def forget_placed(self, paths=None) -> None:
         """Drop the marks of ``paths`` (None: all)."""
         if paths is None:
@@ -1008,7 +1021,7 @@ class Session:
         ``"photos"`` (the open folder's photos).
         """
         p = mark_key(path)
-        what_to_do = _VERBS.get(action, action + " {name}").format(name=display_path(Path(p).name))
+        what_to_do = _VERBS.get(action, action + " {name}").format(name=shown_name(p))
         if self.folder is None:
             self._refuse(action, p, f"Refused to {what_to_do}: no folder is open.")
         if not self.inside_folder(p):

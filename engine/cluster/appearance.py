@@ -70,8 +70,9 @@ __all__ = [
 #: cache key through ``CategoryChannel.key``), the Gaussian kernel's ``gamma`` and the
 #: ``weight`` of the appearance kernel in the grouping's affinities.
 APPEARANCE: dict[str, Any] = {"size": 64, "cell": 16, "gamma": 2.0, "weight": 0.5}
-#: Length of :func:`appearance_descriptor` with the default settings.
-APPEARANCE_DIM = 324
+#: Length of :func:`appearance_descriptor` with the settings of :data:`APPEARANCE` (324):
+#: 9 orientations in 2 x 2-cell blocks, ``(size / cell - 1) ** 2`` block positions.
+APPEARANCE_DIM = 9 * 4 * (APPEARANCE["size"] // APPEARANCE["cell"] - 1) ** 2
 
 
 def appearance_descriptor(gray: np.ndarray, *, size: int = 64, cell: int = 16) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cluster.appearance import APPEARANCE, appearance_descriptor
+from engine.cluster.appearance import APPEARANCE, APPEARANCE_DIM, appearance_descriptor
 from engine.cluster.results import ClusterProgress
 from engine.features.keypoints import Features
 from engine.index import keys
@@ -475,7 +475,7 @@ class CategoryChannel:
             return None
         rows = [self._appearance_row(h) for h in hashes]
         if not rows:
-            return np.zeros((0, _appearance_dim()), np.float32)
+            return np.zeros((0, APPEARANCE_DIM), np.float32)
         return np.stack(rows).astype(np.float32, copy=False)
 
     def _appearance_row(self, content_hash: str) -> np.ndarray:
@@ -498,14 +498,9 @@ class CategoryChannel:
                                 "category_dense", app)  # fmt: skip
 
 
-def _appearance_dim() -> int:
-    size, cell = int(APPEARANCE["size"]), int(APPEARANCE["cell"])
-    return 9 * 4 * (size // cell - 1) ** 2
-
-
 def _blank_appearance() -> np.ndarray:
     """The appearance descriptor of an unreadable image: zeros (no gradients)."""
-    return np.zeros(_appearance_dim(), np.float32)
+    return np.zeros(APPEARANCE_DIM, np.float32)
 
 
 def _appearance_of(f: Any) -> np.ndarray:
@@ -516,7 +511,7 @@ def _appearance_of(f: Any) -> np.ndarray:
 def _appearance_rows(feats: Sequence[tuple[str, Any]]) -> np.ndarray:
     """(c, d) float32 appearance descriptors of one chunk's ``(hash, features)``."""
     if not feats:
-        return np.zeros((0, _appearance_dim()), np.float32)
+        return np.zeros((0, APPEARANCE_DIM), np.float32)
     return np.stack([_appearance_of(f) for _, f in feats])
 
 

@@ -539,21 +539,14 @@ def move_edit(
     labels[i] = int(group)
     flow, protos, outl = old.flow.copy(), old.prototypes.copy(), old.outliers.copy()
     if K is not None:
-        K = np.asarray(K, np.float64)
-        for g in {src, int(group)}:
-            idx = np.flatnonzero(labels == g)
-            if idx.size:
-                f, p, o = rank_groups(K[np.ix_(idx, idx)], np.zeros(idx.size, np.int64))
-                flow[idx], protos[idx], outl[idx] = f, p, o
+        _rank_again(K, labels, {src, int(group)}, (flow, protos, outl))
         outl[i] = False  # (the person put it there: not flagged as not belonging)
     else:
         rest = labels == int(group)
         rest[i] = False
         flow[i] = float(flow[rest].min()) - 1e-6 if rest.any() else 0.0
         protos[i] = outl[i] = False
-    g = EditableGrouping(list(old.paths), keep_order_labels(labels), flow, protos, outl,
-                         f"moved {path.rsplit('/', 1)[-1]} by hand")  # fmt: skip
-    g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
+    g = _kept_in_place(old, labels, (flow, protos, outl), f"moved {path.rsplit('/', 1)[-1]}")
     if int(group) == old.k:  # (a group of its own keeps no name of the group it left)
         g.names.pop(int(g.labels[i]), None)
     return g
@@ -593,11 +586,28 @@ def merge_edit(
     labels[labels == other] = group
     flow, protos, outl = merge_ranks(old, [group, other])
     if K is not None:
-        idx = np.flatnonzero(labels == group)
-        sub = np.asarray(K, np.float64)[np.ix_(idx, idx)]
-        flow[idx], protos[idx], outl[idx] = rank_groups(sub, np.zeros(idx.size, np.int64))
+        _rank_again(K, labels, [group], (flow, protos, outl))
     return _kept_in_place(old, labels, (flow, protos, outl),
                           f"merged {old.name(other)} into {old.name(group)}"), must  # fmt: skip
+
+
+def _rank_again(
+    K: np.ndarray,
+    labels: np.ndarray,
+    groups: Iterable[int],
+    ranks: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """Rank the members of each of ``groups`` again on their own affinities in ``K``
+    (n, n) (:func:`engine.cluster.rank_groups`, Sec. 9.4), writing into ``ranks`` = (flow,
+    prototypes, outliers) (n,); the other groups keep theirs."""
+    K = np.asarray(K, np.float64)
+    flow, protos, outl = ranks
+    for g in groups:
+        idx = np.flatnonzero(labels == g)
+        if idx.size:
+            flow[idx], protos[idx], outl[idx] = rank_groups(
+                K[np.ix_(idx, idx)], np.zeros(idx.size, np.int64)
+            )
 
 
 def _kept_in_place(
@@ -655,12 +665,7 @@ def split_edit(
     if K is None:  # the halves keep the split's own ranking (Sec. 9.4)
         flow[idx], protos[idx], outl[idx] = s_flow, s_protos, s_outl
     else:
-        K = np.asarray(K, np.float64)
-        for h in (group, old.k):
-            rows = np.flatnonzero(labels == h)
-            if rows.size:
-                f, p, o = rank_groups(K[np.ix_(rows, rows)], np.zeros(rows.size, np.int64))
-                flow[rows], protos[rows], outl[rows] = f, p, o
+        _rank_again(K, labels, [group, old.k], (flow, protos, outl))
     g = _kept_in_place(old, labels, (flow, protos, outl), f"split {old.name(group)}")
     src = set(np.flatnonzero(old.labels == group).tolist())
     parts = sorted({int(g.labels[i]) for i in src})

@@ -115,18 +115,15 @@ class CategoryModel:
         n = len(self.bins)
         r = np.arange(n) if rows is None else np.asarray(rows, np.int64).reshape(-1)
         c = np.arange(n) if columns is None else np.asarray(columns, np.int64).reshape(-1)
-        if rows is None and columns is None:
-            K = binned_pyramid_kernel(self.bins)
-        elif rows is None:
-            K = binned_pyramid_kernel(self.bins, columns=c)
-        else:
-            sets = [self.bins[int(i)] for i in r] + [self.bins[int(j)] for j in c]
-            K = binned_pyramid_kernel(sets, columns=np.arange(r.size, len(sets)))[: r.size]
+        if rows is None:
+            K = binned_pyramid_kernel(self.bins, columns=None if columns is None else c)
+        else:  # (each image once, also where rows and columns share images: a split)
+            both, inverse = np.unique(np.concatenate([r, c]), return_inverse=True)
+            K = binned_pyramid_kernel([self.bins[int(i)] for i in both],
+                                      columns=inverse[r.size :])[inverse[: r.size]]  # fmt: skip
         if self.appearance is None:
             return K, K
-        A = appearance_kernel(self.appearance[r], self.appearance[c],
-                              gamma=float(APPEARANCE["gamma"]))  # fmt: skip
-        return K, combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
+        return K, _mixed(K, self.appearance[r], self.appearance[c])
 
     def bin_features(self, descriptors: np.ndarray) -> np.ndarray:
         """(m, L) int64 bins of new descriptors (e.g. an image to classify)."""
@@ -299,7 +296,13 @@ def category_kernel_rows(
         return K
     app_q = np.stack([np.asarray(f.appearance, np.float32) for f in feats]) if feats else (
         np.zeros((0, app_cols.shape[1]), np.float32))  # fmt: skip
-    A = appearance_kernel(app_q, app_cols, gamma=float(APPEARANCE["gamma"]))
+    return _mixed(K, app_q, app_cols)
+
+
+def _mixed(K: np.ndarray, app_rows: np.ndarray, app_cols: np.ndarray) -> np.ndarray:
+    """The pyramid match ``K`` (r, c) mixed with the appearance kernel of the rows' and the
+    columns' descriptors (:func:`engine.cluster.combine_kernels`, :data:`APPEARANCE`)."""
+    A = appearance_kernel(app_rows, app_cols, gamma=float(APPEARANCE["gamma"]))
     return combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
 
 

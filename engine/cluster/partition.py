@@ -85,10 +85,7 @@ def discover_categories_iter(
             prototype_percentile, outlier_z, random_state, Ck,
         )  # fmt: skip
         return res
-    W = prepare_affinity(C, power=power, empirical=empirical)
-    np.fill_diagonal(W, 1.0)
-    apply_constraints(W, must_a, cannot_a)
-    np.fill_diagonal(W, 0.0)  # self-affinity plays no role in a cut (Ng-Jordan-Weiss)
+    W = _exact_affinities(C, must_a, cannot_a, power, empirical)
     yield ClusterProgress("affinity", 1, 1, f"{n} images")
 
     if n == 1:
@@ -105,10 +102,7 @@ def discover_categories_iter(
     if Ck is None:
         kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max)
     else:  # the number of groups from other affinities (the same constraints)
-        Wk = prepare_affinity(Ck, power=power, empirical=empirical)
-        np.fill_diagonal(Wk, 1.0)
-        apply_constraints(Wk, must_a, cannot_a)
-        np.fill_diagonal(Wk, 0.0)
+        Wk = _exact_affinities(Ck, must_a, cannot_a, power, empirical)
         own = k_graph is None or n <= int(k_graph) + 1  # else the graph's own spectrum
         values_k = ncut_embedding(Wk, q)[0] if own else values
         kk, reason = _choose_k(Wk, values_k, q, k, k_graph, k_min, k_max)
@@ -247,6 +241,23 @@ def _discover_nystrom(
         prototypes=protos, outliers=outl, ncut=float("nan"), method="nystrom",
         discretize=discretize,
     )  # fmt: skip
+
+
+def _exact_affinities(
+    C: np.ndarray,
+    must_a: np.ndarray,
+    cannot_a: np.ndarray,
+    power: float | None,
+    empirical: bool,
+) -> np.ndarray:
+    """The (n, n) kernel ``C`` as the cut's affinities (:func:`prepare_affinity`) with the
+    constraints written in and a zero diagonal (self-affinity plays no role in a cut,
+    Ng-Jordan-Weiss)."""
+    W = prepare_affinity(C, power=power, empirical=empirical)
+    np.fill_diagonal(W, 1.0)
+    apply_constraints(W, must_a, cannot_a)
+    np.fill_diagonal(W, 0.0)
+    return W
 
 
 def _landmark_affinities(
