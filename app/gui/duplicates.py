@@ -162,27 +162,6 @@ def duplicate_keywords_job(groups, chosen, photos, folder, dry_run, *, reference
     return export_keywords(kws, photos, folder, dry_run=dry_run, scope="Simile|Duplicates")
 
 
-def _move_to_trash(path: str) -> bool:
-    """Move ``path`` to the system trash; False when it cannot be (nothing moved).
-
-    Qt's trash takes a QString, which cannot hold the undecodable bytes of a file name
-    (it would name another file): such a name goes to the freedesktop.org trash of
-    :mod:`engine.workflows.trash`, which keeps its bytes (POSIX, where such names exist).
-    """
-    from PySide6.QtCore import QFile
-
-    if display_path(path) != path:
-        from engine.workflows.trash import move_to_trash
-
-        try:
-            move_to_trash(path)
-        except OSError:  # (TrashUnavailable among them)
-            return False
-        return True
-    ok = QFile.moveToTrash(path)
-    return bool(ok[0] if isinstance(ok, tuple) else ok)
-
-
 @dataclass
 class CopyInfo:
     """A copy as a card shows it: :class:`engine.workflows.duplicates.CopyStats`, its
@@ -667,6 +646,7 @@ class DuplicatesView(QWidget):
         self.fallback_box: QMessageBox | None = None
         self.compare_dialog = None
         self.last_result = None
+        self._kept_path: str | None = None  # (the copy the cards show as kept)
         self._job = None  # the worker of the batch step running (keepers, clean-up, undo)
         self._focus = 0
         self.threshold = QDoubleSpinBox()
@@ -964,6 +944,7 @@ class DuplicatesView(QWidget):
         g = self.current_group()
         tier = tier_of(g) if g is not None else "same_photo"
         keep = self.choices.keeper_index(g, best) if g is not None else best
+        self._kept_path = infos[keep].path if 0 <= keep < len(infos) else None
         folder = self.session.folder
         for i, info in enumerate(infos):
             if i == keep:
@@ -1459,6 +1440,9 @@ class DuplicatesView(QWidget):
             return None
 
     def _confirm_trash(self, path: str) -> None:
+        """A card's "Trash…": asked first, then done like a clean-up of one copy (in a
+        worker, logged, put back by "Undo last clean-up"; another copy of the group must
+        still be there)."""
         path = self._allowed(path)
         if path is None:
             return
@@ -1466,7 +1450,9 @@ class DuplicatesView(QWidget):
         box.setIcon(QMessageBox.Icon.Warning)
         box.setWindowTitle("Move to Trash")
         box.setText(f"Move “{shown_name(path)}” to the trash?")
-        box.setInformativeText(f"{path}\n\nYou can restore it from the system trash.")
+        box.setInformativeText(
+            f"{path}\n\nYou can put it back with “Undo last clean-up” or from the trash."
+        )
         box.setStandardButtons(QMessageBox.StandardButton.Cancel)
         move = box.addButton("Move to Trash", QMessageBox.ButtonRole.DestructiveRole)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -1477,41 +1463,81 @@ class DuplicatesView(QWidget):
         path = self._allowed(path)
         if path is None:
             return
-        ok = _move_to_trash(path)
-        if not ok:
-            self.message.emit(f"Could not move {shown_name(path)} to the trash (no trash here?).")
-            self.offer_folder_for(path)
-            return
-        self.trashed.emit(path)
+        plan = self._one_copy_plan(path, "trash")
+        if plan is not None:
+            self._run_one(plan, path)
+
+    def _one_copy_plan(self, path: str, action: str, destination=None):
+        """The clean-up plan of ``path`` alone (``action`` "trash" or "move"), the copy
+        kept being the one the cards show as kept (or the group's first other copy);
+        None, said why, when it cannot be planned."""
+        from engine.workflows.cleanup import CleanupError, plan_cleanup
+
+        g = self.current_group()
+        folder = self.session.folder
+        if g is None or folder is None:
+            return None
+        others = [os.path.abspath(os.fspath(q)) for q in g.paths]
+        others = [q for q in others if q != path]
+        if not others:
+            return None
+        kept = self._kept_path and os.path.abspath(self._kept_path)
+        kept = kept if kept in others else others[0]
+        pair = type("_Pair", (), {"paths": [kept, path], "tier": tier_of(g)})()
+        try:
+            return plan_cleanup([pair], [0], action, destination, folder=folder)
+        except (CleanupError, ValueError, OSError) as exc:
+            self._report(f"Cannot move {shown_name(path)}: {exc}", error=True)
+            return None
+
+    def _run_one(self, plan, path: str) -> None:
+        """Move one copy to the trash (a one-step ``plan``) in a worker, logged like a
+        batch; ``trashed`` once it is gone, a folder offered when there is no trash."""
+        from engine.workflows.cleanup import TrashUnavailable, default_log_path
+        from engine.workflows.cleanup import run_cleanup as run
+
+        log = default_log_path(self._log_dir())
+
+        def done(result) -> None:
+            if result.done:
+                self.last_result = result
+                self._update_buttons()
+                self.trashed.emit(path)
+                self._report(
+                    f"Moved {shown_name(path)} to the trash. “Undo last clean-up” puts it back."
+                )
+            elif result.failed:
+                self._report(
+                    f"Could not move {shown_name(path)} to the trash: {result.failed[0][1]}",
+                    error=True,
+                )
+
+        def failed(exc) -> None:
+            if isinstance(exc, TrashUnavailable):
+                name = shown_name(path)
+                self.message.emit(f"Could not move {name} to the trash (no trash here).")
+                self.offer_folder_for(path)
+            else:
+                self._report(f"Could not move {shown_name(path)} to the trash: {exc}", error=True)
+
+        self._start(run, plan, log, done=done, failed=failed,
+                    text=f"Moving {shown_name(path)} to the trash…")  # fmt: skip
 
     def offer_folder_for(self, path: str) -> None:
         """The trash refused ``path``: offer to move it to a folder instead (logged, and
         undone by "Undo last clean-up")."""
-        g = self.current_group()
-        folder = self.session.folder
-        if g is None or folder is None:
-            return
-        others = [os.path.abspath(os.fspath(q)) for q in g.paths]
-        others = [q for q in others if q != path]
-        if not others:
+        if self.current_group() is None or self.session.folder is None:
             return
 
         def move() -> None:
             dest = QFileDialog.getExistingDirectory(
-                self, "Folder that receives the copy", str(folder.parent)
+                self, "Folder that receives the copy", str(self.session.folder.parent)
             )
             if not dest:
                 return
-            from engine.workflows.cleanup import CleanupError, plan_cleanup
-
-            # a group of two: the copy kept (another of the group) and this one
-            pair = type("_Pair", (), {"paths": [others[0], path], "tier": tier_of(g)})()
-            try:
-                plan = plan_cleanup([pair], [0], "move", dest, folder=folder)
-            except (CleanupError, ValueError, OSError) as exc:
-                self._report(f"Cannot move {shown_name(path)}: {exc}", error=True)
-                return
-            self.run_plan(plan)
+            plan = self._one_copy_plan(path, "move", dest)
+            if plan is not None:
+                self.run_plan(plan)
 
         self._no_trash_box(
             f"“{shown_name(path)}” could not be moved to the trash. Nothing was moved.",

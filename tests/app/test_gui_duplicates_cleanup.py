@@ -188,7 +188,6 @@ def test_keep_suggested_moves_to_a_folder_logs_and_undoes(
 
 
 def test_no_trash_offers_a_folder_instead(qtbot, window, tmp_path, demo_folder, monkeypatch):
-    from PySide6.QtCore import QFile
     from PySide6.QtWidgets import QMessageBox, QPushButton
 
     from engine.workflows import trash
@@ -200,7 +199,10 @@ def test_no_trash_offers_a_folder_instead(qtbot, window, tmp_path, demo_folder, 
     before_files = snapshot(folder)
 
     # one copy: its card's "Trash…", answered yes; the trash refuses; a folder is offered
-    monkeypatch.setattr(QFile, "moveToTrash", staticmethod(lambda *a: False))
+    def no_trash(path):
+        raise trash.TrashUnavailable(f"No trash can take {Path(path).name} (tried …).", path)
+
+    monkeypatch.setattr(trash, "trash_dir", no_trash)
     monkeypatch.setattr(QMessageBox, "exec", lambda box: 0)
     destructive = QMessageBox.ButtonRole.DestructiveRole
     monkeypatch.setattr(QMessageBox, "clickedButton", lambda box: next(
@@ -230,10 +232,6 @@ def test_no_trash_offers_a_folder_instead(qtbot, window, tmp_path, demo_folder, 
                     and len(view.infos) == 2, timeout=INDEX_TIMEOUT)  # fmt: skip
 
     # the batch: the trash cannot be used here; nothing moves; a folder is offered
-    def no_trash(path):
-        raise trash.TrashUnavailable(f"No trash can take {Path(path).name} (tried …).", path)
-
-    monkeypatch.setattr(trash, "trash_dir", no_trash)
     before_files = snapshot(folder)
     dialog = open_summary(qtbot, view)
     include_every_tier(qtbot, dialog, view)
@@ -495,4 +493,10 @@ def test_a_copy_whose_name_is_not_utf8_goes_to_the_trash(
     info = (tmp_path / "data" / "Trash" / "info" / (trashed.name + ".trashinfo")).read_text()
     assert "Urlaub_M%FCnchen.jpg" in info
     assert not window.banner.isVisible()
+    assert (folder / "chelsea.jpg").exists() and (folder / "rocket.jpg").exists()
     qtbot.waitUntil(lambda: not window.is_indexing(), timeout=INDEX_TIMEOUT)
+    # the one-copy trash is logged like a batch: "Undo last clean-up" puts it back
+    qtbot.waitUntil(view.undo_btn.isEnabled, timeout=10_000)
+    with qtbot.waitSignal(view.restored, timeout=10_000):
+        qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
+    assert os.path.lexists(odd) and not trashed.exists()

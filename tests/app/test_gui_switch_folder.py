@@ -23,9 +23,9 @@ cv2 = pytest.importorskip("cv2")
 import app.gui  # noqa: E402,F401  (PySide6 refcount work-around before other Qt code)
 
 # isort: split
-from PySide6.QtCore import QFile  # noqa: E402
 from PySide6.QtWidgets import QLabel, QListWidget, QMessageBox  # noqa: E402
 
+from engine.workflows import trash  # noqa: E402
 from tests.app._gui import open_and_wait  # noqa: E402
 from tests.app.test_gui_window import make_folder  # noqa: E402
 
@@ -78,13 +78,14 @@ def no_real_trash(monkeypatch):
         return next(b for b in box.buttons()
                     if box.buttonRole(b) == QMessageBox.ButtonRole.DestructiveRole)  # fmt: skip
 
-    def move_to_trash(path, *a):
+    def trash_dir(path, *a):
         calls["trashed"].append(str(path))
-        return False  # "no trash here": nothing happens, nothing is re-indexed
+        # "no trash here": nothing moves, nothing is re-indexed
+        raise trash.TrashUnavailable(f"No trash can take {path} (a test).", path)
 
     monkeypatch.setattr(QMessageBox, "exec", exec_)
     monkeypatch.setattr(QMessageBox, "clickedButton", clicked)
-    monkeypatch.setattr(QFile, "moveToTrash", staticmethod(move_to_trash))
+    monkeypatch.setattr(trash, "trash_dir", trash_dir)
     return calls, answer
 
 
@@ -171,7 +172,8 @@ def test_second_folder_shows_and_trashes_nothing_of_the_first(
     assert len(calls["asked"]) == 1 and calls["trashed"] == []
     answer["move"] = True
     view._confirm_trash(dup_b)  # asked; the person says yes: exactly that file
-    assert calls["trashed"] == [dup_b]
+    qtbot.waitUntil(lambda: calls["trashed"] == [dup_b], timeout=10_000)
+    qtbot.waitUntil(lambda: not view.is_busy(), timeout=10_000)
     assert all(p.exists() for p in files_a + files_b)
 
 
