@@ -23,3 +23,11 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def demo_folder() -> Path:
     return DEMO
+
+
+@pytest.fixture(autouse=True)
+def _own_trash(tmp_path_factory, monkeypatch):
+    """Every test has its own XDG data folder, so that whatever goes "to the trash" in a
+    test lands in a temporary trash, never in the trash of the person running the tests
+    (a test may still set its own)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))

@@ -200,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
             "keep": None if keeper is None else keeper.path,
             "reason": reason,
             "keep_reason": reason,
+            "related": [{"path": str(p), "score": float(s)} for p, s in g.related],
         })  # fmt: skip
     rule = DEFAULT_RULE.with_threshold(args.threshold)
     settings = {
@@ -229,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {'*' if p == g['keep'] else ' '} {s:6.3f}  {p}")
             if g["keep"] is not None:
                 print(f"    keep {g['keep']}: {g['reason']}")
+            for r in g["related"]:
+                print(f"    similar, in no group: {r['path']} ({r['score']:.3f})")
         if out:
             print("(* the copy to keep)")
     return 0

@@ -99,6 +99,24 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _related_html(group) -> str:
+    """The line of a group's header naming its related photos (similar shots of a copy in
+    no group, :attr:`engine.workflows.duplicates.DuplicateGroup.related`), each a link
+    that opens it; "" when there are none."""
+    related = list(getattr(group, "related", ()) or ())
+    if not related:
+        return ""
+    names = ", ".join(
+        f"<a href='related:{k}'>{html.escape(shown_name(p))}</a> ({s:.2f})"
+        for k, (p, s) in enumerate(related[:5])
+    )
+    more = f" and {len(related) - 5} more" if len(related) > 5 else ""
+    return (
+        f"<br>Also similar, in no group: {names}{more} — a clean-up of this group leaves "
+        f"{'it' if len(related) == 1 else 'them'} alone."
+    )
+
+
 def tier_of(group) -> str:
     """The group's tier (``"same_photo"`` for groups found before tiers existed)."""
     return getattr(group, "tier", None) or "same_photo"
@@ -747,6 +765,7 @@ class DuplicatesView(QWidget):
         self.group_list.currentRowChanged.connect(self._on_row)
         self.group_header = QLabel("")
         self.group_header.setWordWrap(True)
+        self.group_header.linkActivated.connect(self._open_related)
         self.cards_host = QWidget()
         self.cards = QHBoxLayout(self.cards_host)
         self.cards.setContentsMargins(12, 6, 12, 12)
@@ -919,8 +938,13 @@ class DuplicatesView(QWidget):
             tier = TIER_LABELS.get(tier_of(g), tier_of(g))
             first = _short(shown_name(g.paths[0]))
             item = QListWidgetItem(f"Group {i + 1} · {tier}\n{n} photos{sim} · {first}")
+            near = [p for p, _s in getattr(g, "related", ()) or ()]
             item.setToolTip(
-                TIER_HINTS.get(tier_of(g), "") + "\n" + "\n".join(map(display_path, g.paths))
+                TIER_HINTS.get(tier_of(g), "")
+                + "\n"
+                + "\n".join(map(display_path, g.paths))
+                + ("\nAlso similar, in no group:\n" if near else "")
+                + "\n".join(map(display_path, near))
             )
             self.group_list.addItem(item)
             self._set_icon(i)
@@ -968,6 +992,7 @@ class DuplicatesView(QWidget):
                 f"<b>Group {row + 1} of {len(self.groups)}</b> · "
                 f"<span style='color:{_TIER_COLOURS.get(tier, '#aaa')}'>"
                 f"{TIER_LABELS.get(tier, tier)}</span> · {n} copies — {TIER_HINTS.get(tier, '')}"
+                + _related_html(g)
             )
         self._focus = min(self._focus, max(0, len(infos) - 1))
         self._show_focus()
@@ -989,6 +1014,14 @@ class DuplicatesView(QWidget):
                 w.hide()
                 w.deleteLater()
         self.group_header.setText("")
+
+    def _open_related(self, link: str) -> None:
+        """A related photo's name clicked in the group's header: open it."""
+        g = self.current_group()
+        related = list(getattr(g, "related", ()) or ()) if g is not None else []
+        k = int(link.removeprefix("related:")) if link.startswith("related:") else -1
+        if 0 <= k < len(related):
+            self.open_requested.emit(str(related[k][0]))
 
     def _on_row(self, row: int) -> None:
         if 0 <= row < len(self.groups):

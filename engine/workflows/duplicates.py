@@ -58,6 +58,10 @@ How groups are built. Each photo is in one group at most:
    photos left out of step 1 (a photo already in a group of copies is not listed again
    among shots).
 
+A photo left out of both that is a similar shot of a copy group's member is listed with
+that group as :attr:`DuplicateGroup.related` (never acted on by a clean-up). The groups
+are built by :func:`engine.workflows.dup_groups.group_links`.
+
 Which copy of a group to keep is suggested by :func:`suggest_keeper` (the app's
 Duplicates view and ``simile duplicates`` both ask it); see :func:`best_copy` for the
 rule. Both live in :mod:`engine.workflows.keeper` and are re-exported here.
@@ -80,6 +84,7 @@ import numpy as np
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
 from engine.workflows.appearance import appearance_links
 from engine.workflows.dup_candidates import neighbour_blocks
+from engine.workflows.dup_groups import TIERS, DuplicateGroup, group_links
 from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
 from engine.workflows.keeper import (
     DERIVED_WORDS,
@@ -143,9 +148,6 @@ __all__ = [
     "suggest_keeper",
 ]
 
-#: The tiers, strictest first.
-TIERS: tuple[str, str, str] = ("identical", "same_photo", "similar_shots")
-
 DUPLICATE_NEIGHBOURS = 10
 #: Features of one picture finer (scaled into the other) than this quantile of the other
 #: picture's feature scales are not counted by :attr:`PairEvidence.overlap_fraction`.
@@ -202,26 +204,6 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "same_photo_pixels": DEFAULT_RULE.same_photo_pixels,
     "similar_shots": DEFAULT_RULE.similar_score,
 }
-
-
-@dataclass(frozen=True)
-class DuplicateGroup:
-    """Duplicate images of one tier.
-
-    Attributes
-    ----------
-    paths : list of Path
-        The first is the group's representative (the image most linked to the others).
-    scores : list of float
-        Similarity of each path to the group (1.0 for the representative): its best link
-        score (:attr:`PairEvidence.score`; byte-identical files score 1.0).
-    tier : str
-        One of :data:`TIERS`.
-    """
-
-    paths: list[Path]
-    scores: list[float]
-    tier: str = "same_photo"
 
 
 @dataclass(frozen=True)
@@ -487,7 +469,10 @@ def find_duplicates(
         if pair not in links or links[pair][0] == "similar_shots":
             ev = evidence.get(pair)
             links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
-    return [g for g in group_links(links, paths) if g.tier in want]
+    groups = [g for g in group_links(links, paths) if g.tier in want]
+    if "similar_shots" not in want:  # (the related photos are similar shots)
+        groups = [dataclasses.replace(g, related=[]) for g in groups]
+    return groups
 
 
 class _Either:
@@ -694,107 +679,3 @@ def _pixels_of(
         return pixel_agreement(ga, gb, h, fa.image_size, fb.image_size)
     except Exception:
         return float("nan")
-
-
-def group_links(
-    links: dict[tuple[int, int], tuple[str, float]], paths: Sequence[Path]
-) -> list[DuplicateGroup]:
-    """Groups of rows from tiered links (the module docstring's two steps).
-
-    Parameters
-    ----------
-    links : dict
-        ``(i, j) -> (tier, score)`` for rows i < j, tier one of :data:`TIERS`.
-    paths : sequence of Path
-        Path of each row.
-
-    Returns
-    -------
-    list of DuplicateGroup
-        Strictest tier first, then largest first, then by representative path.
-    """
-    n = len(paths)
-    copy_links = {p: v for p, v in links.items() if v[0] != "similar_shots"}
-    strict = _components({p for p, v in links.items() if v[0] == "identical"}, n)
-    strict_sets = {frozenset(c) for c in strict}
-    out = []
-    grouped: set[int] = set()
-    comps = _components(set(copy_links), n)
-    for members, own in zip(comps, _links_of(comps, copy_links), strict=True):
-        tier = "identical" if frozenset(members) in strict_sets else "same_photo"
-        out.append(_group(members, own, paths, tier))
-        grouped.update(members)
-    shots = {
-        p: v
-        for p, v in links.items()
-        if v[0] == "similar_shots" and p[0] not in grouped and p[1] not in grouped
-    }
-    comps = _components(set(shots), n)
-    for members, own in zip(comps, _links_of(comps, shots), strict=True):
-        out.append(_group(members, own, paths, "similar_shots"))
-    out.sort(key=lambda g: (TIERS.index(g.tier), -len(g.paths), str(g.paths[0])))
-    return out
-
-
-def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:
-    """Connected components (of 2 rows or more) of the rows linked by ``pairs``."""
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i, j in pairs:
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[max(ri, rj)] = min(ri, rj)
-    comps: dict[int, list[int]] = {}
-    for i, j in pairs:
-        for r in (i, j):
-            comps.setdefault(find(r), [])
-    for r in range(n):
-        root = find(r)
-        if root in comps:
-            comps[root].append(r)
-    return [m for m in comps.values() if len(m) > 1]
-
-
-def _links_of(
-    comps: list[list[int]], links: dict[tuple[int, int], tuple[str, float]]
-) -> list[dict[tuple[int, int], tuple[str, float]]]:
-    """The ``links`` within each of the components ``comps`` (one pass over the links,
-    not one per component: a library of 100,000 photos has thousands of groups)."""
-    comp_of = {m: k for k, members in enumerate(comps) for m in members}
-    out: list[dict[tuple[int, int], tuple[str, float]]] = [{} for _ in comps]
-    for (i, j), v in links.items():
-        k = comp_of.get(i)
-        if k is not None and comp_of.get(j) == k:
-            out[k][(i, j)] = v
-    return out
-
-
-def _group(
-    members: list[int],
-    links: dict[tuple[int, int], tuple[str, float]],
-    paths: Sequence[Path],
-    tier: str,
-) -> DuplicateGroup:
-    """One group: the representative (most links, then lowest row) first, the others by
-    best link score."""
-    degree = {m: 0 for m in members}
-    best = {m: 0.0 for m in members}
-    for (i, j), (_t, sc) in links.items():
-        if i in degree and j in degree:
-            degree[i] += 1
-            degree[j] += 1
-            best[i] = max(best[i], sc)
-            best[j] = max(best[j], sc)
-    rep = max(members, key=lambda m: (degree[m], -m))
-    rest = sorted((m for m in members if m != rep), key=lambda m: (-best[m], m))
-    return DuplicateGroup(
-        [paths[rep]] + [paths[m] for m in rest],
-        [1.0] + [float(min(1.0, best[m])) for m in rest],
-        tier,
-    )

@@ -500,3 +500,35 @@ def test_a_copy_whose_name_is_not_utf8_goes_to_the_trash(
     with qtbot.waitSignal(view.restored, timeout=10_000):
         qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
     assert os.path.lexists(odd) and not trashed.exists()
+
+
+def test_a_shot_of_a_copy_in_no_group_is_named_with_the_group(
+    qtbot, window, tmp_path, demo_folder
+):
+    """A heavily recompressed copy the same-photo test cannot confirm, linked only to a
+    photo of a group of identical files, is in no group; the group's header names it (a
+    link that opens it) and a clean-up of the group leaves it alone."""
+    folder = tmp_path / "photos"
+    (folder / "exports").mkdir(parents=True)
+    for name in ("chelsea", "chelsea_jpeg", "coffee", "rocket"):
+        shutil.copy(demo_folder / f"{name}.jpg", folder / f"{name}.jpg")
+    shutil.copy(demo_folder / "chelsea.jpg", folder / "exports" / "chelsea copy.jpg")
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    find(qtbot, window)
+    view = window.dup_view
+    jpeg = str(folder / "chelsea_jpeg.jpg")
+    row = next(i for i, g in enumerate(view.groups) if g.tier == "identical")
+    group = view.groups[row]
+    assert jpeg not in {str(p) for g in view.groups for p in g.paths}
+    assert [str(p) for p, _s in group.related] == [jpeg]
+    view.group_list.setCurrentRow(row)
+    qtbot.waitUntil(lambda: "chelsea_jpeg.jpg" in view.group_header.text(), timeout=30_000)
+    assert "in no group" in view.group_header.text()
+    assert "chelsea_jpeg.jpg" in view.group_list.item(row).toolTip()
+    with qtbot.waitSignal(view.open_requested, timeout=5_000) as opened:
+        view.group_header.linkActivated.emit("related:0")  # (its name clicked)
+    assert str(opened.args[0]) == jpeg
+    dialog = open_summary(qtbot, view)
+    steps = [s.path for s in dialog.plan().steps]
+    assert steps == [str(folder / "exports" / "chelsea copy.jpg")]
+    dialog.reject()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.index import candidates as cand
-from engine.workflows import dup_verify
+from engine.workflows import dup_groups, dup_verify
 from engine.workflows import duplicates as dup
 from engine.workflows.dup_candidates import band_candidates, neighbour_pairs
 from engine.workflows.dup_verify import VerifyInterrupted, verify_pairs
@@ -307,11 +307,10 @@ def test_groups_of_many_links_are_those_of_the_plain_way():
         return [paths[rep]] + [paths[m] for m in rest], [1.0] + [min(1.0, best[m]) for m in rest]
 
     copies = {p: v for p, v in links.items() if v[0] != "similar_shots"}
-    strict = [
-        set(c) for c in dup._components({p for p, v in links.items() if v[0] == "identical"}, n)
-    ]
+    identical = {p for p, v in links.items() if v[0] == "identical"}
+    strict = [set(c) for c in dup_groups._components(identical, n)]
     want, grouped = [], set()
-    for members in dup._components(set(copies), n):
+    for members in dup_groups._components(set(copies), n):
         tier = "identical" if any(set(members) == c for c in strict) else "same_photo"
         want.append((tier, *plain(members, copies, tier)))
         grouped.update(members)
@@ -320,7 +319,7 @@ def test_groups_of_many_links_are_those_of_the_plain_way():
         for p, v in links.items()
         if v[0] == "similar_shots" and p[0] not in grouped and p[1] not in grouped
     }
-    for members in dup._components(set(shots), n):
+    for members in dup_groups._components(set(shots), n):
         want.append(("similar_shots", *plain(members, shots, "similar_shots")))
     got = dup.group_links(links, paths)
     assert len(got) == len(want) > 15

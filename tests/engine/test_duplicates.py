@@ -84,7 +84,10 @@ def test_groups_are_built_strictest_tier_first():
         (4, 5): ("similar_shots", 0.3),  # e is grouped already: f is not its shot
         (5, 6): ("similar_shots", 0.2),  # f ~ g ~ h: a similar-shots group
         (6, 7): ("similar_shots", 0.4),
-        (0, 8): ("similar_shots", 0.9),  # a is in a group of copies: dropped
+        (0, 8): ("similar_shots", 0.9),  # a is in a group of copies: i is related to it
+        (1, 8): ("similar_shots", 0.6),  # (and to b: its best score counts)
+        (3, 9): ("similar_shots", 0.25),  # j: related to the group of d
+        (4, 9): ("similar_shots", 0.35),
     }
     groups = group_links(links, paths)
     got = [(g.tier, sorted(p.stem for p in g.paths)) for g in groups]
@@ -99,6 +102,10 @@ def test_groups_are_built_strictest_tier_first():
     shots = groups[2]
     assert shots.paths[0] == paths[6]  # g links both others
     assert {p.stem for p in shots.paths} & {"a", "e", "i"} == set()
+    # photos in no group that are shots of a copy: listed with it, not members of it
+    assert groups[0].related == [(paths[8], 0.9)]
+    assert same.related == [(paths[9], 0.35)]  # (f is in a group of shots: not related)
+    assert shots.related == []
 
 
 def test_raw_beside_its_jpeg_is_a_pair():
