@@ -80,6 +80,7 @@ from app.gui.models import (
     ThumbModel,
     ThumbnailDelegate,
     item_data,
+    pixmap_fit,
     shown_name,
     strength_colour,
 )
@@ -405,7 +406,10 @@ class GroupDelegate(ThumbnailDelegate):
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         cell = option.rect.adjusted(3, 3, -3, -3)
+        # the marks sit on the picture itself (a portrait or a wide photo is narrower or
+        # lower than its cell), as the thumbnail delegate draws it
         img = QRect(cell.left() + 4, cell.top() + 4, cell.width() - 8, self.size)
+        img = pixmap_fit(img, index.data(Qt.ItemDataRole.DecorationRole))
         badge = QRect(img.left() + 2, img.top() + 2, 20, 20)
         if proto:
             painter.setPen(Qt.PenStyle.NoPen)

@@ -511,14 +511,22 @@ def item_data(index, role: int):
     return model.data(index, role) if model is not None else None
 
 
-def draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
-    """Draw ``pm`` scaled to fit ``rect`` (aspect kept, centred); return the drawn rect."""
+def pixmap_fit(rect: QRect, pm) -> QRect:
+    """Where ``pm`` scaled to fit ``rect`` (aspect kept, centred) lies (``rect`` without a
+    pixmap)."""
     if pm is None or pm.isNull():
         return rect
     s = pm.size().scaled(rect.size(), Qt.AspectRatioMode.KeepAspectRatio)
     target = QRect(0, 0, s.width(), s.height())
     target.moveCenter(rect.center())
-    painter.drawPixmap(target, pm)
+    return target
+
+
+def draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
+    """Draw ``pm`` scaled to fit ``rect`` (aspect kept, centred); return the drawn rect."""
+    target = pixmap_fit(rect, pm)
+    if target is not rect:
+        painter.drawPixmap(target, pm)
     return target
 
 
