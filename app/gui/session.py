@@ -287,7 +287,8 @@ class QueryModel:
     def reset(self) -> None:
         self.source, self.status, self.seconds, self.pending = None, "none", None, None
         self.box, self.size = None, None
-        self.wanted_method = None
+        # (a method asked for before the folder could offer it, e.g. "--method learned"
+        # on the command line, is kept: the folder opening is what it waits for)
         self._changed()
         self._set_hits(None, "", [])
 

@@ -303,8 +303,9 @@ def test_a_new_search_updates_the_grid_and_another_folder_leaves_it(
 
 def test_learned_method_answers_a_photo_from_outside(qtbot, window, library):
     """The learned similarity (learned from the subfolders by the CLI) answers a photo
-    dropped from outside the folder; the grid shows its labels without a percentage (it
-    has no calibration), and the minimum filter hides nothing."""
+    dropped from outside the folder; the grid shows its labels without a percentage (so
+    small a folder holds no photos aside to calibrate its scores on), and the minimum
+    filter hides nothing."""
     folder, index, outside, _other, _ = library
     win = window
     open_and_wait(qtbot, win, folder, index)
@@ -354,3 +355,16 @@ def test_headless_screenshot_of_the_results_grid(library, tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert not has_colour(QImage(str(plain)), left, SAME_COLOUR, tol=6)
+
+
+def test_learned_method_chosen_before_the_folder_opens(qtbot, window, library):
+    """``simile FOLDER --method learned``: the method is asked for before the folder can
+    offer it; once the folder is open and indexed it is the one searched with (opening
+    the folder forgot it: the search ran with 'Best match')."""
+    folder, index, outside, _other, _ = library
+    win = window
+    win.set_method("learned", rerun=False)
+    open_and_wait(qtbot, win, folder, index)
+    assert win.results_panel.current_method() == "learned"
+    query_and_wait(qtbot, win, lambda: drop_file(win, outside))
+    assert win.results.method == "learned"
