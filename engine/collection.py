@@ -503,9 +503,15 @@ class Collection:
         if box is not None:
             image = self._region_query(image, box, fn)
         hits = fn(self, image, int(top))  # the query as given (or its box)
-        return [
+        return [  # (a method may bring its own curve: the learned one's is the model's)
             replace(
-                h, probability=hit_probability(method, h.score), label=hit_label(method, h.score)
+                h,
+                probability=(
+                    h.probability
+                    if h.probability is not None
+                    else hit_probability(method, h.score)
+                ),
+                label=hit_label(method, h.score),
             )
             for h in hits
         ]

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         "score_before": _num(summary.score_before),
         "score_after": _num(summary.score_after),
         "seconds": round(summary.seconds, 3),
+        "calibration_error": _num(summary.calibration_error),
     }
     if args.json:
         emit_json(result)
@@ -79,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
             f"{summary.score_name}: {result['score_before']} -> {result['score_after']}",
             file=sys.stdout,
         )
+        if result["calibration_error"] is not None:
+            print(
+                "its hits carry the probability of being of the kind taught (calibration "
+                f"error {result['calibration_error']:.3f} on photos it held aside)"
+            )
         print(f"use it with: simile query {args.folder} IMAGE --method learned")
     return 0
 

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 from app.gui.results_state import RankedHit, ShownResults
 from app.gui.session import Hit, QueryModel, shown_name
 from app.gui.thumbnails import ThumbnailProvider
+from engine.index.calibration import TAUGHT
 from engine.index.files import display_path
 
 __all__ = [
@@ -472,7 +473,9 @@ def ranked_data(row: RankedHit, role: int, thumbs: ThumbnailProvider):
         if row.is_query:
             return f"The query: {QueryModel.display_name(p)}\n{parent}"
         prob = h.probability
-        chance = (f"\n{100 * prob:.0f} % likely the same object or place ({h.label})"
+        what = ("of the kind you taught (a learned score)" if h.label == TAUGHT
+                else f"the same object or place ({h.label})")  # fmt: skip
+        chance = (f"\n{100 * prob:.0f} % likely {what}"
                   if prob is not None else f"\n{h.label}" if h.label else "")  # fmt: skip
         return f"#{row.rank}  {shown_name(p)}\nscore {h.score:.4f}{chance}\n{parent}"
     if role == Qt.ItemDataRole.DecorationRole:

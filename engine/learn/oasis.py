@@ -193,6 +193,9 @@ class OASIS:
         Validation score at every evaluation (step 0 = the cosine start ``W = I``).
     best_step_ : int
         Step at which ``W_`` was taken.
+    validation_ : (V,) int64 or (V, 3) int64
+        What was held aside, as rows of the ``X`` fitted on: the images (:meth:`fit`) or
+        the triplets (:meth:`fit_triplets`); e.g. to calibrate the scores on.
     """
 
     def __init__(
@@ -319,6 +322,7 @@ class OASIS:
         if sum(m.size >= 2 for m in classes.values()) == 0 or len(classes) < 2:
             raise ValueError("OASIS needs at least two classes, one with two or more images")
         train, val = validation_split(classes, self.validation_fraction, rng)
+        self.validation_ = labelled[val]
         tr_classes = {c: m[np.isin(m, train)] for c, m in classes.items()}
         tr_classes = {c: m for c, m in tr_classes.items() if m.size}
         q_classes = [m for m in tr_classes.values() if m.size >= 2]
@@ -402,6 +406,7 @@ class OASIS:
             else 0
         )
         val, tr = t[perm[:n_val]], t[perm[n_val:]]
+        self.validation_ = used[val]
 
         def score(sim: _Similarity) -> float:
             if val.shape[0] == 0:

@@ -135,6 +135,14 @@ class LearnedSimilarity:
     image_bags : tuple of ((n,) str array, (n, n_words) csr float32), optional
         Bags of the images it was trained on, by content hash (stored with the model, so
         a new process does not re-bag the collection for its first query).
+    calibration : (a, b), optional
+        The logistic curve of its scores (:func:`engine.index.calibration.fit_curve`:
+        the probability that a hit is of the kind taught), fitted on what was held aside
+        while learning; None when too little was (or for the boosted embeddings, which
+        hold nothing aside).
+    calibration_error : float
+        Its expected calibration error, two-fold on what was held aside (nan without a
+        curve).
     """
 
     def __init__(
@@ -148,6 +156,8 @@ class LearnedSimilarity:
         source: str = "",
         representation: DenseBagOfWords | None = None,
         image_bags: tuple[np.ndarray, sp.csr_matrix] | None = None,
+        calibration: tuple[float, float] | None = None,
+        calibration_error: float = float("nan"),
     ):
         self.method = method
         self.oasis = oasis
@@ -157,6 +167,8 @@ class LearnedSimilarity:
         self.source = source
         self.representation = representation
         self.image_bags = image_bags
+        self.calibration = None if calibration is None else tuple(map(float, calibration))
+        self.calibration_error = float(calibration_error)
 
     def similarity(self, A, B) -> np.ndarray:
         """(NA, NB) float64 learned similarities (higher = more similar).
@@ -193,6 +205,9 @@ class LearnedSimilarity:
         st.update({f"repr.{k}": v for k, v in self.representation.to_state().items()})
         if self.components is not None:
             st["components"] = self.components
+        if self.calibration is not None:
+            st["calib.a"], st["calib.b"] = self.calibration
+            st["calib.error"] = self.calibration_error
         if self.image_bags is not None:
             h, X = self.image_bags
             X = sp.csr_matrix(X, dtype=np.float32)
@@ -231,6 +246,10 @@ class LearnedSimilarity:
             )
             bags = (h, X)
         common = dict(
+            calibration=(
+                (float(st["calib.a"]), float(st["calib.b"])) if "calib.a" in st else None
+            ),
+            calibration_error=float(st.get("calib.error", float("nan"))),
             n_words=int(st["n_words"]),
             source=str(st.get("source", "")),
             representation=rep,

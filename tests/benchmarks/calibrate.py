@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.progress import run_to_end
+from engine.index.calibration import expected_calibration_error as ece
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SETS = (("ukbench", 4), ("holidays", 100))
@@ -69,15 +70,6 @@ def collect(work: Path) -> dict[str, list[tuple[str, int, float, int]]]:
                         rows.append((method, _number(Path(q)), float(h.score), int(rel)))
         out[name] = rows
     return out
-
-
-def ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
-    """Expected calibration error: the mean |mean p - frequency| over equal-width bins,
-    weighted by their share of hits."""
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    idx = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
-    return float(sum((idx == b).mean() * abs(p[idx == b].mean() - y[idx == b].mean())
-                     for b in range(bins) if (idx == b).any()))  # fmt: skip
 
 
 def fit(rows: dict[str, list]) -> dict[str, dict]:

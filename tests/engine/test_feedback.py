@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from engine.cluster import CategoryChannel, collection_rows
 from engine.collection import Collection
@@ -374,3 +375,66 @@ def test_malformed_feedback_files_name_the_line(tmp_path, name, content, message
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=re.escape(message)):
         read_feedback_file(path, tmp_path)
+
+
+def test_calibration_curve_and_error_on_known_probabilities():
+    """fit_curve recovers a logistic curve from examples drawn from it; the expected
+    calibration error of the true probabilities is small, that of a constant wrong one is
+    its distance from the frequency."""
+    from engine.index.calibration import (
+        curve_probability,
+        expected_calibration_error,
+        fit_curve,
+    )
+
+    rng = np.random.default_rng(0)
+    s = rng.uniform(-1, 3, 20_000)
+    p = 1 / (1 + np.exp(-(2.0 * s - 1.5)))
+    y = rng.random(s.size) < p
+    a, b = fit_curve(s, y)
+    assert abs(a - 2.0) < 0.15 and abs(b + 1.5) < 0.15
+    assert expected_calibration_error(p, y) < 0.02
+    assert abs(expected_calibration_error(np.full(s.size, 0.9), y) - (0.9 - y.mean())) < 1e-9
+    assert curve_probability((a, b), 10.0) > 0.99 and curve_probability(None, 1.0) is None
+    assert fit_curve(s[:5], y[:5]) is None  # too few
+    assert fit_curve(s, np.ones(s.size, bool)) is None  # nothing to tell apart
+    assert fit_curve(-s, y) is None  # a curve falling with the score is no calibration
+
+
+def test_learned_calibration_on_held_aside_photos_and_its_hits(collection):
+    """The curve is fitted on half of the held-aside photos ranking each other, checked
+    on the other half, stored with the model, and a learned hit carries its probability
+    (monotone in the score) and the label 'like what you taught'."""
+    from engine.index.calibration import TAUGHT
+    from engine.workflows.feedback import _calibrate
+
+    class Model:  # the similarity of bags that share their label a little more often
+        def similarity(self, A, B):
+            return (A @ B.T).toarray()
+
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(8), 12)
+    centres = rng.normal(size=(8, 16))
+    X = sp.csr_matrix(centres[labels] + 1.5 * rng.normal(size=(labels.size, 16)))
+    curve, error = _calibrate(Model(), X, labels, np.arange(labels.size))
+    assert curve is not None and curve[0] > 0 and 0 <= error < 0.15
+    assert _calibrate(Model(), X, labels, np.zeros(0, np.int64))[0] is None  # none aside
+    # marks: a held-aside triplet's relevant photo against its other one
+    t = np.array([[i, i + 1, (i + 12) % labels.size] for i in range(0, labels.size - 1, 2)])
+    curve_t, error_t = _calibrate(Model(), X, None, t)
+    assert curve_t is not None and 0 <= error_t < 0.3
+
+    run_learn(collection, method="oasis", source="subfolders", jobs=1)
+    model = load_model(collection)
+    model.calibration, model.calibration_error = (3.0, -1.0), 0.05  # (this tiny set holds
+    again = LearnedSimilarity.from_state(model.to_state())  # nothing aside: set by hand)
+    assert again.calibration == (3.0, -1.0) and again.calibration_error == 0.05
+    hits = collection.query(collection.paths()[0], method="learned", top=5)
+    probs = [h.probability for h in hits]
+    assert all(p is not None and 0 <= p <= 1 for p in probs)
+    assert probs == sorted(probs, reverse=True)
+    assert probs[0] == pytest.approx(1 / (1 + np.exp(-(3.0 * hits[0].score - 1.0))))
+    assert {h.label for h in hits} == {TAUGHT}
+    model.calibration = None
+    hits = collection.query(collection.paths()[0], method="learned", top=5)
+    assert all(h.probability is None for h in hits)
