@@ -214,7 +214,9 @@ def run(args: argparse.Namespace) -> int:
             f"{rule.same_photo_residual:g} of the side and <= "
             f"{rule.same_photo_residual_px:g} px of the smaller picture, aligned detail "
             f"correlating >= "
-            f"{rule.same_photo_pixels:g} and no differing EXIF capture times; "
+            f"{rule.same_photo_pixels:g} (or >= {rule.same_photo_compressed:g} once the "
+            "larger picture is compressed like the smaller JPEG) and no differing EXIF "
+            "capture times; "
             f"similar_shots: >= {rule.min_inliers} inliers and score >= "
             f"{rule.similar_score:g} otherwise"
         ),
@@ -224,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not out:
             print("no duplicates found")
+        group_of = {p: k for k, g in enumerate(out, 1) for p in g["paths"]}
         for k, g in enumerate(out, 1):
             print(f"group {k}: {TIER_LABELS[g['tier']]} ({len(g['paths'])} images)")
             for p, s in zip(g["paths"], g["scores"], strict=True):
@@ -231,7 +234,9 @@ def run(args: argparse.Namespace) -> int:
             if g["keep"] is not None:
                 print(f"    keep {g['keep']}: {g['reason']}")
             for r in g["related"]:
-                print(f"    similar, in no group: {r['path']} ({r['score']:.3f})")
+                where = group_of.get(r["path"])
+                where = f", in group {where}" if where else ", in no group"
+                print(f"    similar, not in this group: {r['path']} ({r['score']:.3f}{where})")
         if out:
             print("(* the copy to keep)")
     return 0

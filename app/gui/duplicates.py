@@ -99,21 +99,26 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _related_html(group) -> str:
-    """The line of a group's header naming its related photos (similar shots of a copy in
-    no group, :attr:`engine.workflows.duplicates.DuplicateGroup.related`), each a link
-    that opens it; "" when there are none."""
+def _related_html(group, groups=()) -> str:
+    """The line of a group's header naming its related photos (similar shots of a copy
+    outside the group, :attr:`engine.workflows.duplicates.DuplicateGroup.related`), each
+    a link that opens it, with the group it is in (of ``groups``); "" when there are
+    none."""
     related = list(getattr(group, "related", ()) or ())
     if not related:
         return ""
-    names = ", ".join(
-        f"<a href='related:{k}'>{html.escape(shown_name(p))}</a> ({s:.2f})"
-        for k, (p, s) in enumerate(related[:5])
-    )
+    group_of = {str(p): k for k, g in enumerate(groups, 1) for p in g.paths}
+
+    def one(k: int, p, s: float) -> str:
+        where = group_of.get(str(p))
+        where = f", group {where}" if where else ", in no group"
+        return f"<a href='related:{k}'>{html.escape(shown_name(p))}</a> ({s:.2f}{where})"
+
+    names = ", ".join(one(k, p, s) for k, (p, s) in enumerate(related[:5]))
     more = f" and {len(related) - 5} more" if len(related) > 5 else ""
     return (
-        f"<br>Also similar, in no group: {names}{more} — a clean-up of this group leaves "
-        f"{'it' if len(related) == 1 else 'them'} alone."
+        f"<br>Also similar, not in this group: {names}{more} — a clean-up of this group "
+        f"leaves {'it' if len(related) == 1 else 'them'} alone."
     )
 
 
@@ -943,7 +948,7 @@ class DuplicatesView(QWidget):
                 TIER_HINTS.get(tier_of(g), "")
                 + "\n"
                 + "\n".join(map(display_path, g.paths))
-                + ("\nAlso similar, in no group:\n" if near else "")
+                + ("\nAlso similar, not in this group:\n" if near else "")
                 + "\n".join(map(display_path, near))
             )
             self.group_list.addItem(item)
@@ -992,7 +997,7 @@ class DuplicatesView(QWidget):
                 f"<b>Group {row + 1} of {len(self.groups)}</b> · "
                 f"<span style='color:{_TIER_COLOURS.get(tier, '#aaa')}'>"
                 f"{TIER_LABELS.get(tier, tier)}</span> · {n} copies — {TIER_HINTS.get(tier, '')}"
-                + _related_html(g)
+                + _related_html(g, self.groups)
             )
         self._focus = min(self._focus, max(0, len(infos) - 1))
         self._show_focus()

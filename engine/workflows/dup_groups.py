@@ -11,11 +11,12 @@ Each photo is in one group at most:
    among shots: a clean-up acts on each group's copies, and a photo in two groups could
    be kept by one and moved away by the other).
 
-A photo linked as a similar shot only to photos of copy groups is in no group by these
-two steps, yet a person looking at the copies wants to know about it (a heavily
-recompressed copy that the same-photo test could not confirm, a second shot): it is
-listed with each such copy group as :attr:`DuplicateGroup.related`, shown beside the
-group and never acted on by a clean-up.
+A photo linked as a similar shot to a member of a copy group is not in that group, yet a
+person looking at the copies wants to know about it (a heavily recompressed copy that
+the same-photo test could not confirm, a second shot): it is listed with the copy group
+as :attr:`DuplicateGroup.related` — whether it is in no group at all (linked as a shot
+only to photos of copy groups) or in a group of shots of its own — shown beside the
+group and never acted on by its clean-up.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ class DuplicateGroup:
     tier : str
         One of :data:`TIERS`.
     related : list of (Path, float)
-        (Copy groups only.) Photos in no group that are similar shots of a member, with
-        their best link score to the group, best first (see the module docstring). Not
-        members: a clean-up of the group never touches them.
+        (Copy groups only.) Photos outside the group that are similar shots of a member
+        (in no group, or in a group of shots), with their best link score to the group,
+        best first (see the module docstring). Not members: a clean-up of the group
+        never touches them.
     """
 
     paths: list[Path]
@@ -86,11 +88,10 @@ def group_links(
     shot_links = {p: v for p, v in links.items() if v[0] == "similar_shots"}
     shots = {p: v for p, v in shot_links.items() if p[0] not in grouped and p[1] not in grouped}
     comps = _components(set(shots), n)
-    in_shots = {m for c in comps for m in c}
     related: list[dict[int, float]] = [{} for _ in copies]
     for (i, j), (_t, sc) in shot_links.items():
-        for a, b in ((i, j), (j, i)):  # a in a copy group, b in no group at all
-            if a in grouped and b not in grouped and b not in in_shots:
+        for a, b in ((i, j), (j, i)):  # a in a copy group, b outside it
+            if a in grouped and grouped.get(b) != grouped[a]:
                 near = related[grouped[a]]
                 near[b] = max(near.get(b, 0.0), sc)
     out = [

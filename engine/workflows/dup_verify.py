@@ -108,6 +108,7 @@ class PairContext:
         self._gray: OrderedDict[int, np.ndarray | None] = OrderedDict()
         self._gray_bytes = 0
         self._taken: dict[int, str | None] = {}
+        self._jpeg: dict[int, Any] = {}
 
     def features(self, row: int) -> Features:
         """The stored features of ``row`` (at most ``feature_cache`` rows kept)."""
@@ -127,6 +128,15 @@ class PairContext:
             _, old = cache.popitem(last=False)
             self._gray_bytes -= 0 if old is None else old.nbytes
         return gray
+
+    def jpeg(self, row: int):
+        """:func:`engine.workflows.pixels.jpeg_facts` of ``row``'s file (its luminance
+        quantisation table and size; None for another format), read once."""
+        if row not in self._jpeg:
+            from engine.workflows.pixels import jpeg_facts
+
+            self._jpeg[row] = jpeg_facts(self.paths[row])
+        return self._jpeg[row]
 
     def taken(self, row: int) -> str | None:
         """EXIF capture time of ``row``'s file (:func:`engine.workflows.keeper.capture_time`)."""

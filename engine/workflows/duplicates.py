@@ -106,7 +106,7 @@ from engine.workflows.keeper import (
     suggest_keeper,
 )
 from engine.workflows.pair_cache import AskedPairs, PairCache, remember
-from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
+from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement, pixel_tests
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
@@ -114,6 +114,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.index.searcher import Searcher
 
 __all__ = [
+    "COMPRESSED_FLOOR",
     "DEFAULT_RULE",
     "DEFAULT_THRESHOLDS",
     "DERIVED_WORDS",
@@ -144,6 +145,7 @@ __all__ = [
     "neighbour_evidence",
     "pair_evidence",
     "pair_tier",
+    "pixel_agreement",
     "sharpness",
     "suggest_keeper",
 ]
@@ -169,6 +171,9 @@ class TierRule:
     same_photo_residual : float
         Largest :attr:`PairEvidence.residual` (fraction of the longer side) of a
         ``same_photo`` pair.
+    same_photo_compressed : float
+        Least :attr:`PairEvidence.compressed_agreement` that makes up for a pixel
+        agreement below ``same_photo_pixels`` (a re-export at a lower JPEG quality).
     same_photo_pixels : float
         Least :attr:`PairEvidence.pixel_agreement` of a ``same_photo`` pair (not asked
         of a pair whose pixels could not be compared, ``nan``).
@@ -184,6 +189,7 @@ class TierRule:
     same_photo_residual: float = 0.01
     similar_score: float = 0.2
     same_photo_pixels: float = 0.95
+    same_photo_compressed: float = 0.97
     same_photo_residual_px: float = 0.35
 
     def with_threshold(self, threshold: float | None) -> TierRule:
@@ -202,8 +208,14 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "same_photo": DEFAULT_RULE.same_photo_fraction,
     "same_photo_residual": DEFAULT_RULE.same_photo_residual,
     "same_photo_pixels": DEFAULT_RULE.same_photo_pixels,
+    "same_photo_compressed": DEFAULT_RULE.same_photo_compressed,
     "similar_shots": DEFAULT_RULE.similar_score,
 }
+#: The compressed-copy test (:func:`engine.workflows.pixels.compressed_agreement`) is
+#: asked only of pairs whose pixel agreement is at least this (and below the rule's
+#: ``same_photo_pixels``): every re-export it found on the benchmark agreed at 0.91 or
+#: more, and a pair asked costs a JPEG encoding and decoding of one picture.
+COMPRESSED_FLOOR = 0.9
 
 
 @dataclass(frozen=True)
@@ -240,6 +252,12 @@ class PairEvidence:
         picture lies within the other (another framing). ``nan`` when not measured (only
         pairs that pass the geometric part of the same-photo rule are) or not
         measurable.
+    compressed_agreement : float
+        For a pair whose pixel agreement is below the same-photo rule's but at least
+        :data:`COMPRESSED_FLOOR`: the agreement once the larger picture is compressed
+        with the smaller JPEG file's own quantisation table
+        (:func:`engine.workflows.pixels.compressed_agreement`: a re-export at a lower
+        quality); ``nan`` otherwise.
     homography : (3, 3) float64 or None
         Maps the feature positions of a to those of b (least squares on the inliers).
     taken_differ : bool
@@ -255,6 +273,7 @@ class PairEvidence:
     residual: float
     residual_px: float = float("inf")
     pixel_agreement: float = float("nan")
+    compressed_agreement: float = float("nan")
     homography: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
     taken_differ: bool = False
 
@@ -354,18 +373,19 @@ def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
         ``"same_photo"`` when ``n_inliers >= min_inliers``, ``overlap_fraction >=
         same_photo_fraction``, ``residual <= same_photo_residual``, ``residual_px <=
         same_photo_residual_px`` and
-        ``pixel_agreement >= same_photo_pixels`` (or nan: not measurable) and the
+        ``pixel_agreement >= same_photo_pixels`` (or nan: not measurable; or else
+        ``compressed_agreement >= same_photo_compressed``) and the
         capture times do not differ (``not taken_differ``); else
         ``"similar_shots"`` when ``n_inliers >= min_inliers`` and ``score >=
         similar_score``; else None (not linked).
     """
     if ev.n_inliers < rule.min_inliers:
         return None
-    if (
-        _same_geometry(ev, rule)
-        and not ev.pixel_agreement < rule.same_photo_pixels
-        and not ev.taken_differ
-    ):
+    pixels = (
+        not ev.pixel_agreement < rule.same_photo_pixels
+        or ev.compressed_agreement >= rule.same_photo_compressed
+    )
+    if _same_geometry(ev, rule) and pixels and not ev.taken_differ:
         return "same_photo"
     if ev.score >= rule.similar_score:
         return "similar_shots"
@@ -653,8 +673,10 @@ def _pixels_asked(ev: PairEvidence, pixel_rule: TierRule | None) -> bool:
 def _judge(ctx: PairContext, i: int, j: int, pixel_rule: TierRule | None) -> PairEvidence | None:
     """The evidence of rows ``i`` and ``j`` (None when one has fewer than 4 features):
     :func:`pair_evidence`, then, for a pair that passes the geometric part of
-    ``pixel_rule``'s same-photo test, the capture times and the pixel test (not asked
-    when the capture times differ: the pair is no copy whatever its pixels)."""
+    ``pixel_rule``'s same-photo test, the capture times and the pixel test, with the
+    compressed-copy test when the pixel agreement falls short of the rule by little
+    (:data:`COMPRESSED_FLOOR`; neither is asked when the capture times differ: the pair
+    is no copy whatever its pixels)."""
     fa, fb = ctx.features(i), ctx.features(j)
     if min(len(fa), len(fb)) < 4:
         return None
@@ -662,20 +684,34 @@ def _judge(ctx: PairContext, i: int, j: int, pixel_rule: TierRule | None) -> Pai
     if _pixels_asked(ev, pixel_rule):
         ta, tb = ctx.taken(i), ctx.taken(j)
         differ = ta is not None and tb is not None and ta != tb
-        agree = float("nan") if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography)
-        ev = dataclasses.replace(ev, pixel_agreement=agree, taken_differ=differ)
+        band = (COMPRESSED_FLOOR, pixel_rule.same_photo_pixels)
+        nan = float("nan")
+        agree, comp = (nan, nan) if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography, band)
+        ev = dataclasses.replace(
+            ev, pixel_agreement=agree, compressed_agreement=comp, taken_differ=differ
+        )
     return ev
 
 
 def _pixels_of(
-    ctx: PairContext, i: int, j: int, fa: Features, fb: Features, h: np.ndarray
-) -> float:
-    """:func:`pixel_agreement` of the files of rows ``i`` and ``j`` (nan when one cannot
-    be read)."""
+    ctx: PairContext,
+    i: int,
+    j: int,
+    fa: Features,
+    fb: Features,
+    h: np.ndarray,
+    band: tuple[float, float],
+) -> tuple[float, float]:
+    """:func:`engine.workflows.pixels.pixel_tests` of the files of rows ``i`` and ``j``:
+    their pixel agreement and, when it falls in ``band``, their compressed-copy agreement
+    (nan when one cannot be read, or not asked)."""
+    nan = float("nan")
     ga, gb = ctx.gray(i, PIXEL_SIDE), ctx.gray(j, PIXEL_SIDE)
     if ga is None or gb is None:  # a file changed or gone since indexing: geometry decides
-        return float("nan")
+        return nan, nan
     try:
-        return pixel_agreement(ga, gb, h, fa.image_size, fb.image_size)
+        return pixel_tests(
+            ga, gb, h, fa.image_size, fb.image_size, lambda: (ctx.jpeg(i), ctx.jpeg(j)), band
+        )
     except Exception:
-        return float("nan")
+        return nan, nan

@@ -44,9 +44,16 @@ __all__ = [
 CACHE_FILE = Path("cache") / "pair-evidence.npz"
 #: What the remembered checks were made by: raise it whenever the pair check or the
 #: pixel comparison changes what it measures (older caches are then ignored).
-VERSION = 2  # 2: the pixel test matches blur and checks the framing
+VERSION = 3  # 2: the pixel test matches blur and checks the framing; 3: compressed copies
 
-_FLOATS = ("score", "overlap_fraction", "residual", "residual_px", "pixel_agreement")
+_FLOATS = (
+    "score",
+    "overlap_fraction",
+    "residual",
+    "residual_px",
+    "pixel_agreement",
+    "compressed_agreement",
+)
 _INTS = ("n_matches", "n_inliers")
 _FLAGS = ("has_homography", "pixels_checked", "taken_differ")
 

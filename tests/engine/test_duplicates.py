@@ -73,6 +73,13 @@ def test_pair_tier_follows_the_evidence():
         assert pair_tier(ev, r) == "similar_shots", ev
     assert pair_tier(PairEvidence(50, 20, 0.09, 0.1, 0.002), r) is None  # weak
     assert pair_tier(PairEvidence(9, 7, 1.0, 1.0, 0.0), r) is None  # too few inliers
+    # pixels below the rule, made up for by the compressed-copy test (or not)
+    low = PairEvidence(200, 150, 0.6, 0.7, 0.0005, 0.1, pixel_agreement=0.6)
+    comp = dataclasses.replace(low, compressed_agreement=r.same_photo_compressed)
+    assert pair_tier(comp, r) == "same_photo"
+    short = dataclasses.replace(low, compressed_agreement=r.same_photo_compressed - 0.01)
+    assert pair_tier(short, r) == "similar_shots"
+    assert pair_tier(dataclasses.replace(comp, taken_differ=True), r) == "similar_shots"
 
 
 def test_groups_are_built_strictest_tier_first():
@@ -81,7 +88,7 @@ def test_groups_are_built_strictest_tier_first():
         (0, 1): ("identical", 1.0),  # a = b only: identical group
         (2, 3): ("identical", 1.0),  # c = d, plus a resized e: same-photo group
         (3, 4): ("same_photo", 0.5),
-        (4, 5): ("similar_shots", 0.3),  # e is grouped already: f is not its shot
+        (4, 5): ("similar_shots", 0.3),  # e is grouped already: f is not in its group
         (5, 6): ("similar_shots", 0.2),  # f ~ g ~ h: a similar-shots group
         (6, 7): ("similar_shots", 0.4),
         (0, 8): ("similar_shots", 0.9),  # a is in a group of copies: i is related to it
@@ -104,7 +111,7 @@ def test_groups_are_built_strictest_tier_first():
     assert {p.stem for p in shots.paths} & {"a", "e", "i"} == set()
     # photos in no group that are shots of a copy: listed with it, not members of it
     assert groups[0].related == [(paths[8], 0.9)]
-    assert same.related == [(paths[9], 0.35)]  # (f is in a group of shots: not related)
+    assert same.related == [(paths[9], 0.35), (paths[5], 0.3)]  # (f: in a group of shots)
     assert shots.related == []
 
 
@@ -507,3 +514,53 @@ def test_a_second_search_checks_only_the_pairs_it_has_not_seen(tmp_path, demo_fo
                 pass
             assert search(col)[0] == grown
             os.chmod(tmp_path / "idx" / "cache", 0o755)
+
+
+def test_compressed_copy_test_recreates_a_re_export(demo_folder, tmp_path):
+    """A small, heavily compressed re-export is the original resized and saved with the
+    copy's own quantisation table: recreated that way it agrees almost perfectly,
+    whichever usual program resized it (also when the blur-matched pixel test is unsure);
+    another shot does not, nor a copy that is not a JPEG (nan: nothing to recreate)."""
+    from PIL import Image
+
+    from engine.workflows.appearance import load_gray
+    from engine.workflows.pixels import compressed_agreement, jpeg_facts
+
+    src = demo_folder / "chelsea.jpg"
+    img = cv2.imread(str(src))
+    h, w = img.shape[:2]
+    size = (w // 2, h // 2)
+    fo = _feats(_gray(src))
+
+    def judged(path):
+        fc = _feats(_gray(path))
+        ev = pair_evidence(fo, fc)
+        ga, gc = load_gray(src), load_gray(path)
+        args = (ga, gc, ev.homography, fo.image_size, fc.image_size)
+        return pixel_agreement(*args), compressed_agreement(
+            *args, jpeg_facts(src), jpeg_facts(path)
+        )
+
+    made = {
+        "area": cv2.resize(img, size, interpolation=cv2.INTER_AREA),
+        "lanczos": np.asarray(Image.fromarray(img).resize(size, Image.Resampling.LANCZOS)),
+    }
+    for name, small in made.items():
+        path = tmp_path / f"{name}.jpg"
+        cv2.imwrite(str(path), small, [cv2.IMWRITE_JPEG_QUALITY, 40])
+        pixels, compressed = judged(path)
+        assert compressed >= 0.99 > pixels, (name, pixels, compressed)
+        assert compressed >= DEFAULT_RULE.same_photo_compressed
+    png = tmp_path / "small.png"
+    cv2.imwrite(str(png), made["area"])
+    assert np.isnan(judged(png)[1])
+    # another shot: the scene moved by 3 % and its fine detail differs (its own sensor
+    # noise), saved alike
+    gray = _gray(src)
+    rng = np.random.default_rng(0)
+    shifted = np.roll(gray, (h // 30, w // 30), axis=(0, 1))
+    other = np.clip(cv2.GaussianBlur(shifted, (0, 0), 1.0) + rng.normal(0, 12, gray.shape), 0, 255)
+    path = tmp_path / "other.jpg"
+    small = cv2.resize(other.astype(np.uint8), size, interpolation=cv2.INTER_AREA)
+    cv2.imwrite(str(path), small, [cv2.IMWRITE_JPEG_QUALITY, 40])
+    assert judged(path)[1] < DEFAULT_RULE.same_photo_compressed - 0.05
