@@ -141,3 +141,44 @@ def test_the_expansion_is_the_mean_likeness_to_the_verified_hits_and_1_for_the_q
     np.testing.assert_allclose(expansion_scores(Data(), np.array([1, 2]), rows), [0.3, 0.8, 0.8])
     got = expansion_scores(Data(), np.array([1, 2]), rows, query_row=0)
     np.testing.assert_allclose(got, [1.0, 0.8, 0.8])  # the query's own photo: 1
+
+
+def test_hybrid_checks_hits_beyond_the_30th(monkeypatch):
+    """The same object at vocabulary rank 46 (of a 100-hit shortlist) is checked, verified
+    and ranked first: with 30 checks it stayed unverified (no check, no expansion)."""
+    from engine.index import methods, verify
+    from engine.index.verify import VERIFY_TOP, Verification
+
+    none = np.zeros((0, 2), np.int64)
+    checked: list[int] = []
+
+    def fake_check(_fa, fb):  # fb: the hit's store id
+        checked.append(int(fb))
+        n = 40 if fb == 145 else 0
+        return Verification(none, np.zeros(0, bool), n, fb == 145, "homography" if n else "")
+
+    class Store:
+        def iter_features(self, ids):
+            return ((int(i), int(i)) for i in ids)
+
+    class Vocab:
+        def row(self, v):
+            return v, None
+
+        def score(self, _v, _values, rows):
+            return np.zeros(len(rows))
+
+    class Data:
+        ids = np.arange(100, 200)
+        vocab = Vocab()
+
+    class Searcher:
+        store = Store()
+
+    monkeypatch.setattr(verify, "ranking_check", fake_check)
+    rows = np.arange(100)
+    scores = np.linspace(0.9, 0.1, 100)
+    out = methods.HybridSearch().final_scores(Searcher(), Data(), [0] * 10, rows, scores)
+    assert checked[:VERIFY_TOP] == list(range(100, 100 + VERIFY_TOP))
+    assert out[45] >= 1.0 and int(np.argmax(out)) == 45
+    assert (np.delete(out, 45) < 1.0).all()
