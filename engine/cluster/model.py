@@ -107,10 +107,10 @@ class CategoryModel:
         pyramid_match, affinities : (len(rows), len(columns)) float64
             The normalised pyramid match and its mix with the appearance kernel (the same
             array when the model has no appearance descriptors). The grouping cuts the
-            affinities and reads the number of groups from the pyramid match: on the
-            Caltech-101 subsets of 20 classes the mix's spectrum favours 2-3 coarse
-            groups (automatic-k accuracy 0.15 against 0.25; see
-            :mod:`engine.cluster.appearance`).
+            affinities and reads the number of groups from them too (the mean eigengap
+            of several nearest-neighbour graphs,
+            :data:`engine.cluster.pipeline.K_GRAPH_SIZES`); only in Nystrom mode from
+            the pyramid match alone (see :mod:`engine.cluster.appearance`).
         """
         n = len(self.bins)
         r = np.arange(n) if rows is None else np.asarray(rows, np.int64).reshape(-1)

@@ -28,6 +28,7 @@ from engine.cluster.ncut import (
     normalized_cut_value,
     nystrom_embedding,
     recursive_ncut,
+    sparse_graph_spectrum,
 )
 from engine.cluster.ranking import flag_members, rank_groups
 from engine.cluster.results import Clustering, ClusterProgress
@@ -55,7 +56,7 @@ def discover_categories_iter(
     prototype_percentile: float = 25.0,
     outlier_z: float = 3.0,
     random_state: int = 0,
-    k_graph: int | None = None,
+    k_graph: int | Sequence[int] | None = None,
     k_kernel: np.ndarray | None = None,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
@@ -103,7 +104,7 @@ def discover_categories_iter(
         kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max)
     else:  # the number of groups from other affinities (the same constraints)
         Wk = _exact_affinities(Ck, must_a, cannot_a, power, empirical)
-        own = k_graph is None or n <= int(k_graph) + 1  # else the graph's own spectrum
+        own = not _graph_sizes(k_graph, n)  # else the graphs' own spectra
         values_k = ncut_embedding(Wk, q)[0] if own else values
         kk, reason = _choose_k(Wk, values_k, q, k, k_graph, k_min, k_max)
     yield ClusterProgress("discretize", 0, 1, f"k={kk}")
@@ -133,12 +134,20 @@ def discover_categories_iter(
 
 
 def _check_options(
-    k: int | str, k_graph: int | None, method: str, discretize: str, k_min: int, k_max: int
+    k: int | str,
+    k_graph: int | Sequence[int] | None,
+    method: str,
+    discretize: str,
+    k_min: int,
+    k_max: int,
 ) -> None:
     """Validate the options of :func:`discover_categories_iter` (``ValueError`` naming the
     option)."""
-    if k_graph is not None and int(k_graph) < 1:
-        raise ValueError(f"k_graph must be a positive integer or None, got {k_graph!r}")
+    sizes = () if k_graph is None else np.atleast_1d(np.asarray(k_graph)).ravel()
+    if k_graph is not None and (sizes.size == 0 or np.any(sizes < 1)):
+        raise ValueError(
+            f"k_graph must be a positive integer, a sequence of them, or None, got {k_graph!r}"
+        )
     check_choice(method, "method", ("spectral", "recursive"))
     check_choice(discretize, "discretize", ("kmeans", "yu_shi"))
     if isinstance(k, str):
@@ -149,24 +158,35 @@ def _check_options(
         raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
 
 
+def _graph_sizes(k_graph: int | Sequence[int] | None, n: int) -> list[int]:
+    """The neighbour counts of ``k_graph`` (an int or a sequence) below ``n - 1``: the
+    graphs whose spectra choose k (none: the affinities' own spectrum)."""
+    if k_graph is None:
+        return []
+    return sorted({int(m) for m in np.atleast_1d(np.asarray(k_graph)).ravel() if n > int(m) + 1})
+
+
 def _choose_k(
     W: np.ndarray,
     values: np.ndarray,
     q: int,
     k: int | str,
-    k_graph: int | None,
+    k_graph: int | Sequence[int] | None,
     k_min: int,
     k_max: int,
 ) -> tuple[int, str]:
     """Number of groups and why (exact mode): given by the user, or the relative eigengap
     of the spectrum ``values`` (q,) of the affinities ``W`` (n, n) -- or, with ``k_graph``,
-    of its ``k_graph``-nearest-neighbour graph (:func:`engine.cluster.affinity.knn_graph`)."""
+    of its ``k_graph``-nearest-neighbour graph (:func:`engine.cluster.affinity.knn_graph`);
+    with several sizes, the mean relative gap of their spectra
+    (:func:`engine.cluster.ncut.eigengap_k`)."""
     n = W.shape[0]
-    if k == "auto" and k_graph is not None and n > int(k_graph) + 1:
-        G = knn_graph(W, int(k_graph))
-        g_values, _ = ncut_embedding(G, q)
-        kk, reason = eigengap_k(g_values, k_min, k_max)
-        reason += f" of the {int(k_graph)}-nearest-neighbour graph"
+    sizes = _graph_sizes(k_graph, n)
+    if k == "auto" and sizes:
+        spectra = np.stack([sparse_graph_spectrum(knn_graph(W, m), q) for m in sizes])
+        kk, reason = eigengap_k(spectra, k_min, k_max)
+        names = ", ".join(str(m) for m in sizes)
+        reason += f" of the {names}-nearest-neighbour graph" + ("s" if len(sizes) > 1 else "")
     elif k == "auto":
         kk, reason = eigengap_k(values, k_min, k_max)
     else:
@@ -317,11 +337,12 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         or Yu & Shi's rotation-based discretisation.
     k_min, k_max : int
         Range searched by ``k="auto"``.
-    k_graph : int, optional
+    k_graph : int or sequence of int, optional
         With ``k="auto"`` (exact mode), read the eigengap from the spectrum of the
         symmetric ``k_graph``-nearest-neighbour graph of the affinities
-        (:func:`knn_graph`) instead of the full affinities; the cut itself still uses
-        the full affinities.
+        (:func:`knn_graph`) instead of the full affinities -- with several sizes, the
+        mean relative gap over their graphs (sizes ``>= n - 1`` are left out); the cut
+        itself still uses the full affinities.
     k_kernel : array_like, optional
         With ``k="auto"``: read the number of groups (the eigengap, with ``k_graph`` of
         its nearest-neighbour graph) from these affinities instead, of ``kernel``'s shape

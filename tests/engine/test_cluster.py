@@ -1177,3 +1177,49 @@ def test_discovery_module_keeps_the_old_names():
         assert getattr(old, "_" + private) is getattr(engine.cluster, private)
     assert old.CATEGORY_FEATURES is engine.cluster.CATEGORY_FEATURES
     assert old.BinnedMatcher is engine.cluster.BinnedMatcher
+
+
+def test_eigengap_k_averages_the_relative_gaps_of_several_spectra():
+    from engine.cluster.ncut import eigengap_k
+
+    # relative gaps at k = 2..5: a favours 3 (0.5), b favours 5 (0.4); both like 4 (0.3)
+    a = np.array([1.0, 0.9, 0.88, 0.44, 0.308, 0.3, 0.29])
+    b = np.array([1.0, 0.9, 0.88, 0.86, 0.602, 0.3612, 0.35])
+    assert eigengap_k(a, 2, 5)[0] == 3 and eigengap_k(b, 2, 5)[0] == 5
+    k, reason = eigengap_k(np.stack([a, b]), 2, 5)
+    assert k == 4 and "2 spectra" in reason  # mean gaps .02, .26, .30, .21
+    assert eigengap_k(a[None, :], 2, 5) == eigengap_k(a, 2, 5)  # one row: as a vector
+    # a k below the noise floor of one spectrum is not eligible in the mean
+    c = b.copy()
+    c[4:] = [0.05, 0.001, 0.0005]
+    assert eigengap_k(np.stack([b, c]), 2, 5)[0] != 5
+
+
+def test_auto_k_from_several_graph_sizes():
+    from engine.cluster.pipeline import K_GRAPH_SIZES, default_k_graph
+
+    K, truth, _ = topic_kernel(25, 5, noise=0.4, seed=2)
+    res = discover_categories(K, k="auto", k_max=10, k_graph=(10, 20, 500))
+    assert res.k == 5 and "10, 20-nearest-neighbour graphs" in res.k_reason  # 500 > n
+    assert clustering_accuracy(truth, res.labels) >= 0.95
+    assert default_k_graph(1000) == K_GRAPH_SIZES
+    assert default_k_graph(30) == (20, 25) and default_k_graph(12) == (10,)
+    assert default_k_graph(4) == (2,)
+    for bad in ((), (10, 0)):
+        with pytest.raises(ValueError, match="k_graph"):
+            discover_categories(K, k="auto", k_graph=bad)
+
+
+def test_sparse_graph_spectrum_keeps_repeated_eigenvalues():
+    from engine.cluster import knn_graph
+    from engine.cluster.ncut import ncut_embedding, sparse_graph_spectrum
+
+    rng = np.random.default_rng(4)
+    truth = np.repeat(np.arange(6), 50)  # 300 images, 6 groups no neighbour graph joins
+    X = rng.random((300, 20)) * 0.3 + 3.0 * np.eye(20)[truth]
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    G = knn_graph(X @ X.T, 15)
+    dense = ncut_embedding(G, 9)[0]
+    sparse = sparse_graph_spectrum(G, 9)
+    np.testing.assert_allclose(sparse, dense, atol=1e-6)
+    assert np.sum(sparse > 1 - 1e-6) == 6  # eigenvalue 1 once per connected component
