@@ -371,6 +371,10 @@ def learn(
     )
 
 
+#: Held-aside photos at most that query the collection to calibrate a learned model.
+CALIBRATION_QUERIES = 1000
+
+
 def _calibrate(
     model: LearnedSimilarity, X: sp.csr_matrix, labels: np.ndarray | None, held: Any
 ) -> tuple[tuple[float, float] | None, float]:
@@ -399,14 +403,18 @@ def _calibrate(
     if held is None or held.size == 0:
         return None, float("nan")
     if labels is not None:
-        rows, pool = held.ravel(), np.flatnonzero(labels >= 0)
+        rows, pool = held.ravel()[:CALIBRATION_QUERIES], np.flatnonzero(labels >= 0)
         if rows.size < 2 or pool.size < 3:
             return None, float("nan")
-        S = model.similarity(X[rows], X[pool])
-        S[pool[None, :] == rows[:, None]] = -np.inf  # (a photo is not its own hit)
         k = min(10, pool.size - 1)
-        top = np.argsort(-S, axis=1, kind="stable")[:, :k]
-        s = np.take_along_axis(S, top, axis=1)
+        tops, best = [], []
+        for c in range(0, rows.size, 64):  # (a block of queries at a time: bounded memory)
+            r = rows[c : c + 64]
+            S = model.similarity(X[r], X[pool])
+            S[pool[None, :] == r[:, None]] = -np.inf  # (a photo is not its own hit)
+            tops.append(np.argsort(-S, axis=1, kind="stable")[:, :k])
+            best.append(np.take_along_axis(S, tops[-1], axis=1))
+        top, s = np.concatenate(tops), np.concatenate(best)
         rel = labels[pool][top] == labels[rows][:, None]
         even = np.broadcast_to((np.arange(rows.size) % 2 == 0)[:, None], s.shape)
     else:
