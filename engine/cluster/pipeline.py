@@ -135,7 +135,8 @@ def categorize_iter(
     3. Normalized cuts of the mixed affinities with the user's constraints
        (:func:`discover_categories_iter`); with ``k="auto"`` the mean relative eigengap
        of the ``default_k_graph(n)``-nearest-neighbour graphs of the same affinities
-       (Nystrom mode: the approximate spectrum of the pyramid match alone).
+       (Nystrom mode: the approximate spectrum of the pyramid match alone; fewer than 22
+       photos: the 10-nearest-neighbour graph of the pyramid match alone).
     4. Feature masks from explicit within-group correspondences, masked flow, prototypes
        and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).
     5. An SVM on the precomputed kernel trained on the prototypes assigns every image
@@ -214,6 +215,11 @@ def categorize_iter(
             kw["k_kernel"] = C_k
     elif n > 2:
         kw["k_graph"] = default_k_graph(n)
+        if k == "auto" and C_k is not C and n - 1 <= min(K_GRAPH_SIZES):
+            # (a folder too small for those graphs: k from the pyramid match's 10-nearest-
+            # neighbour graph, as before them; they were chosen on folders of 79 photos
+            # and more, and on 18 photos of 2 scenes the mixed affinities found 3)
+            kw["k_kernel"] = C_k
     if n == 1:
         res = Clustering(np.zeros(1, np.int64), 1, "k=1: a single image", np.ones(1),
                          np.zeros(1), np.ones(1, bool), np.zeros(1, bool))  # fmt: skip
