@@ -29,6 +29,10 @@ TIER_LABELS = {
 }
 
 
+#: Related photos of a group printed at most (the best linked; ``--json`` has all).
+RELATED_SHOWN = 5
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "duplicates",
@@ -233,10 +237,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {'*' if p == g['keep'] else ' '} {s:6.3f}  {p}")
             if g["keep"] is not None:
                 print(f"    keep {g['keep']}: {g['reason']}")
-            for r in g["related"]:
+            for r in g["related"][:RELATED_SHOWN]:
                 where = group_of.get(r["path"])
                 where = f", in group {where}" if where else ", in no group"
                 print(f"    similar, not in this group: {r['path']} ({r['score']:.3f}{where})")
+            if len(g["related"]) > RELATED_SHOWN:
+                more = len(g["related"]) - RELATED_SHOWN
+                print(f"    … and {more} more similar (--json lists all)")
         if out:
             print("(* the copy to keep)")
     return 0

@@ -156,3 +156,31 @@ def test_a_cancelled_search_exits_130(tiered, capsys, monkeypatch):
     assert main(["duplicates", str(top), "--index", str(index), "--json"]) == 130
     captured = capsys.readouterr()
     assert "interrupted" in captured.err and captured.out == ""
+
+
+def test_related_photos_are_listed_with_their_group(tmp_path, demo_folder, capsys, monkeypatch):
+    """A heavily recompressed copy linked only as a similar shot to a photo of a group of
+    identical files is in no group: --json lists it under the group's "related", the text
+    says where it is, and past RELATED_SHOWN the text only counts the rest."""
+    import app.commands.duplicates as cmd
+
+    photos = tmp_path / "photos"
+    (photos / "exports").mkdir(parents=True)
+    for name in ("chelsea", "chelsea_jpeg", "coffee", "rocket"):
+        shutil.copy(demo_folder / f"{name}.jpg", photos / f"{name}.jpg")
+    shutil.copy(demo_folder / "chelsea.jpg", photos / "exports" / "chelsea copy.jpg")
+    index = tmp_path / "idx"
+    assert main(["index", str(photos), "--index", str(index), "--json"]) == 0
+    capsys.readouterr()
+    out = _run_json(capsys, str(photos), "--index", str(index))
+    group = next(g for g in out["groups"] if g["tier"] == "identical")
+    assert [r["path"] for r in group["related"]] == [str(photos / "chelsea_jpeg.jpg")]
+    assert 0 < group["related"][0]["score"] <= 1
+    assert main(["duplicates", str(photos), "--index", str(index)]) == 0
+    text = capsys.readouterr().out
+    assert f"similar, not in this group: {photos / 'chelsea_jpeg.jpg'}" in text
+    assert "in no group" in text
+    monkeypatch.setattr(cmd, "RELATED_SHOWN", 0)
+    assert main(["duplicates", str(photos), "--index", str(index)]) == 0
+    text = capsys.readouterr().out
+    assert "similar, not in this group" not in text and "… and 1 more similar" in text
