@@ -525,6 +525,21 @@ def pixmap_fit(rect: QRect, pm) -> QRect:
     return target
 
 
+def _label_line(fm, label: str | None, folder: str, width: int) -> str:
+    """A result row's second line: "✓ same object or place  ·  folder" for a verified
+    hit (else the folder), cut to ``width`` px at the folder's start, never in the label
+    (the folder's end names it best; the label is the verdict)."""
+    if label != "same object or place":  # (verified: said in words)
+        return fm.elidedText(folder, Qt.TextElideMode.ElideLeft, width)
+    if not folder:
+        return fm.elidedText(label, Qt.TextElideMode.ElideRight, width)
+    prefix = "✓ same object or place  ·  "
+    room = width - fm.horizontalAdvance(prefix)
+    if room < fm.horizontalAdvance("…abc"):  # (no room left for the folder)
+        return fm.elidedText("✓ same object or place", Qt.TextElideMode.ElideRight, width)
+    return prefix + fm.elidedText(folder, Qt.TextElideMode.ElideLeft, room)
+
+
 def draw_pixmap_fit(painter: QPainter, rect: QRect, pm) -> QRect:
     """Draw ``pm`` scaled to fit ``rect`` (aspect kept, centred); return the drawn rect."""
     target = pixmap_fit(rect, pm)
@@ -716,12 +731,10 @@ class ResultDelegate(QStyledItemDelegate):
         if taken:
             folder = f"{taken}  ·  {folder}" if folder else taken
         label = item_data(index, LABEL_ROLE)
-        if label == "same object or place":  # (verified: said in words)
-            folder = f"✓ same object or place  ·  {folder}" if folder else label
         painter.drawText(
             QRect(x, r.top() + 28, w, 18),
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-            painter.fontMetrics().elidedText(folder, Qt.TextElideMode.ElideLeft, w),
+            _label_line(painter.fontMetrics(), label, folder, w),
         )
         score = float(item_data(index, SCORE_ROLE) or 0.0)
         prob = item_data(index, PROBABILITY_ROLE)

@@ -368,3 +368,25 @@ def test_learned_method_chosen_before_the_folder_opens(qtbot, window, library):
     assert win.results_panel.current_method() == "learned"
     query_and_wait(qtbot, win, lambda: drop_file(win, outside))
     assert win.results.method == "learned"
+
+
+def test_a_result_rows_label_is_never_cut_only_its_folder(qtbot):
+    """The second line of a result row ("✓ same object or place  ·  folder") keeps the
+    verdict whole when the row is narrow and cuts the folder at its start; an unverified
+    hit's line is its folder, cut the same way."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from app.gui.models import _label_line
+
+    fm = QFontMetrics(QFont())
+    folder = "holidays/2019/summer/Brittany/coast/exports"
+    width = fm.horizontalAdvance("✓ same object or place  ·  ") + fm.horizontalAdvance("exports…")
+    line = _label_line(fm, "same object or place", folder, width)
+    assert line.startswith("✓ same object or place  ·  …") and line.endswith("ports")
+    assert fm.horizontalAdvance(line) <= width
+    whole = _label_line(fm, "same object or place", folder, 10_000)
+    assert whole == f"✓ same object or place  ·  {folder}"
+    assert _label_line(fm, "looks alike", folder, 10_000) == folder
+    narrow = _label_line(fm, "looks alike", folder, width)
+    assert narrow.startswith("…") and narrow.endswith("exports")
+    assert _label_line(fm, "same object or place", "", 10_000) == "same object or place"
