@@ -61,6 +61,7 @@ from app.gui.models import shown_name
 from app.gui.session import ActionRefused, Session
 from app.gui.thumbnails import array_to_qimage
 from engine.index.files import display_path
+from engine.workflows.dup_groups import DuplicateGroup
 
 __all__ = [
     "TIER_LABELS",
@@ -1521,7 +1522,7 @@ class DuplicatesView(QWidget):
             return None
         kept = self._kept_path and os.path.abspath(self._kept_path)
         kept = kept if kept in others else others[0]
-        pair = type("_Pair", (), {"paths": [kept, path], "tier": tier_of(g)})()
+        pair = DuplicateGroup([kept, path], [1.0, 1.0], tier_of(g))
         try:
             return plan_cleanup([pair], [0], action, destination, folder=folder)
         except (CleanupError, ValueError, OSError) as exc:

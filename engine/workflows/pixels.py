@@ -239,6 +239,7 @@ class _Aligned:
         self.patch = patch
         self._within: bool | None = None
         self._warp: tuple[np.ndarray, np.ndarray] | None = None
+        self._tiles: tuple[_Tiles, tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def measurable(self) -> bool:
@@ -266,6 +267,14 @@ class _Aligned:
             self._warp = _refined_warp(self.ga, self.gb, self.m, self.patch)
         return self._warp
 
+    def tiles(self) -> tuple[_Tiles, tuple[np.ndarray, np.ndarray]]:
+        """(the tiles where the warped picture lands, the smaller picture's side of them)
+        (:class:`_Tiles`): the same for every test of the pair."""
+        if self._tiles is None:
+            tiles = _Tiles(self.warped()[1], self.patch)
+            self._tiles = tiles, tiles.side(self.hp_b)
+        return self._tiles
+
 
 def _evidence(pair: _Aligned) -> tuple[float, float]:
     """:func:`pixel_evidence` of an aligned pair."""
@@ -278,8 +287,8 @@ def _evidence(pair: _Aligned) -> tuple[float, float]:
     warped, inside = pair.warped()
     gb, hp_b = pair.gb, pair.hp_b
     hp_w = _highpass(warped)
-    tiles = _Tiles(inside, pair.patch)
-    side_w, side_b = tiles.side(hp_w), tiles.side(hp_b)
+    tiles, side_b = pair.tiles()
+    side_w = tiles.side(hp_w)
     best = tiles.agreement(side_w, side_b)
     if np.isnan(best[0]):
         return best
@@ -407,10 +416,9 @@ def _compressed(pair: _Aligned, jpeg_a, jpeg_b) -> float:
         whole = max((t for t in tries if np.isfinite(t)), default=float("nan"))
         if np.isfinite(whole):  # (the warp below resamples bilinearly: cv-linear did)
             return float(whole)
-    warped, inside = pair.warped()
-    tiles = _Tiles(inside, patch)
-    sim = _jpeg_again(warped, table)
-    return float(tiles.agreement(tiles.side(_highpass(sim)), tiles.side(hp_b))[0])
+    tiles, side_b = pair.tiles()
+    sim = _jpeg_again(pair.warped()[0], table)
+    return float(tiles.agreement(tiles.side(_highpass(sim)), side_b)[0])
 
 
 #: How :func:`compressed_agreement` resizes a whole picture to the size of its smaller
