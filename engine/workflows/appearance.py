@@ -39,15 +39,21 @@ from __future__ import annotations
 import os
 import threading
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.core.blas import single_threaded_opencv
 from engine.index.files import atomic_write
-from engine.workflows.pixels import PIXEL_SIDE, gray_levels, pixel_agreement
+from engine.workflows.pixels import (
+    PIXEL_SIDE,
+    gray_levels,
+    jpeg_facts,
+    pixel_agreement,
+    pixel_tests,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.searcher import Searcher
@@ -60,6 +66,7 @@ __all__ = [
     "appearance_agreement",
     "appearance_candidates",
     "appearance_links",
+    "appearance_tests",
     "load_gray",
     "orientations",
     "signature",
@@ -200,6 +207,55 @@ def appearance_agreement(gray_a: np.ndarray, gray_b: np.ndarray, turns: int) -> 
         :func:`engine.workflows.pixels.pixel_agreement` after the alignment (``nan``
         when not measurable).
     """
+    hom = _aligned(gray_a, gray_b, turns)
+    if hom is None:
+        return float("nan")
+    return pixel_agreement(gray_a, gray_b, hom, gray_a.shape[::-1], gray_b.shape[::-1])
+
+
+def appearance_tests(
+    gray_a: np.ndarray,
+    gray_b: np.ndarray,
+    turns: int,
+    jpeg: Callable[[], tuple[Any, Any]],
+    band: tuple[float, float],
+    *,
+    enough: float = np.inf,
+) -> tuple[float, float]:
+    """:func:`appearance_agreement` and, when it falls in ``band``, the compressed-copy
+    agreement of the aligned pair (:func:`engine.workflows.pixels.pixel_tests`; else
+    ``nan``): a turned copy saved again at a lower JPEG quality, of a photo whose fine
+    detail is mostly its own noise (haze, a night sky), agrees at 0.90-0.95 only.
+
+    Parameters
+    ----------
+    gray_a, gray_b, turns
+        As :func:`appearance_agreement` (each loaded at its file's size, up to
+        :data:`~engine.workflows.pixels.PIXEL_SIDE`).
+    jpeg : callable
+        ``jpeg() -> (jpeg_a, jpeg_b)``, :func:`engine.workflows.pixels.jpeg_facts` of
+        the two files; called only when the second test is asked.
+    band : (float, float)
+        The pixel agreements worth the second test.
+    enough : float
+        A compressed-copy agreement that settles the pair.
+
+    Returns
+    -------
+    (float, float)
+    """
+    hom = _aligned(gray_a, gray_b, turns)
+    if hom is None:
+        return float("nan"), float("nan")
+    size_a, size_b = gray_a.shape[::-1], gray_b.shape[::-1]
+    return pixel_tests(
+        gray_a, gray_b, hom, size_a, size_b, jpeg, band, enough=enough, either_way=True
+    )
+
+
+def _aligned(gray_a: np.ndarray, gray_b: np.ndarray, turns: int) -> np.ndarray | None:
+    """The 3x3 map of ``gray_a``'s pixels onto ``gray_b``'s under :func:`appearance_agreement`'s
+    hypothesis (None when the two do not have one aspect ratio)."""
     import cv2
 
     ha, wa = gray_a.shape
@@ -211,7 +267,7 @@ def appearance_agreement(gray_a: np.ndarray, gray_b: np.ndarray, turns: int) -> 
         turn = np.array([[0.0, -1.0, h - 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]) @ turn
         w, h = h, w
     if abs(np.log((w / h) / (wb / hb))) > 0.05:  # not the same aspect: not a copy
-        return float("nan")
+        return None
     h0 = _scale(wb / w, hb / h) @ turn  # a pixels -> b pixels
     # refine by an affine ECC fit on small versions of b and of a warped onto b
     f = min(1.0, APPEARANCE_ECC_SIDE / max(wb, hb))
@@ -237,8 +293,7 @@ def appearance_agreement(gray_a: np.ndarray, gray_b: np.ndarray, turns: int) -> 
             refine = np.eye(3)
     except cv2.error:  # (did not converge: the first alignment stands)
         refine = np.eye(3)
-    hom = refine @ h0
-    return pixel_agreement(gray_a, gray_b, hom, (wa, ha), (wb, hb))
+    return refine @ h0
 
 
 def _scale(sx: float, sy: float) -> np.ndarray:
@@ -348,6 +403,7 @@ def appearance_links(
     linked: dict[tuple[int, int], tuple[str, float]],
     pixels: float,
     *,
+    compressed: tuple[float, float] | None = None,
     cancel: threading.Event | None = None,
 ) -> dict[tuple[int, int], tuple[str, float]]:
     """``same_photo`` links between photos with too few features, found and tested by
@@ -362,13 +418,19 @@ def appearance_links(
         identical or same_photo are not tested again.
     pixels : float
         Least pixel agreement of a copy (:attr:`TierRule.same_photo_pixels`).
+    compressed : (float, float), optional
+        ``(floor, least)``: a pair whose pixel agreement is at least ``floor`` but below
+        ``pixels`` is a copy too when its compressed-copy agreement is at least
+        ``least`` (:func:`appearance_tests`; ``COMPRESSED_FLOOR`` and
+        :attr:`TierRule.same_photo_compressed`). None: the pixel agreement alone.
     cancel : threading.Event, optional
         Checked between pairs; when set, :class:`InterruptedError`.
 
     Returns
     -------
     dict
-        ``(i, j) -> ("same_photo", agreement)`` for rows i < j.
+        ``(i, j) -> ("same_photo", agreement)`` for rows i < j (the compressed-copy
+        agreement for a pair it made a copy).
     """
     store = searcher.store
     _, data = searcher.ensure()
@@ -381,10 +443,12 @@ def appearance_links(
     if len(rows) < 2:
         return {}
     with single_threaded_opencv():  # (small pictures: OpenCV's threads only cost CPU)
-        return _links(searcher, rows, linked, pixels, cancel)
+        return _links(searcher, rows, linked, pixels, compressed, cancel)
 
 
-def _links(searcher, rows, linked, pixels, cancel) -> dict[tuple[int, int], tuple[str, float]]:
+def _links(
+    searcher, rows, linked, pixels, compressed, cancel
+) -> dict[tuple[int, int], tuple[str, float]]:
     """:func:`appearance_links` of the photos of ``rows``, with few features."""
     store = searcher.store
     paths = searcher.row_paths
@@ -405,9 +469,18 @@ def _links(searcher, rows, linked, pixels, cancel) -> dict[tuple[int, int], tupl
         if linked.get((i, j), ("similar_shots",))[0] != "similar_shots":
             continue
         try:
-            agree = appearance_agreement(gray(i), gray(j), k)
+            if compressed is None:
+                agree, comp = appearance_agreement(gray(i), gray(j), k), float("nan")
+            else:
+                band = (compressed[0], pixels)
+                facts = lambda i=i, j=j: (jpeg_facts(paths[i]), jpeg_facts(paths[j]))  # noqa: E731
+                agree, comp = appearance_tests(
+                    gray(i), gray(j), k, facts, band, enough=compressed[1]
+                )
         except Exception:  # a file gone or unreadable since indexing
             continue
         if agree >= pixels:
             out[(i, j)] = ("same_photo", float(agree))
+        elif compressed is not None and comp >= compressed[1]:
+            out[(i, j)] = ("same_photo", float(comp))
     return out

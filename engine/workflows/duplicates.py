@@ -465,7 +465,10 @@ def find_duplicates(
     stop = _Either(cancel)
     pool = ThreadPoolExecutor(1, thread_name_prefix="simile-appearance")
     pixels = rule.same_photo_pixels
-    looks = pool.submit(appearance_links, searcher, dict(links), pixels, cancel=stop)
+    compressed = (COMPRESSED_FLOOR, rule.same_photo_compressed)
+    looks = pool.submit(
+        appearance_links, searcher, dict(links), pixels, compressed=compressed, cancel=stop
+    )
     try:
         evidence = neighbour_evidence(
             searcher, skip=identical, cancel=cancel, progress=progress, pixel_rule=rule
@@ -686,7 +689,10 @@ def _judge(ctx: PairContext, i: int, j: int, pixel_rule: TierRule | None) -> Pai
         differ = ta is not None and tb is not None and ta != tb
         band = (COMPRESSED_FLOOR, pixel_rule.same_photo_pixels)
         nan = float("nan")
-        agree, comp = (nan, nan) if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography, band)
+        enough = pixel_rule.same_photo_compressed
+        agree, comp = (
+            (nan, nan) if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography, band, enough)
+        )
         ev = dataclasses.replace(
             ev, pixel_agreement=agree, compressed_agreement=comp, taken_differ=differ
         )
@@ -701,17 +707,17 @@ def _pixels_of(
     fb: Features,
     h: np.ndarray,
     band: tuple[float, float],
+    enough: float,
 ) -> tuple[float, float]:
     """:func:`engine.workflows.pixels.pixel_tests` of the files of rows ``i`` and ``j``:
     their pixel agreement and, when it falls in ``band``, their compressed-copy agreement
-    (nan when one cannot be read, or not asked)."""
+    (nan when one cannot be read, or not asked; ``enough`` settles it)."""
     nan = float("nan")
     ga, gb = ctx.gray(i, PIXEL_SIDE), ctx.gray(j, PIXEL_SIDE)
     if ga is None or gb is None:  # a file changed or gone since indexing: geometry decides
         return nan, nan
     try:
-        return pixel_tests(
-            ga, gb, h, fa.image_size, fb.image_size, lambda: (ctx.jpeg(i), ctx.jpeg(j)), band
-        )
+        facts = lambda: (ctx.jpeg(i), ctx.jpeg(j))  # noqa: E731
+        return pixel_tests(ga, gb, h, fa.image_size, fb.image_size, facts, band, enough=enough)
     except Exception:
         return nan, nan

@@ -44,7 +44,8 @@ __all__ = [
 CACHE_FILE = Path("cache") / "pair-evidence.npz"
 #: What the remembered checks were made by: raise it whenever the pair check or the
 #: pixel comparison changes what it measures (older caches are then ignored).
-VERSION = 3  # 2: the pixel test matches blur and checks the framing; 3: compressed copies
+VERSION = 4  # 2: the pixel test matches blur and checks the framing; 3: compressed copies;
+# 4: near misses aligned again by their pixels, one-size JPEGs recreated either way round
 
 _FLOATS = (
     "score",

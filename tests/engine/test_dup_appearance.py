@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -190,3 +192,62 @@ def test_remembered_detail_stays_within_its_bytes(monkeypatch):
     assert 1 <= len(pixels._MEMO) < 12
     pixels._MEMO.clear()
     pixels._MEMO_SIZE[0] = 0
+
+
+def test_a_turned_night_sky_saved_at_a_lower_quality_is_recreated(tmp_path):
+    """A quarter-turned copy of a night sky saved at JPEG quality 75: its noise, the
+    only fine detail, agrees at 0.90-0.95; the sky turned and saved with the copy's own
+    quantisation table agrees fully. Another sky saved alike is not recreated."""
+    from engine.workflows.appearance import appearance_tests, load_gray
+    from engine.workflows.pixels import jpeg_facts
+
+    rule = DEFAULT_RULE
+    band = (0.9, rule.same_photo_pixels)
+    src = tmp_path / "sky.jpg"
+    cv2.imwrite(str(src), _night_sky(4, moon=(150, 110)).astype(np.uint8), [1, 95])
+    turned = tmp_path / "turned.jpg"
+    cv2.imwrite(str(turned), np.rot90(cv2.imread(str(src), 0), -1).copy(), [1, 75])
+    ga, gb = load_gray(src), load_gray(turned)
+    facts = lambda: (jpeg_facts(src), jpeg_facts(turned))  # noqa: E731
+    agree, compressed = appearance_tests(ga, gb, 1, facts, band)
+    assert agree == pytest.approx(appearance_agreement(ga, gb, 1))
+    assert band[0] <= agree < rule.same_photo_pixels <= rule.same_photo_compressed <= compressed
+    other = tmp_path / "other.jpg"
+    cv2.imwrite(str(other), np.rot90(_night_sky(5, moon=(150, 110)), -1).astype(np.uint8), [1, 75])
+    go = load_gray(other)
+    agree, compressed = appearance_tests(
+        ga, go, 1, lambda: (jpeg_facts(src), jpeg_facts(other)), band
+    )
+    assert agree < band[0] and np.isnan(compressed)  # (not asked)
+
+
+def _haze(seed: int) -> np.ndarray:
+    """A 240 x 320 hazy sky with no local features: a gradient and faint sensor noise."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:240, :320]
+    img = 120 + 60 * yy / 240 + 20 * np.sin(xx / 90.0 + seed)
+    noise = cv2.GaussianBlur(rng.normal(0, 1, (240, 320)).astype(np.float32), (0, 0), 1.0)
+    return np.clip(img + 4 * noise / noise.std(), 0, 255).astype(np.uint8)
+
+
+def test_find_duplicates_links_a_turned_recompressed_haze(tmp_path, demo_folder):
+    """Photos without features are compared by appearance (the aerial haze of Holidays'
+    124800 and its turned copy were missed): a quarter-turned copy at quality 80 agrees
+    at 0.92 only, and is a copy by the compressed-copy test; another haze is not."""
+    from engine.collection import Collection
+
+    folder = tmp_path / "haze"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "haze.jpg"), _haze(1), [1, 95])
+    turned = np.rot90(cv2.imread(str(folder / "haze.jpg"), 0), -1).copy()
+    cv2.imwrite(str(folder / "haze turned.jpg"), turned, [1, 80])
+    cv2.imwrite(str(folder / "other haze.jpg"), _haze(2), [1, 95])
+    shutil.copy(demo_folder / "brick.jpg", folder)  # (the search models need features)
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        assert sum(r.n_features < 25 for r in col.searcher.store.records()) == 3
+        groups = col.duplicates()
+    assert [(g.tier, sorted(p.name for p in g.paths)) for g in groups] == [
+        ("same_photo", ["haze turned.jpg", "haze.jpg"])
+    ]

@@ -16,7 +16,7 @@ from engine.workflows import duplicates as dup
 from engine.workflows.dup_candidates import band_candidates, neighbour_pairs
 from engine.workflows.dup_verify import VerifyInterrupted, verify_pairs
 from engine.workflows.keeper import capture_time, suggest_keeper, suggest_keepers
-from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement
+from engine.workflows.pixels import PIXEL_SIDE, jpeg_facts, pixel_tests
 
 cv2 = pytest.importorskip("cv2")
 
@@ -129,12 +129,27 @@ def _slow_evidence(searcher, data, pairs, rule):
             differ = ta is not None and tb is not None and ta != tb
             # (two shots by their capture times are no copy whatever their pixels: the
             # search does not compare them)
-            agree = (
-                float("nan")
+            # (the pixel tests: the agreement, aligned again by the pixels when it falls
+            # short by little, and then the compressed-copy test)
+            band = (dup.COMPRESSED_FLOOR, rule.same_photo_pixels)
+            facts = lambda i=i, j=j: (jpeg_facts(paths[i]), jpeg_facts(paths[j]))  # noqa: E731
+            agree, comp = (
+                (float("nan"), float("nan"))
                 if differ
-                else pixel_agreement(g[0], g[1], ev.homography, fa.image_size, fb.image_size)
+                else pixel_tests(
+                    g[0],
+                    g[1],
+                    ev.homography,
+                    fa.image_size,
+                    fb.image_size,
+                    facts,
+                    band,
+                    enough=rule.same_photo_compressed,
+                )
             )
-            ev = dup.dataclasses.replace(ev, pixel_agreement=agree, taken_differ=differ)
+            ev = dup.dataclasses.replace(
+                ev, pixel_agreement=agree, compressed_agreement=comp, taken_differ=differ
+            )
         out[(i, j)] = ev
     return out
 
