@@ -344,11 +344,14 @@ class VocabularyTree:
         if not self._fitted:
             raise RuntimeError("VocabularyTree is not fitted; call fit(sample) first")
 
-    def _descend(self, X: np.ndarray, need_dist: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def _descend(
+        self, X: np.ndarray, need_dist: bool = True, depth: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Push points down the tree; bins and distances (M, L), COARSEST first
-        (``need_dist=False``: the distances are left uninitialised, not computed)."""
+        (``need_dist=False``: the distances are left uninitialised, not computed;
+        ``depth``: only the levels down to thesis level ``depth`` are filled)."""
         m = X.shape[0]
-        L = self.levels
+        L = self.levels if depth is None else int(depth) + 1
         bins = np.empty((m, L), dtype=np.int64)
         dist = np.empty((m, L), dtype=np.float32)
         if m == 0:
@@ -449,6 +452,17 @@ class VocabularyTree:
     def leaf_ids(self, X: np.ndarray) -> np.ndarray:
         """(M,) int64 leaf (visual word) index of every point, in ``[0, n_leaves)``."""
         return self.assign(X)[0][:, 0].copy()
+
+    def bins_at(self, X: np.ndarray, level: int) -> np.ndarray:
+        """(M,) int64 bin of every point at ``level`` (0 = leaves), as ``assign_bins(X)[:,
+        level]`` but descending no deeper than that level (the coarser vocabulary of
+        :mod:`engine.kernels.hamming`: a level above the leaves costs a quarter less).
+        """
+        lvl = self._level(level)
+        X = as_point_set(X, "X", dim=self.dim)
+        with _single_threaded_blas():
+            bins, _ = self._descend(X, need_dist=False, depth=lvl)
+        return bins[:, lvl].copy()
 
     # ------------------------------------------------------------------ bin data
     def _level(self, level: int) -> int:

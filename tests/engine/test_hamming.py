@@ -1,0 +1,96 @@
+"""Hamming embedding (engine.kernels.hamming): signatures and the selective match kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.kernels.hamming import HammingEmbedding, selective_scores
+
+
+def _data(seed: int = 0, n: int = 600, d: int = 128, n_words: int = 12):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d), dtype=np.float32)
+    words = rng.integers(0, n_words, (n, 2))
+    return X, words, [n_words, n_words]
+
+
+def test_signatures_split_every_word_at_its_medians():
+    X, words, n_words = _data()
+    he = HammingEmbedding().fit(X, words, n_words)
+    sig = he.signatures(X, words)
+    assert sig.shape == (len(X), 2) and sig.dtype == np.uint64
+    col = np.ascontiguousarray(sig[:, 0])
+    bits = np.unpackbits(col.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    for w in range(n_words[0]):
+        inside = words[:, 0] == w
+        # about half of a word's descriptors lie above each median
+        assert abs(bits[inside].mean() - 0.5) < 0.1
+
+
+def test_state_round_trip():
+    X, words, n_words = _data(1)
+    he = HammingEmbedding(random_state=3).fit(X, words, n_words)
+    again = HammingEmbedding.from_state(he.to_state())
+    assert np.array_equal(he.projection_, again.projection_)
+    # thresholds are stored as float16: signatures agree on almost every bit
+    a, b = he.signatures(X, words), again.signatures(X, words)
+    assert np.bitwise_count(a ^ b).mean() < 1.0
+
+
+def test_bits_other_than_64_are_refused():
+    with pytest.raises(ValueError):
+        HammingEmbedding(n_bits=32)
+
+
+def _brute(qw, qs, w, s, owner, n_sets, idf, max_distance, sigma):
+    out = np.zeros(n_sets)
+    for t in range(qw.shape[1]):
+        votes: dict = {}
+        for i in range(len(qw)):
+            for j in range(len(w)):
+                if qw[i, t] != w[j, t]:
+                    continue
+                h = int(np.bitwise_count(qs[i, t] ^ s[j, t]))
+                if h <= max_distance:
+                    votes[i, j] = np.exp(-(h * h) / sigma**2) * idf[t][qw[i, t]]
+        per_q: dict = {}
+        per_x: dict = {}
+        for i, j in votes:
+            per_q[i, owner[j]] = per_q.get((i, owner[j]), 0) + 1
+            per_x[j] = per_x.get(j, 0) + 1
+        raw = np.zeros(n_sets)
+        for (i, j), v in votes.items():
+            raw[owner[j]] += v / np.sqrt(per_q[i, owner[j]] * per_x[j])
+        qn = np.sqrt(idf[t][qw[:, t]].sum())
+        xn = np.sqrt(np.bincount(owner, idf[t][w[:, t]], minlength=n_sets))
+        out += raw / (qn * xn)
+    return out / qw.shape[1]
+
+
+def test_selective_scores_match_a_brute_force_sum():
+    rng = np.random.default_rng(2)
+    n_words = 5
+    qw = rng.integers(0, n_words, (30, 2))
+    w = rng.integers(0, n_words, (80, 2))
+    qs = rng.integers(0, 2**63, (30, 2), dtype=np.uint64)
+    s = rng.integers(0, 2**63, (80, 2), dtype=np.uint64)
+    s[:10] = qs[:10]  # some exact matches
+    owner = np.sort(rng.integers(0, 4, 80))
+    idf = [rng.random(n_words) + 0.5, rng.random(n_words) + 0.5]
+    got = selective_scores(qw, qs, w, s, owner, 4, idf, max_distance=30, sigma=14.0)
+    want = _brute(qw, qs, w, s, owner, 4, idf, 30, 14.0)
+    assert np.allclose(got, want)
+
+
+def test_a_set_scores_about_one_against_itself_and_little_against_noise():
+    X, words, n_words = _data(4, n=400)
+    he = HammingEmbedding().fit(X, words, n_words)
+    sig = he.signatures(X, words)
+    owner = np.repeat([0, 1], 200)
+    idf = [np.ones(n_words[0]), np.ones(n_words[1])]
+    q = slice(0, 200)  # the query is set 0
+    got = selective_scores(words[q], sig[q], words, sig, owner, 2, idf)
+    assert got[0] > 0.5 and got[1] < 0.5 * got[0]
+    empty = selective_scores(words[:0], sig[:0], words, sig, owner, 2, idf)
+    assert np.array_equal(empty, np.zeros(2))
