@@ -24,7 +24,9 @@ simulated with the same checks): see :class:`engine.index.methods.HybridSearch`.
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,20 +73,51 @@ HE_SIGMA = 14.0
 #: a collection's search data (24 bytes each: 48 MB).
 HE_CACHE_DESCRIPTORS = 2_000_000
 
-# id of the search data -> (weak reference to it, {store id: (words, signatures)} of the
-# rows embedded so far); an entry goes with its search data
-_cache: dict[int, tuple[weakref.ref, dict]] = {}
+
+class _RowCache:
+    """Embedded rows, ``{store id: (words, signatures)}``, the least recently used
+    forgotten beyond ``HE_CACHE_DESCRIPTORS`` descriptors (queries of several threads may
+    use it at once)."""
+
+    def __init__(self) -> None:
+        self.rows: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def get(self, ids: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """The rows of ``ids`` it holds (now the most recently used)."""
+        with self.lock:
+            found = {i: self.rows[i] for i in ids if i in self.rows}
+            for i in found:
+                self.rows.move_to_end(i)
+        return found
+
+    def put(self, fresh: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Keep ``fresh`` rows, forgetting the least recently used beyond the limit."""
+        with self.lock:
+            for i, value in fresh.items():
+                if i not in self.rows:
+                    self.rows[i] = value
+                    self.size += len(value[0])
+            while self.size > HE_CACHE_DESCRIPTORS and self.rows:
+                _, old = self.rows.popitem(last=False)
+                self.size -= len(old[0])
 
 
-def _rows_cache(data: EncodedImages) -> dict:
+# id of the search data -> (weak reference to it, the rows embedded so far); an entry
+# goes with its search data
+_cache: dict[int, tuple[weakref.ref, _RowCache]] = {}
+
+
+def _rows_cache(data: EncodedImages) -> _RowCache:
     """The embedded rows kept for the search data ``data``."""
     key = id(data)
     entry = _cache.get(key)
     if entry is None or entry[0]() is not data:
         try:
-            entry = (weakref.ref(data), {})
+            entry = (weakref.ref(data), _RowCache())
         except TypeError:  # (search data that takes no weak reference: nothing kept)
-            return {}
+            return _RowCache()
         _cache[key] = entry
         weakref.finalize(data, _cache.pop, key, None)
     return entry[1]
@@ -116,26 +149,21 @@ def embedded_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Words, signatures and owners (positions in ``rows``) of the stored descriptors of
     the collection rows ``rows``, stacked: read and embedded (:func:`embed`) on first use,
-    then kept for the next queries on the same search data (at most
-    ``HE_CACHE_DESCRIPTORS``)."""
+    then kept for the next queries on the same search data (the most recently used, at
+    most ``HE_CACHE_DESCRIPTORS`` descriptors)."""
     cache = _rows_cache(data)
     ids = [int(i) for i in data.ids[rows]]
-    todo = [i for i in ids if i not in cache]
+    known = cache.get(ids)
+    todo = list(dict.fromkeys(i for i in ids if i not in known))
     if todo:
         X, indptr = store.stacked_descriptors(todo)
         words, sigs = embed(models, X)
         words = words.astype(np.int32)  # (a third less memory)
-        # (a copy of the values: another query may add to the dict meanwhile)
-        room = HE_CACHE_DESCRIPTORS - sum(len(w) for w, _ in list(cache.values()))
-        fresh = {}
-        for k, i in enumerate(todo):
+        for k, i in enumerate(todo):  # (copies: a row forgotten frees its memory)
             a, b = indptr[k], indptr[k + 1]
-            fresh[i] = (words[a:b], sigs[a:b])
-        if room >= len(words):
-            cache.update(fresh)
-    else:
-        fresh = {}
-    parts = [fresh[i] if i in fresh else cache[i] for i in ids]
+            known[i] = (words[a:b].copy(), sigs[a:b].copy())
+        cache.put({i: known[i] for i in todo})
+    parts = [known[i] for i in ids]
     owner = np.repeat(np.arange(len(ids)), [len(w) for w, _ in parts])
     t = len(models.vocab.binnings_)
     words = np.concatenate([w for w, _ in parts]) if parts else np.zeros((0, t), np.int32)

@@ -94,3 +94,20 @@ def test_a_set_scores_about_one_against_itself_and_little_against_noise():
     assert got[0] > 0.5 and got[1] < 0.5 * got[0]
     empty = selective_scores(words[:0], sig[:0], words, sig, owner, 2, idf)
     assert np.array_equal(empty, np.zeros(2))
+
+
+def test_the_embedded_rows_kept_are_the_most_recently_used(monkeypatch):
+    from engine.index import selective
+
+    monkeypatch.setattr(selective, "HE_CACHE_DESCRIPTORS", 10)
+    cache = selective._RowCache()
+
+    def row(n: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((n, 2), np.int32), np.zeros((n, 2), np.uint64)
+
+    cache.put({1: row(4), 2: row(4)})
+    assert set(cache.get([1])) == {1}  # (1 is now the most recent)
+    cache.put({3: row(4)})  # 12 > 10: the least recently used (2) goes
+    assert set(cache.rows) == {1, 3} and cache.size == 8
+    cache.put({4: row(11)})  # more than the whole limit: nothing older stays
+    assert cache.size <= 10 and 1 not in cache.rows
