@@ -281,12 +281,14 @@ def test_workers_killed_again_and_again_never_deadlock(tmp_path):
         files_per_task=3,
         mp_context=multiprocessing.get_context(FORK),
     )
+    due = 3  # (a kill every third result; one due while no worker is alive waits)
     for r in gen:
         res.append(r)
         workers = _workers(me)
-        if len(res) % 3 == 0 and workers and killed < 12:
+        if len(res) >= due and workers and killed < 12:
             os.kill(workers[len(res) % len(workers)], signal.SIGKILL)
             killed += 1
+            due = len(res) + 3
     took = time.monotonic() - t0
     assert killed >= 8
     assert sorted(r.path for r in res) == sorted(paths) and len(res) == len(paths)
