@@ -216,11 +216,11 @@ def selective_scores(
         x, qi, h = x[keep], qi[keep], h[keep].astype(np.float64)
         s = owner[x]
         v = np.exp(-(h * h) / (sigma * sigma)) * w_idf[qw[qi]]
-        # burstiness: per (query descriptor, set), then per set descriptor
-        _, inv, c = np.unique(qi * n_sets + s, return_inverse=True, return_counts=True)
-        v /= np.sqrt(c[inv])
-        _, inv, c = np.unique(x, return_inverse=True, return_counts=True)
-        v /= np.sqrt(c[inv])
+        # burstiness: per (query descriptor, set), then per set descriptor (counted by
+        # bincount: no sort)
+        key = qi * n_sets + s
+        v /= np.sqrt(np.bincount(key, minlength=len(q_words) * n_sets)[key])
+        v /= np.sqrt(np.bincount(x, minlength=len(words))[x])
         raw = np.bincount(s, v, minlength=n_sets)
         q_norm = np.sqrt(w_idf[qw].sum())
         x_norm = np.sqrt(np.bincount(owner, w_idf[words[:, t]], minlength=n_sets))
