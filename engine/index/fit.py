@@ -66,6 +66,7 @@ __all__ = [
     "VOCAB_TREES",
     "Prefit",
     "SearchModels",
+    "add_hamming",
     "first_files",
     "fit_binnings",
     "fit_hamming",
@@ -271,6 +272,32 @@ def fit_hamming(vocab: PyramidMatch, X: np.ndarray, random_state: int = 0) -> Ha
     words = np.stack([t.bins_at(Z, HE_LEVEL) for t in trees], axis=1)
     n_words = [t.sizes[HE_LEVEL] for t in trees]
     return HammingEmbedding(random_state=random_state).fit(X, words, n_words)
+
+
+def add_hamming(store: IndexStore, ids: np.ndarray, models: SearchModels) -> bool:
+    """Fit the Hamming embedding into ``models`` saved without it (an index written before
+    it, :mod:`engine.index.selective`), on a sample of the stored descriptors as a refit
+    chooses it; nothing is encoded again (the embedding is used at query time only).
+
+    Parameters
+    ----------
+    store : IndexStore
+    ids : (n,) int64 ndarray
+        The usable rows, ascending.
+    models : SearchModels
+        Fitted, ``models.he`` None; ``he`` is set in place.
+
+    Returns
+    -------
+    bool
+        Whether it was fitted (False: no stored descriptor).
+    """
+    n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
+    sets = [s for s in stacked(store, sample_ids(ids, n_feat)).sets() if len(s)]
+    if not sets:
+        return False
+    models.he = fit_hamming(models.vocab, np.concatenate(sets))
+    return True
 
 
 def sample_ids(ids: np.ndarray, n_features: np.ndarray) -> np.ndarray:

@@ -310,10 +310,12 @@ class Searcher:
             and models.rh.n_bits < candidates.rh_bits(ids.size)
         ):
             # more hyperplanes for a grown collection (or an index written before
-            # rh_bits): re-hash the stored pyramids, no feature is read; done by
-            # update() only, readers use the stored bits
+            # rh_bits): re-hash the stored pyramids, no feature read; by update() only
             rehash_bits(models, data, candidates.rh_bits(ids.size))
             changed = True
+        if data is not None and save and not store.readonly and models.he is None:
+            # (models from before the Hamming embedding: fitted on a sample, no re-encoding)
+            changed = fit.add_hamming(store, ids, models) or changed
         data, covered = self._cover(models, data, data_keys, ids, keys, save, cancel)
         data_keys = keys[np.searchsorted(ids, data.ids)]
         changed = changed or covered
@@ -423,7 +425,7 @@ class Searcher:
         segment, segments due a merge are merged, and the result is committed without
         the models; nothing is committed when nothing changed. Returns False, doing
         nothing, when the data must be made whole instead: no saved models or data, data
-        of another format, or models due a refit or more hash bits.
+        of another format, or models due a refit, more hash bits or a Hamming embedding.
         """
         store, ids = self.store, rows.ids
         if not (snap.has(MODELS_STATE) and DATA_STATE in snap.entries):
@@ -442,6 +444,7 @@ class Searcher:
             # (a refit or re-encoding, below, needs them again: not read twice)
             self._models_read = (snap.token([MODELS_STATE]), models)
         due = self._needs_refit(models, ids) or models.rh.n_bits < candidates.rh_bits(ids.size)
+        due = due or models.he is None  # (then fitted by _refresh: models from before it)
         if due and not self._grown_only(models, ids):
             return False  # other features: every photo is encoded again by the refit
         try:

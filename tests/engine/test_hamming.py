@@ -111,3 +111,40 @@ def test_the_embedded_rows_kept_are_the_most_recently_used(monkeypatch):
     assert set(cache.rows) == {1, 3} and cache.size == 8
     cache.put({4: row(11)})  # more than the whole limit: nothing older stays
     assert cache.size <= 10 and 1 not in cache.rows
+
+
+def test_an_index_from_before_the_embedding_gets_it_at_its_next_update(tmp_path, demo_folder):
+    """Models saved without the Hamming embedding (an older index): a reader searches as
+    before; the next update fits it into the models, and the search data is the same."""
+    import shutil
+
+    from engine.collection import Collection
+    from engine.index.keys import MODELS_STATE
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for p in sorted(demo_folder.glob("*.jpg"))[:16]:
+        shutil.copy(p, folder)
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        store = col.searcher.store
+        models, data = col.searcher.ensure()
+        assert models.he is not None
+        fresh = col.query(folder / "brick.jpg", top=5)
+        old = {k: v for k, v in models.to_state().items() if not k.startswith("he.")}
+        store.save_states({MODELS_STATE: old})
+    with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
+        assert reader.searcher.ensure()[0].he is None
+        assert reader.query(folder / "brick.jpg", top=5)[0].path == fresh[0].path
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        models2, data2 = col.searcher.ensure()
+        assert models2.he is not None
+        assert np.array_equal(np.asarray(data2.ids), np.asarray(data.ids))
+    with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
+        assert reader.searcher.ensure()[0].he is not None  # (saved)
+        assert [h.path for h in reader.query(folder / "brick.jpg", top=3)] == [
+            h.path for h in fresh[:3]
+        ]
