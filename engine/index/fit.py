@@ -292,12 +292,18 @@ def add_hamming(store: IndexStore, ids: np.ndarray, models: SearchModels) -> boo
     bool
         Whether it was fitted (False: no stored descriptor).
     """
-    n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
-    sets = [s for s in stacked(store, sample_ids(ids, n_feat)).sets() if len(s)]
+    sets = [s for s in stacked(store, _sampled(store, ids)).sets() if len(s)]
     if not sets:
         return False
     models.he = fit_hamming(models.vocab, np.concatenate(sets))
     return True
+
+
+def _sampled(store: IndexStore, ids: np.ndarray) -> np.ndarray:
+    """:func:`sample_ids` of the usable rows ``ids``, their feature counts estimated from
+    the catalogue's first 200 rows: the images a refit fits on."""
+    n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
+    return sample_ids(ids, n_feat)
 
 
 def sample_ids(ids: np.ndarray, n_features: np.ndarray) -> np.ndarray:
@@ -479,8 +485,7 @@ def refit(
         if fit_paths:  # a first index completed after an interruption
             chosen = path_sample(store, {store.norm_path(p) for p in fit_paths})
         else:
-            n_feat = np.array([r.n_features for r in store.records("ok")[:200]])
-            chosen = sample_ids(ids, n_feat)
+            chosen = _sampled(store, ids)
         sample = stacked(store, chosen).sets()
         models = fit_binnings(sample, ids.size)
         rest = ids

@@ -51,7 +51,7 @@ import numpy as np
 
 from engine.index import candidates
 from engine.index.encode import INDEX_PARTS, stored_query
-from engine.index.selective import HE_SHORTLIST, HE_WEIGHT, combined_scores, hamming_scores
+from engine.index.selective import HE_SHORTLIST, blend, combined_scores, hamming_scores
 from engine.index.verify import VERIFY_TOP, check_hits, hybrid_scores
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -496,7 +496,7 @@ class HybridSearch(PyramidSearch):
         s = np.asarray(self.score(searcher, q, data, one, 1)[1], np.float64)
         h = hamming_scores(models, searcher.store, data, feats, one)
         if h is not None:  # (as if it were among the best HE_SHORTLIST)
-            s = (s + HE_WEIGHT * h) / (1.0 + HE_WEIGHT)
+            s = blend(s, h)
         check = check_hits(feats, searcher.store, data.ids[one])
         expansion = expansion_scores(data, by, one, query_row)
         return float(hybrid_scores(s, check, expansion, EXPANSION_WEIGHT)[0])
