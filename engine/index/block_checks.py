@@ -47,10 +47,15 @@ BLOCK_CHECKED = ("vocab.values", "vocab.cols", "vocab.keys")
 
 
 def group_of(key: str) -> str:
-    """When member ``key`` is checked: ``"open"``, ``"bow"``, ``"vocab"``, ``"uniform"``
-    (a member with block checksums: ``"blocks"``, set when they are found)."""
+    """When member ``key`` is checked: ``"open"``, ``"bow"``, ``"vocab"``, ``"uniform"``,
+    ``"words"`` (a member with block checksums: ``"blocks"``, set when they are found).
+    The mapped reader reads neither the uniform pyramids nor the descriptors' words
+    (:attr:`~engine.index.encode.EncodedImages.words`): their groups are never checked
+    there."""
     if key.startswith("uniform."):
         return "uniform"
+    if key.startswith("he."):
+        return "words"
     if key in AT_ONCE or key.startswith("check."):
         return "open"
     return "bow" if key.startswith("bow.") else "vocab"

@@ -145,7 +145,12 @@ def key_major_order(
 
 
 def nested_groups(
-    binning: Any, X: np.ndarray, n_levels: int, owner: np.ndarray, set_bits: int
+    binning: Any,
+    X: np.ndarray,
+    n_levels: int,
+    owner: np.ndarray,
+    set_bits: int,
+    bins_all: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None:
     """The (set, bin) groups of a batch's points at every level of one nested binning,
     from one sort of the points.
@@ -167,6 +172,8 @@ def nested_groups(
     owner : (m,) int64
         Set of every point (ascending), ``< 2**set_bits``.
     set_bits : int
+    bins_all : (m, levels) int64, optional
+        A tree's ``binning.assign_bins(X)``, when the caller has it already.
 
     Returns
     -------
@@ -224,7 +231,8 @@ def nested_groups(
             levels.append((rep, np.diff(np.append(starts, m)), bins, owners))
         return levels
     if isinstance(binning, VocabularyTree) and binning.ids_follow_parents:
-        bins_all = binning.assign_bins(X)  # (m, levels) finest first
+        if bins_all is None:
+            bins_all = binning.assign_bins(X)  # (m, levels) finest first
         leaf_bits = max(1, int(binning.n_leaves - 1).bit_length())
         if leaf_bits + set_bits > 63:
             return None
@@ -246,7 +254,11 @@ def nested_groups(
 
 
 def batch_codes(
-    pm: PyramidMatch, sets: Sequence[np.ndarray] | StackedSets, *, weights: bool = False
+    pm: PyramidMatch,
+    sets: Sequence[np.ndarray] | StackedSets,
+    *,
+    weights: bool = False,
+    words_level: int | None = None,
 ) -> SimpleNamespace:
     """Pyramids of a batch of sets as the search data needs them: the unique bin keys of
     every set with their counts (Eq. 3.6) and levels -- the keys and counts of
@@ -275,6 +287,10 @@ def batch_codes(
     weights : bool
         Also the bins' global weights (uniform binnings, or any binning through the
         sort of all entries).
+    words_level : int, optional
+        Also every point's bin at this level (finest first) of each binning, as
+        ``words``: the words of the Hamming embedding, which the index stores
+        (:mod:`engine.index.selective`), found by the same descent.
 
     Returns
     -------
@@ -283,7 +299,9 @@ def batch_codes(
         int64; ``n``; ``ukeys`` (K,) int64 the sorted distinct keys and ``col`` (U,)
         int32 each entry's position in them; with ``weights`` also ``w, wp`` (U,)
         float64, the global weights of each bin and of its parent (0 above the top
-        level), and ``n_shifts`` (what ``histograms_from_codes(..., "pm")`` reads).
+        level), and ``n_shifts`` (what ``histograms_from_codes(..., "pm")`` reads); with
+        ``words_level`` also ``words`` (m, n_binnings) int64 (None when a binning has
+        no bins of its points at that level, a grid's).
     """
     from engine.kernels.pyramid import GOLDEN, level_salt, mix64
 
@@ -299,22 +317,33 @@ def batch_codes(
     m = int(sizes.sum())
     set_bits = max(1, int(n - 1).bit_length())
     owner = np.repeat(np.arange(n, dtype=np.int64), sizes)  # set of every point
+    lean_bins: list[np.ndarray | None] = [None] * len(pm.binnings_)
     if m:
         X = pm.project(X)
         from engine.kernels.pyramid import UniformBinning
 
+        if words_level is not None:  # (each tree's descent, done once for both uses)
+            lean_bins = [getattr(b, "assign_bins", lambda _: None)(X) for b in pm.binnings_]
         grouped_ok = not weights or all(isinstance(b, UniformBinning) for b in pm.binnings_)
         if m >= GROUPED_MIN_POINTS and grouped_ok:
-            grouped = [nested_groups(b, X, pm.levels_of(b), owner, set_bits) for b in pm.binnings_]
+            grouped = [
+                nested_groups(b, X, pm.levels_of(b), owner, set_bits, bins_all=lb)
+                for b, lb in zip(pm.binnings_, lean_bins, strict=True)
+            ]
             if all(g is not None for g in grouped):
-                return _codes_from_groups(pm, grouped, n, sizes, weights)
+                out = _codes_from_groups(pm, grouped, n, sizes, weights)
+                return _with_words(out, lean_bins, words_level, m)
     blocks: list[tuple[int, int]] = []  # (shift, level) of every run of m entries
     keys, all_bins = [], []
     if m:
         for t, binning in enumerate(pm.binnings_):
             L = pm.levels_of(binning)
             lean = getattr(binning, "assign_bins", None)  # VocabularyTree: no distances
-            bins = lean(X) if lean is not None else binning.assign(X)[0]
+            if lean_bins[t] is not None:
+                bins = lean_bins[t]
+            else:
+                bins = lean(X) if lean is not None else binning.assign(X)[0]
+                lean_bins[t] = bins
             # engine.kernels.pyramid.level_key of every level at once (same keys, one call)
             salt = np.array([level_salt(t, lev) for lev in range(L)], np.uint64)
             ua = np.ascontiguousarray(bins[:, :L].T, np.int64).view(np.uint64)  # (L, m)
@@ -323,7 +352,7 @@ def batch_codes(
             all_bins.append(bins)
     # every (point, level) pair an entry of its own: entry (block b, point p) at b * m + p
     E = len(blocks) * m
-    return _codes_from_entries(
+    out = _codes_from_entries(
         pm,
         blocks,
         (np.concatenate(keys) if keys else np.zeros(0, np.uint64)) ^ np.uint64(1 << 63),
@@ -336,6 +365,22 @@ def batch_codes(
         point=np.tile(np.arange(m), len(blocks)),
         all_bins=all_bins,
     )
+    return _with_words(out, lean_bins, words_level, m)
+
+
+def _with_words(
+    out: SimpleNamespace, bins: list[np.ndarray | None], level: int | None, m: int
+) -> SimpleNamespace:
+    """``out`` with ``words`` (m, T) int64, every point's bin at ``level`` in each of the
+    binnings' ``bins`` (:func:`batch_codes`), when asked for."""
+    if level is not None:
+        if m == 0:
+            out.words = np.zeros((0, len(bins)), np.int64)
+        elif all(b is not None and b.shape[1] > level for b in bins):
+            out.words = np.stack([b[:, level] for b in bins], axis=1)
+        else:
+            out.words = None
+    return out
 
 
 def _codes_from_groups(

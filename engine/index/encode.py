@@ -13,7 +13,11 @@ state):
 - the tf-idf bag of words over the tree's leaves and its densified WTA codes
   (Chen & Shrivastava Eq. 7);
 - the random-hyperplane bits of the pyramid-match embedding of the vocabulary pyramid
-  (thesis Eqs. 5.8-5.11).
+  (thesis Eqs. 5.8-5.11);
+- the word of every stored descriptor in each tree's level-``HE_LEVEL`` nodes (the
+  Hamming embedding's coarse cells, :mod:`engine.index.selective`): found by the descent
+  that makes the pyramids, kept so that a query does not descend the trees again for the
+  descriptors of its hits (4 bytes a descriptor, about 1 KB a photo).
 
 :func:`encode` computes these for a batch of images (or a query: only the parts it
 needs); :func:`stacked` reads a batch's stored descriptors in one pass. The saved state
@@ -25,7 +29,7 @@ models it was encoded with (:func:`compatible` checks an older index's pair).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +51,8 @@ __all__ = [
     "ALL_PARTS",
     "DATA_STATE",
     "ENCODE_BATCH",
+    "FILL_BATCH",
+    "HE_LEVEL",
     "INDEX_PARTS",
     "RH_CACHE_AFTER",
     "ROW_KEYS",
@@ -56,8 +62,11 @@ __all__ = [
     "descriptor_sets",
     "embedding",
     "encode",
+    "fill_words",
+    "he_words",
     "pyramid_from_state",
     "pyramid_state",
+    "ragged_rows",
     "rehash_bits",
     "stacked",
     "stored_query",
@@ -74,6 +83,11 @@ ROW_KEYS = "row_keys"
 # against 10.8 s with 256 (7 alternating pairs; the parent 0.6 s less CPU, the workers
 # less too) and beat 32 in 3 of 3 pairs
 ENCODE_BATCH = 64
+# the words of the Hamming embedding (engine.kernels.hamming) are the trees' nodes this
+# many levels above the leaves: 1,000 a tree. Retrieval dev sets, mean mAP of the
+# first-stage score (s + 8 h) / 9 alone: 0.671 on the 10,000 leaves, 0.693 on the 1,000
+# nodes, 0.681 on the 100 above them (with ten times the descriptor pairs)
+HE_LEVEL = 1
 
 
 @dataclass
@@ -98,6 +112,14 @@ class EncodedImages:
     rh : (n, n_bits / 8) uint8
         Packed random-hyperplane bits of the vocabulary pyramids' pyramid-match
         embedding (thesis Eqs. 5.8-5.11).
+    words : (N, T) uint16 or None
+        The level-``HE_LEVEL`` node of each of the ``T`` trees of every stored
+        descriptor, the rows' descriptors one after the other (int32 for trees of more
+        than 65,535 such nodes); None when not encoded (a query).
+    words_indptr : (n + 1,) int64 or None
+        Row ``i``'s words are ``words[words_indptr[i]:words_indptr[i + 1]]``, in the
+        order of its stored descriptors; a row without words (written before they were
+        stored) has none (:meth:`row_words`).
     """
 
     ids: np.ndarray
@@ -106,6 +128,16 @@ class EncodedImages:
     bow: sp.csr_matrix
     wta: np.ndarray
     rh: np.ndarray
+    words: np.ndarray | None = None
+    words_indptr: np.ndarray | None = None
+
+    def row_words(self, row: int) -> np.ndarray | None:
+        """(M, T) words of row ``row``'s stored descriptors (a view), or None when not
+        stored (then ``M == 0``: a photo with descriptors always has its words)."""
+        if self.words is None:
+            return None
+        a, b = int(self.words_indptr[row]), int(self.words_indptr[row + 1])
+        return self.words[a:b] if b > a else None
 
     def to_state(self, *, uniform: bool = False) -> dict[str, Any]:
         """Arrays and scalars of the data, as the index stores them: without the uniform
@@ -126,6 +158,9 @@ class EncodedImages:
         st["bow.n_words"] = int(self.bow.shape[1])
         st["wta"] = self.wta
         st["rh"] = self.rh
+        if self.words is not None:
+            st["he.words"] = self.words
+            st["he.indptr"] = self.words_indptr
         return st
 
     @classmethod
@@ -187,12 +222,33 @@ class EncodedImages:
             ),
             shape=(ids.shape[0], int(st["bow.n_words"])),
         )
+        words = words_indptr = None
+        if "he.indptr" in st:  # (an index written before them has none)
+            words_indptr = own("he.indptr", np.int64)
+            words = _own_array(get("he.words"), copy)
+            if (
+                words_indptr.shape != (ids.shape[0] + 1,)
+                or words.ndim != 2
+                or words.dtype.kind not in "iu"
+                or int(words_indptr[-1]) != words.shape[0]
+            ):
+                raise ValueError("the search data's words do not match its rows")
         return cls(
-            ids, ixs["vocab"], ixs["uniform"], bow, own("wta", np.uint8), own("rh", np.uint8)
+            ids,
+            ixs["vocab"],
+            ixs["uniform"],
+            bow,
+            own("wta", np.uint8),
+            own("rh", np.uint8),
+            words,
+            words_indptr,
         )
 
     def subset(self, rows: np.ndarray) -> EncodedImages:
         """Rows ``rows`` ((k,) int64 positions), in that order."""
+        words = words_indptr = None
+        if self.words is not None:
+            words, words_indptr = ragged_rows(self.words, self.words_indptr, rows)
         return EncodedImages(
             self.ids[rows],
             self.vocab.subset(rows),
@@ -200,6 +256,8 @@ class EncodedImages:
             self.bow[rows],
             self.wta[rows],
             self.rh[rows],
+            words,
+            words_indptr,
         )
 
     @staticmethod
@@ -229,7 +287,84 @@ class EncodedImages:
             sp.vstack([p.bow for p in parts], format="csr"),
             np.concatenate([p.wta for p in parts]),
             np.concatenate([p.rh for p in parts]),
+            *_concat_words(parts),
         )
+
+
+def _own_array(a: Any, copy: bool) -> np.ndarray:
+    """``a`` as an array in memory of its own (``copy``, a view of a read buffer)."""
+    a = np.asarray(a)
+    return a.copy() if copy and not a.flags.owndata else a
+
+
+def ragged_rows(
+    values: np.ndarray, indptr: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``rows`` ((k,) int64) of the ragged array ``values`` (N, ...) with row
+    offsets ``indptr`` (n + 1,): their values one after the other and their offsets."""
+    rows = np.asarray(rows, np.int64)
+    starts = indptr[rows]
+    return _gather_runs(values, starts, indptr[rows + 1] - starts)
+
+
+def _gather_runs(
+    values: np.ndarray, starts: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``values[starts[i]:starts[i] + counts[i]]`` one after the other, and their
+    offsets ((k + 1,) int64)."""
+    out_ptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=out_ptr[1:])
+    take = np.arange(int(out_ptr[-1]), dtype=np.int64) - np.repeat(out_ptr[:-1] - starts, counts)
+    return values[take], out_ptr
+
+
+#: Rows whose stored descriptors :func:`fill_words` reads at a time (about 100 MB).
+FILL_BATCH = 512
+
+
+def fill_words(models: SearchModels, store: IndexStore, data: EncodedImages) -> EncodedImages:
+    """``data`` with the words of every row that holds none (written before they were
+    stored) found from its stored descriptors by a descent of the trees (:func:`he_words`;
+    about 1 us a descriptor), a batch of ``FILL_BATCH`` rows at a time; ``data`` itself
+    when every row holds them."""
+    n, t = len(data.ids), len(models.vocab.binnings_)
+    old_ptr = data.words_indptr if data.words is not None else np.zeros(n + 1, np.int64)
+    old = data.words if data.words is not None else np.zeros((0, t), np.uint16)
+    counts = np.diff(old_ptr)
+    todo = np.flatnonzero(counts == 0)
+    if todo.size == 0 and data.words is not None:
+        return data
+    found, starts = [old], old_ptr[:-1].copy()
+    at = len(old)
+    for b in range(0, todo.size, FILL_BATCH):
+        rows = todo[b : b + FILL_BATCH]
+        X, indptr = store.stacked_descriptors([int(i) for i in data.ids[rows]])
+        found.append(_word_dtype(models, he_words(models, X)))
+        starts[rows], counts[rows] = at + indptr[:-1], np.diff(indptr)
+        at += len(X)
+    dtype = np.result_type(*[f.dtype for f in found])
+    words, indptr = _gather_runs(np.concatenate([f.astype(dtype) for f in found]), starts, counts)
+    return replace(data, words=words, words_indptr=indptr)
+
+
+def _concat_words(parts: list[EncodedImages]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The words and their offsets of ``parts`` one after the other; a part without
+    words (written before they were stored) gives its rows none; None when no part has
+    them."""
+    held = [p for p in parts if p.words is not None]
+    if not held:
+        return None, None
+    t = held[0].words.shape[1]
+    dtype = np.result_type(*[p.words.dtype for p in held])
+    counts = [
+        np.diff(p.words_indptr) if p.words is not None else np.zeros(len(p.ids), np.int64)
+        for p in parts
+    ]
+    indptr = np.zeros(sum(len(p.ids) for p in parts) + 1, np.int64)
+    np.cumsum(np.concatenate(counts), out=indptr[1:])
+    if any(p.words.shape[1] != t for p in held):
+        raise ValueError("the search data's words differ in trees")
+    return np.concatenate([p.words.astype(dtype, copy=False) for p in held]), indptr
 
 
 def stored_query(data: Any, row: int) -> EncodedImages:
@@ -364,10 +499,10 @@ def uniform_index(
 
 
 #: The optional parts of :func:`encode` (all of them).
-ALL_PARTS = frozenset({"uniform", "wta", "rh"})
+ALL_PARTS = frozenset({"uniform", "wta", "rh", "words"})
 #: The optional parts the index stores (the uniform pyramids are made from the stored
 #: features when read: :mod:`engine.index.uniform_rows`).
-INDEX_PARTS = frozenset({"wta", "rh"})
+INDEX_PARTS = frozenset({"wta", "rh", "words"})
 
 
 def encode(
@@ -393,9 +528,11 @@ def encode(
         Their vocabulary pyramids (:func:`~engine.index.codes.batch_codes`), when
         already computed.
     parts : frozenset of str
-        Which of the optional encodings to compute (``"uniform"``, ``"wta"``, ``"rh"``): a
-        query needs only some, the index stores :data:`INDEX_PARTS`; the others are left
-        empty (zeros; the uniform pyramids: None).
+        Which of the optional encodings to compute (``"uniform"``, ``"wta"``, ``"rh"``,
+        ``"words"``): a query needs only some, the index stores :data:`INDEX_PARTS`; the
+        others are left empty (zeros; the uniform pyramids and the words: None). The
+        words are taken from ``codes`` when it holds them (``batch_codes(...,
+        words_level=HE_LEVEL)``), else found from ``sets`` (None without either).
     uniform : IntersectionIndex, optional
         Their uniform pyramids, already encoded (:func:`uniform_index`).
 
@@ -406,7 +543,8 @@ def encode(
         (bins unknown to the fit get ``models.idf_unknown``).
     """
     if codes is None:
-        codes = batch_codes(models.vocab, sets)
+        level = HE_LEVEL if "words" in parts else None
+        codes = batch_codes(models.vocab, sets, words_level=level)
     values = code_values(
         codes,
         weighting="idf",
@@ -442,7 +580,43 @@ def encode(
             models.rh.cache(models.idf_keys)
         models.rh.rows_hashed = hashed + n
         rh = models.rh.hash(embedding(vocab))
-    return EncodedImages(np.asarray(ids, np.int64), vocab, uniform, bow, np.asarray(wta), rh)
+    words = words_indptr = None
+    if "words" in parts:
+        words = getattr(codes, "words", None)
+        if words is None and sets is not None:
+            words = he_words(models, sets.X if isinstance(sets, StackedSets) else _stack(sets))
+        if words is not None:
+            words = _word_dtype(models, words)
+            words_indptr = np.zeros(n + 1, np.int64)
+            np.cumsum(codes.sizes, out=words_indptr[1:])
+            if int(words_indptr[-1]) != len(words):
+                raise ValueError("the words do not match the batch's descriptors")
+    ids = np.asarray(ids, np.int64)
+    return EncodedImages(ids, vocab, uniform, bow, np.asarray(wta), rh, words, words_indptr)
+
+
+def he_words(models: SearchModels, X: np.ndarray) -> np.ndarray:
+    """(M, T) int64 the level-``HE_LEVEL`` node of descriptors ``X`` (M, D) in each of
+    the ``T`` vocabulary trees of ``models``: the words of the Hamming embedding
+    (:mod:`engine.kernels.hamming`), by a descent of the trees."""
+    Z = models.vocab.project(np.asarray(X, np.float32))
+    trees = models.vocab.binnings_
+    if len(Z) == 0:
+        return np.zeros((0, len(trees)), np.int64)
+    return np.stack([t.bins_at(Z, HE_LEVEL) for t in trees], axis=1)
+
+
+def _word_dtype(models: SearchModels, words: np.ndarray) -> np.ndarray:
+    """``words`` as the index stores them: uint16 when every tree has at most 65,536
+    level-``HE_LEVEL`` nodes, else int32."""
+    small = all(t.sizes[HE_LEVEL] <= 1 << 16 for t in models.vocab.binnings_)
+    return np.ascontiguousarray(words, np.uint16 if small else np.int32)
+
+
+def _stack(sets: Sequence[np.ndarray]) -> np.ndarray:
+    """The descriptors of ``sets`` one after the other, (M, D) float32."""
+    arrays = [np.asarray(a, np.float32) for a in sets]
+    return np.concatenate(arrays) if arrays else np.zeros((0, 0), np.float32)
 
 
 def embedding(ix: IntersectionIndex) -> SparseEmbedding:

@@ -38,6 +38,7 @@ from engine.index import candidates
 from engine.index.codes import batch_codes
 from engine.index.encode import (
     ENCODE_BATCH,
+    HE_LEVEL,
     INDEX_PARTS,
     EncodedImages,
     descriptor_sets,
@@ -97,11 +98,6 @@ TREE_PCA_DIM = 32
 PREFIT_SPREAD = 160
 TREE_ITERATIONS = 2
 VOCAB_TREES = 2
-# the words of the Hamming embedding (engine.kernels.hamming) are the trees' nodes this
-# many levels above the leaves: 1,000 a tree. Retrieval dev sets, mean mAP of the
-# first-stage score (s + 8 h) / 9 alone: 0.671 on the 10,000 leaves, 0.693 on the 1,000
-# nodes, 0.681 on the 100 above them (with ten times the descriptor pairs)
-HE_LEVEL = 1
 STATE_VERSION = 1
 
 
@@ -492,7 +488,11 @@ def refit(
         pre_parts = []
     batches = [rest[s0 : s0 + ENCODE_BATCH] for s0 in range(0, rest.size, ENCODE_BATCH)]
     all_codes = thread_map(
-        lambda b: None if stopped() else batch_codes(models.vocab, stacked(store, b)),
+        lambda b: (
+            None
+            if stopped()
+            else batch_codes(models.vocab, stacked(store, b), words_level=HE_LEVEL)
+        ),
         batches,
     )
     if stopped():
@@ -620,7 +620,11 @@ class Prefit:
                         # (the uniform pyramids are not stored: made from the
                         # features when read, engine.index.uniform_rows)
                         self.codes.append(
-                            batch_codes(self.models.vocab, stacked(self.store, batch))
+                            batch_codes(
+                                self.models.vocab,
+                                stacked(self.store, batch),
+                                words_level=HE_LEVEL,
+                            )
                         )
                         self.ids.append(batch)
                     encoded = np.concatenate([encoded, new])

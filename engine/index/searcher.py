@@ -70,6 +70,7 @@ from engine.index.encode import (
     EncodedImages,
     compatible,
     encode,
+    fill_words,
     rehash_bits,
     stacked,
 )
@@ -218,10 +219,10 @@ class Searcher:
             return summary
         yield IngestProgress(0, 0, None, "finalizing", "fitting models and hashing")
         if holds_uniform(store.snapshot()):
-            # (an index of an earlier version: its stored uniform pyramids are dropped,
-            # they are made from the features when read; int64 indices rewritten int32)
+            # (an index of an earlier version: stored uniform pyramids dropped, int64
+            # indices rewritten int32, the descriptors' words added: engine.index.segments)
             yield IngestProgress(
-                0, 0, None, "finalizing", "making the search data compact (a smaller index)"
+                0, 0, None, "finalizing", "updating the search data to this version's layout"
             )
         t0 = time.perf_counter()
         prepared = prefit.finish() if prefit is not None else None
@@ -425,8 +426,7 @@ class Searcher:
         segment, segments due a merge are merged, and the result is committed without
         the models; nothing is committed when nothing changed. Returns False, doing
         nothing, when the data must be made whole instead: no saved models or data, data
-        of another format, or models due a refit, more hash bits or a Hamming embedding.
-        """
+        of another format, or models due a refit, more hash bits or a Hamming embedding."""
         store, ids = self.store, rows.ids
         if not (snap.has(MODELS_STATE) and DATA_STATE in snap.entries):
             return False
@@ -475,8 +475,8 @@ class Searcher:
         models: fit.SearchModels,
         handles: dict[str, Any],
     ) -> bool:
-        """:meth:`_update_segments` once the models are known to fit (``handles``: the
-        data's files, open)."""
+        """:meth:`_update_segments` once the models fit (``handles``: the data's files,
+        open; segments rewritten get the words they lack, :func:`fill_words`)."""
         store, ids, keys = self.store, rows.ids, rows.keys
         layout = read_layout(snap, handles)
         if layout is None or not layout.fits(models):
@@ -510,7 +510,7 @@ class Searcher:
             self._install_after_segments(current, models, rows, None)
             return True
         parts = [
-            (d.subset(np.flatnonzero(masks[i])), k[masks[i]])
+            (fill_words(models, store, d.subset(np.flatnonzero(masks[i]))), k[masks[i]])
             for i, (d, k) in zip(
                 [i for i in merge if i < n_old],
                 load_segments(snap, layout, [i for i in merge if i < n_old], handles),

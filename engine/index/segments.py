@@ -42,6 +42,13 @@ the rows of its candidates only -- carry CRC-32 checksums of every
 the whole file (:mod:`engine.index.mapped`). A segment written before them is checked
 whole by its readers, and rewritten with them by the next update (:attr:`Layout.unchecked`).
 
+Each segment also holds the words of its rows' stored descriptors (``he.words`` and
+``he.indptr``, :attr:`~engine.index.encode.EncodedImages.words`), which the app's
+queries read instead of descending the vocabulary trees again (the mapped reader does
+not read them: a one-shot query finds the words of its few hits by a descent). A segment
+written before them is rewritten with them by the next update (:attr:`Layout.wordless`,
+:func:`~engine.index.encode.fill_words`: about 1 us a stored descriptor).
+
 The uniform pyramids are not stored: they were three quarters of the bytes (43 KB a
 photo) and only the ``uniform`` method reads them; the reader makes those a query reads
 from the stored features (:mod:`engine.index.uniform_rows`). Segments written before
@@ -132,15 +139,20 @@ class Layout:
     uniform: dict[str, bool] = field(default_factory=dict)
     #: Segments written before the block checksums of their pyramids (rewritten).
     unchecked: tuple[int, ...] = ()
+    #: Segments written before the descriptors' words were stored (rewritten with them,
+    #: :func:`engine.index.encode.fill_words`).
+    wordless: tuple[int, ...] = ()
 
     def without_uniform(self) -> tuple[Layout, list[int]]:
         """This layout with the files of uniform pyramids alone left out of their
         segments, and the segments to be rewritten: those that still hold uniform
         pyramids among other arrays, or int64 column indices of their bags of words, or
-        no block checksums of their pyramids (:attr:`unchecked`)."""
+        no block checksums of their pyramids (:attr:`unchecked`), or no words of their
+        descriptors (:attr:`wordless`)."""
         files = [tuple(f for f in g if not self.uniform.get(f, False)) for g in self.files]
         mixed = {i for i, g in enumerate(files) if any(f in self.uniform for f in g)}
         mixed.update(self.unchecked)
+        mixed.update(self.wordless)
         return replace(self, files=files), sorted(mixed)
 
     def fits(self, models: SearchModels) -> bool:
@@ -202,7 +214,7 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
     ids, keys = [], []
     wta = rh = None
     uniform: dict[str, bool] = {}
-    unchecked = []
+    unchecked, wordless = [], []
     try:
         for s_i, group in enumerate(groups):
             got: dict[str, np.ndarray] = {}
@@ -229,6 +241,8 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
                     raise damaged_file(snap.states_dir, DATA_STATE, file, exc) from exc
             if any(k in names and f"check.{k}" not in names for k in BLOCK_CHECKED):
                 unchecked.append(s_i)
+            if "he.indptr" not in names:
+                wordless.append(s_i)
             if ROW_KEYS not in got or "ids" not in got:
                 return None
             if got["ids"].shape != got[ROW_KEYS].shape:
@@ -241,24 +255,30 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
     if wta is None or rh is None:
         return None
     n_words = int(entry.scalars["bow.n_words"])
-    return Layout(groups, ids, keys, n_words, int(wta), int(rh), uniform, tuple(unchecked))
+    return Layout(
+        groups, ids, keys, n_words, int(wta), int(rh), uniform, tuple(unchecked), tuple(wordless)
+    )
 
 
 def holds_uniform(snap: Snapshot) -> bool:
     """Whether the search data of version ``snap`` is of an earlier layout that the next
-    update makes compact (:meth:`Layout.without_uniform`): stored uniform pyramids, or
-    int64 column indices of the bags of words. Only the files' zip directories and array
+    update rewrites (:meth:`Layout.without_uniform`): stored uniform pyramids, int64
+    column indices of the bags of words, pyramids without block checksums, segments
+    without their descriptors' words. Only the files' zip directories and array
     headers are read; False when there is no data, or a file cannot be read (the update
     finds out)."""
     entry = snap.entries.get(DATA_STATE)
     if entry is None:
         return False
+    pyramids = words = 0
     for file in entry.files:
         try:
             with zipfile.ZipFile(snap.states_dir / file) as z:
                 names = z.namelist()
                 if any(n.startswith("uniform.") for n in names):
                     return True
+                pyramids += "vocab.values.npy" in names
+                words += "he.indptr.npy" in names
                 if "vocab.values.npy" in names and "check.vocab.values.npy" not in names:
                     return True  # (no block checksums: rewritten with them)
                 if "bow.indices.npy" in names:
@@ -268,7 +288,7 @@ def holds_uniform(snap: Snapshot) -> bool:
                         return True
         except (OSError, ValueError, zipfile.BadZipFile):
             return False
-    return False
+    return words < pyramids  # (a segment without the words of its descriptors)
 
 
 def _tier(n: int) -> int:

@@ -12,11 +12,14 @@ signatures agree): the checks go to the best by that score ``h``, and the hits t
 not verify are ordered by ``(s + HE_WEIGHT h) / (1 + HE_WEIGHT)``, ``s`` the
 ``vocabulary`` score (:func:`combined_scores`).
 
-Nothing is stored per descriptor: the hits' descriptors are read from the feature
-chunks (as the checks read them) and their words and signatures computed at query time
-(:func:`embed`; about 120,000 descriptors for 300 Holidays-sized photos, some 0.6 ms of
-CPU a photo, most of it the descent of the two trees), then kept for the next queries
-on the same search data (:func:`embedded_rows`, at most ``HE_CACHE_DESCRIPTORS``).
+The words of every stored descriptor are stored in the search data
+(:attr:`~engine.index.encode.EncodedImages.words`, found by the descent that makes the
+pyramids: 4 bytes a descriptor); the signatures are not (16 bytes a descriptor): the
+hits' descriptors are read from the feature chunks (as the checks read them) and their
+signatures computed at query time (:func:`embedded_rows`; about 100,000 descriptors for
+300 photos, some 0.1 ms of CPU a photo; with the words found again by a descent of the
+two trees, as for rows written before the words were stored, 0.3 ms), then kept for the
+next queries on the same search data (at most ``HE_CACHE_DESCRIPTORS``).
 
 Chosen on the mean mAP of the three retrieval dev sets (``tests/benchmarks/quality.py``;
 simulated with the same checks): see :class:`engine.index.methods.HybridSearch`.
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.index.fit import HE_LEVEL
+from engine.index.encode import HE_LEVEL, he_words
 from engine.kernels.embedding import level_key
 from engine.kernels.hamming import selective_scores
 
@@ -140,8 +143,7 @@ def word_idf(models: SearchModels) -> list[np.ndarray]:
 def embed(models: SearchModels, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Words (M, T) int64 and signatures (M, T) uint64 of descriptors ``X`` (M, D) in the
     ``T`` trees of ``models`` (``models.he`` must be set)."""
-    Z = models.vocab.project(X)
-    words = np.stack([t.bins_at(Z, HE_LEVEL) for t in models.vocab.binnings_], axis=1)
+    words = he_words(models, X)
     return words, models.he.signatures(X, words)
 
 
@@ -158,8 +160,8 @@ def embedded_rows(
     todo = list(dict.fromkeys(i for i in ids if i not in known))
     if todo:
         X, indptr = store.stacked_descriptors(todo)
-        words, sigs = embed(models, X)
-        words = words.astype(np.int32)  # (a third less memory)
+        words = _stored_words(models, data, dict(zip(ids, rows, strict=True)), todo, X, indptr)
+        sigs = models.he.signatures(X, words)
         for k, i in enumerate(todo):  # (copies: a row forgotten frees its memory)
             a, b = indptr[k], indptr[k + 1]
             known[i] = (words[a:b].copy(), sigs[a:b].copy())
@@ -170,6 +172,37 @@ def embedded_rows(
     words = np.concatenate([w for w, _ in parts]) if parts else np.zeros((0, t), np.int32)
     sigs = np.concatenate([g for _, g in parts]) if parts else np.zeros((0, t), np.uint64)
     return words, sigs, owner
+
+
+def _stored_words(
+    models: SearchModels,
+    data: EncodedImages,
+    position: dict[int, int],
+    todo: list[int],
+    X: np.ndarray,
+    indptr: np.ndarray,
+) -> np.ndarray:
+    """(M, T) int32 words of the descriptors ``X`` of the images ``todo`` (store ids,
+    their descriptors ``X[indptr[k]:indptr[k + 1]]``, their rows ``position[id]`` in
+    ``data``): as the search data stores them, or by a descent of the trees for rows
+    that hold none (written before they were stored, or a reader that does not load
+    them: :class:`~engine.index.mapped.SegmentedImages`)."""
+    t = len(models.vocab.binnings_)
+    words = np.empty((len(X), t), np.int32)
+    missing = np.zeros(len(X), bool)
+    row_words = getattr(data, "row_words", None)
+    for k, i in enumerate(todo):
+        a, b = int(indptr[k]), int(indptr[k + 1])
+        got = None if row_words is None else row_words(int(position[i]))
+        if got is not None and len(got) == b - a:
+            words[a:b] = got
+        else:
+            missing[a:b] = True
+    sizes = np.array([tree.sizes[HE_LEVEL] for tree in models.vocab.binnings_])
+    missing |= (words >= sizes).any(axis=1)  # (not of these trees: found again)
+    if missing.any():
+        words[missing] = he_words(models, X[missing])
+    return words
 
 
 def hamming_scores(

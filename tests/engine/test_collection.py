@@ -382,8 +382,8 @@ def test_batch_codes_equal_the_pyramid_encoding(indexed, packed, grouped, monkey
     calls = []
     nested = codes.nested_groups
 
-    def spy(*args):
-        out = nested(*args)
+    def spy(*args, **kw):
+        out = nested(*args, **kw)
         calls.append(out is not None)
         return out if grouped else None
 

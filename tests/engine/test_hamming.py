@@ -148,3 +148,140 @@ def test_an_index_from_before_the_embedding_gets_it_at_its_next_update(tmp_path,
         assert [h.path for h in reader.query(folder / "brick.jpg", top=3)] == [
             h.path for h in fresh[:3]
         ]
+
+
+def test_the_index_stores_the_words_and_a_query_uses_them(tmp_path, demo_folder, monkeypatch):
+    """Every stored descriptor's word is in the search data (the descent of the trees at
+    indexing, as a query would find it), kept through a removal and the segments'
+    merge; the Hamming scores are the same from the stored words as from a descent, and
+    a query descends the trees for none of them (only for rows without stored words)."""
+    import shutil
+
+    from engine.collection import Collection
+    from engine.index import encode, selective
+    from engine.index.encode import EncodedImages, he_words
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for p in sorted(demo_folder.glob("*.jpg"))[:12]:
+        shutil.copy(p, folder)
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        for p in sorted(demo_folder.glob("*.jpg"))[12:16]:  # a second segment
+            shutil.copy(p, folder)
+        for _ in col.update():
+            pass
+        (folder / "brick.jpg").unlink()  # a deletion: rows leave the loaded data
+        for _ in col.update():
+            pass
+    with Collection.open(folder, tmp_path / "idx", readonly=True) as col:
+        searcher = col.searcher
+        models, data = searcher.ensure()
+        assert isinstance(data, EncodedImages) and data.words is not None
+        assert data.words.dtype == np.uint16 and len(data.ids) == 15
+        for r, i in enumerate(data.ids):
+            X, _ = searcher.store.stacked_descriptors([int(i)])
+            w = data.row_words(r)
+            assert w is not None and np.array_equal(w, he_words(models, X))
+        feats = searcher.query_features(folder / "camera.jpg")[0]
+        rows = np.arange(len(data.ids))
+        descents = []
+        real = encode.he_words
+
+        def spy(m, X):
+            descents.append(len(X))
+            return real(m, X)
+
+        monkeypatch.setattr(selective, "he_words", spy)
+        stored = selective.hamming_scores(models, searcher.store, data, feats, rows)
+        assert descents == [len(feats)]  # the query's own descriptors only
+        bare = EncodedImages(data.ids, data.vocab, None, data.bow, data.wta, data.rh)
+        descents.clear()
+        again = selective.hamming_scores(models, searcher.store, bare, feats, rows)
+        assert sum(descents) > len(feats)  # (the rows' words found by a descent)
+        assert np.allclose(stored, again) and stored.max() > 0
+
+
+def test_rows_written_before_the_words_have_none_beside_rows_with_them(tmp_path, demo_folder):
+    """Search data of a segment written before the words were stored (no ``he.*``
+    arrays) concatenated with a newer one, then subset: the older rows have no words,
+    the newer keep theirs, and the state round trip keeps both."""
+    import shutil
+
+    from engine.collection import Collection
+    from engine.index.encode import EncodedImages
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for p in sorted(demo_folder.glob("*.jpg"))[:6]:
+        shutil.copy(p, folder)
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        _, data = col.searcher.ensure()
+    n = len(data.ids)
+    st = data.to_state()
+    old = {k: v for k, v in st.items() if not k.startswith("he.")}
+    older = EncodedImages.from_state(old)
+    assert older.words is None and older.row_words(0) is None
+    both = EncodedImages.concat([older, EncodedImages.from_state(st)])
+    assert both.words_indptr.shape == (2 * n + 1,)
+    assert all(both.row_words(r) is None for r in range(n))
+    for r in range(n):
+        mine = data.row_words(r)
+        assert (mine is None) == (both.row_words(n + r) is None)
+        assert mine is None or np.array_equal(both.row_words(n + r), mine)
+    pick = np.array([n + 2, 1, n])
+    sub = EncodedImages.from_state(both.subset(pick).to_state())
+    assert sub.row_words(1) is None
+    assert np.array_equal(sub.row_words(0), data.row_words(2))
+    assert np.array_equal(sub.row_words(2), data.row_words(0))
+
+
+def test_an_index_from_before_the_words_gets_them_at_its_next_update(
+    tmp_path, demo_folder, monkeypatch
+):
+    """Segments written without the descriptors' words (an older index): a reader
+    searches as before (the words found by a descent), the next update rewrites the
+    segments with every row's words, and the hits stay the same."""
+    import shutil
+
+    from engine.collection import Collection
+    from engine.index import segments
+    from engine.index.encode import EncodedImages, he_words
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for p in sorted(demo_folder.glob("*.jpg"))[:10]:
+        shutil.copy(p, folder)
+    real = EncodedImages.to_state
+
+    def without_words(self, **kw):
+        return {k: v for k, v in real(self, **kw).items() if not k.startswith("he.")}
+
+    with monkeypatch.context() as m:
+        m.setattr(EncodedImages, "to_state", without_words)
+        with Collection.open(folder, tmp_path / "idx") as col:
+            for _ in col.update():
+                pass
+            for p in sorted(demo_folder.glob("*.jpg"))[10:14]:  # a second old segment
+                shutil.copy(p, folder)
+            for _ in col.update():
+                pass
+    with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
+        assert segments.holds_uniform(reader.searcher.store.snapshot())
+        assert reader.searcher.ensure()[1].words is None
+        before = [(h.path, round(h.score, 9)) for h in reader.query(folder / "camera.jpg")]
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        assert not segments.holds_uniform(col.searcher.store.snapshot())
+    with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
+        models, data = reader.searcher.ensure()
+        assert data.words is not None and len(data.ids) == 14
+        for r, i in enumerate(data.ids):
+            X, _ = reader.searcher.store.stacked_descriptors([int(i)])
+            assert np.array_equal(data.row_words(r), he_words(models, X))
+        after = [(h.path, round(h.score, 9)) for h in reader.query(folder / "camera.jpg")]
+    assert after == before

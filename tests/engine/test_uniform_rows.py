@@ -184,12 +184,12 @@ def test_an_index_of_the_earlier_version_answers_the_same_then_drops_them(
     assert _answers(folder) == want and _answers(folder, mapped=True) == want  # read as it is
     summary, messages = _index(folder)  # migrated: no feature extracted again
     assert summary.indexed == 0 and summary.unchanged == len(NAMES)
-    assert any("compact" in m for m in messages)
+    assert any("layout" in m for m in messages)
     assert not [m for m in _members(folder) if m.startswith("uniform.")]
     assert _data_bytes(folder) < size / 2
     assert _answers(folder) == want and _answers(folder, mapped=True) == want
     _, messages = _index(folder)  # nothing more to do
-    assert not any("compact" in m for m in messages)
+    assert not any("layout" in m for m in messages)
 
 
 class Crash(Exception):
