@@ -39,7 +39,9 @@ in worker processes, :mod:`engine.workflows.dup_verify`), and :func:`pair_eviden
 :func:`pair_tier` applies the rule :data:`DEFAULT_RULE` (a :class:`TierRule`):
 ``same_photo`` when ``n_inliers >= min_inliers``, ``overlap_fraction >=
 same_photo_fraction``, ``residual <= same_photo_residual``, ``residual_px <=
-same_photo_residual_px``, ``pixel_agreement >= same_photo_pixels`` (when measurable) and
+same_photo_residual_px``, ``pixel_agreement >= same_photo_pixels`` (when measurable; or,
+for ``residual_px`` up to ``same_photo_residual_px_clean``, measured with no tile
+disagreeing: off by default) and
 the capture times do not differ; otherwise ``similar_shots`` when ``n_inliers >=
 min_inliers`` and ``score >= similar_score``; otherwise no link. Byte-identical files are
 ``identical`` links. :data:`DEFAULT_THRESHOLDS` gives the same numbers by name. The
@@ -106,7 +108,7 @@ from engine.workflows.keeper import (
     suggest_keeper,
 )
 from engine.workflows.pair_cache import AskedPairs, PairCache, remember
-from engine.workflows.pixels import PIXEL_SIDE, pixel_agreement, pixel_tests
+from engine.workflows.pixels import PIXEL_CLEAN_SHARE, PIXEL_SIDE, pixel_agreement, pixel_tests
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.features.keypoints import Features
@@ -179,7 +181,14 @@ class TierRule:
         of a pair whose pixels could not be compared, ``nan``).
     same_photo_residual_px : float
         Largest :attr:`PairEvidence.residual_px` (pixels of the smaller picture) of a
-        ``same_photo`` pair.
+        ``same_photo`` pair ...
+    same_photo_residual_px_clean : float
+        ... unless its pixels agree cleanly: at least ``same_photo_pixels`` with no
+        textured tile disagreeing (:attr:`PairEvidence.pixel_disagreement` at most
+        :data:`~engine.workflows.pixels.PIXEL_CLEAN_SHARE`); then up to this. A blurred,
+        desaturated or re-toned copy moves its features by a few tenths of a pixel
+        more than a resized one, but not a single tile of its detail; two shots with
+        that residual (parallax) differ somewhere.
     similar_score : float
         Least :attr:`PairEvidence.score` of a ``similar_shots`` pair.
     """
@@ -191,6 +200,9 @@ class TierRule:
     same_photo_pixels: float = 0.95
     same_photo_compressed: float = 0.97
     same_photo_residual_px: float = 0.35
+    # (0.7 px found 1-2 more copies of the duplicate benchmark's tuning halves, none
+    # more held out, and took 2.6x the CPU of a 10,000-photo first search: off)
+    same_photo_residual_px_clean: float = 0.35
 
     def with_threshold(self, threshold: float | None) -> TierRule:
         """This rule with ``similar_score = threshold`` (unchanged for None)."""
@@ -258,6 +270,10 @@ class PairEvidence:
         with the smaller JPEG file's own quantisation table
         (:func:`engine.workflows.pixels.compressed_agreement`: a re-export at a lower
         quality); ``nan`` otherwise.
+    pixel_disagreement : float
+        The share of textured tiles whose detail disagrees where
+        :attr:`pixel_agreement` was measured (:func:`~engine.workflows.pixels.pixel_tests`);
+        ``nan`` when not measured.
     homography : (3, 3) float64 or None
         Maps the feature positions of a to those of b (least squares on the inliers).
     taken_differ : bool
@@ -274,6 +290,7 @@ class PairEvidence:
     residual_px: float = float("inf")
     pixel_agreement: float = float("nan")
     compressed_agreement: float = float("nan")
+    pixel_disagreement: float = float("nan")
     homography: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
     taken_differ: bool = False
 
@@ -372,7 +389,8 @@ def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
     str or None
         ``"same_photo"`` when ``n_inliers >= min_inliers``, ``overlap_fraction >=
         same_photo_fraction``, ``residual <= same_photo_residual``, ``residual_px <=
-        same_photo_residual_px`` and
+        same_photo_residual_px`` (or up to ``same_photo_residual_px_clean`` with a clean
+        pixel agreement: ``pixel_disagreement <= PIXEL_CLEAN_SHARE``) and
         ``pixel_agreement >= same_photo_pixels`` (or nan: not measurable; or else
         ``compressed_agreement >= same_photo_compressed``) and the
         capture times do not differ (``not taken_differ``); else
@@ -385,6 +403,11 @@ def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
         not ev.pixel_agreement < rule.same_photo_pixels
         or ev.compressed_agreement >= rule.same_photo_compressed
     )
+    if ev.residual_px > rule.same_photo_residual_px:  # (then only a clean agreement)
+        pixels = (
+            ev.pixel_agreement >= rule.same_photo_pixels
+            and ev.pixel_disagreement <= PIXEL_CLEAN_SHARE
+        )
     if _same_geometry(ev, rule) and pixels and not ev.taken_differ:
         return "same_photo"
     if ev.score >= rule.similar_score:
@@ -393,12 +416,13 @@ def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
 
 
 def _same_geometry(ev: PairEvidence, rule: TierRule) -> bool:
-    """The geometric part of the same-photo rule."""
+    """The geometric part of the same-photo rule (the residual up to
+    ``same_photo_residual_px_clean``: the pixels then decide)."""
     return (
         ev.n_inliers >= rule.min_inliers
         and ev.overlap_fraction >= rule.same_photo_fraction
         and ev.residual <= rule.same_photo_residual
-        and ev.residual_px <= rule.same_photo_residual_px
+        and ev.residual_px <= max(rule.same_photo_residual_px, rule.same_photo_residual_px_clean)
     )
 
 
@@ -690,11 +714,15 @@ def _judge(ctx: PairContext, i: int, j: int, pixel_rule: TierRule | None) -> Pai
         band = (COMPRESSED_FLOOR, pixel_rule.same_photo_pixels)
         nan = float("nan")
         enough = pixel_rule.same_photo_compressed
-        agree, comp = (
-            (nan, nan) if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography, band, enough)
+        agree, comp, disagree = (
+            (nan,) * 3 if differ else _pixels_of(ctx, i, j, fa, fb, ev.homography, band, enough)
         )
         ev = dataclasses.replace(
-            ev, pixel_agreement=agree, compressed_agreement=comp, taken_differ=differ
+            ev,
+            pixel_agreement=agree,
+            compressed_agreement=comp,
+            pixel_disagreement=disagree,
+            taken_differ=differ,
         )
     return ev
 
@@ -708,16 +736,18 @@ def _pixels_of(
     h: np.ndarray,
     band: tuple[float, float],
     enough: float,
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """:func:`engine.workflows.pixels.pixel_tests` of the files of rows ``i`` and ``j``:
-    their pixel agreement and, when it falls in ``band``, their compressed-copy agreement
-    (nan when one cannot be read, or not asked; ``enough`` settles it)."""
+    their pixel agreement, when it falls in ``band`` their compressed-copy agreement
+    (``enough`` settles it), and the share of disagreeing tiles (nan when one cannot be
+    read, or not asked)."""
     nan = float("nan")
     ga, gb = ctx.gray(i, PIXEL_SIDE), ctx.gray(j, PIXEL_SIDE)
     if ga is None or gb is None:  # a file changed or gone since indexing: geometry decides
-        return nan, nan
+        return nan, nan, nan
     try:
         facts = lambda: (ctx.jpeg(i), ctx.jpeg(j))  # noqa: E731
-        return pixel_tests(ga, gb, h, fa.image_size, fb.image_size, facts, band, enough=enough)
+        sizes = (fa.image_size, fb.image_size)
+        return pixel_tests(ga, gb, h, *sizes, facts, band, enough=enough, disagreement=True)
     except Exception:
-        return nan, nan
+        return nan, nan, nan

@@ -44,8 +44,10 @@ __all__ = [
 CACHE_FILE = Path("cache") / "pair-evidence.npz"
 #: What the remembered checks were made by: raise it whenever the pair check or the
 #: pixel comparison changes what it measures (older caches are then ignored).
-VERSION = 4  # 2: the pixel test matches blur and checks the framing; 3: compressed copies;
-# 4: near misses aligned again by their pixels, one-size JPEGs recreated either way round
+VERSION = 5  # 2: the pixel test matches blur and checks the framing; 3: compressed copies;
+# 4: near misses aligned again by their pixels, one-size JPEGs recreated either way round;
+# 5: noise-only tiles left out, moved detail and zoomed-in second shots told, tone
+# edits undone, the disagreeing share kept (pixel_disagreement)
 
 _FLOATS = (
     "score",
@@ -54,6 +56,7 @@ _FLOATS = (
     "residual_px",
     "pixel_agreement",
     "compressed_agreement",
+    "pixel_disagreement",
 )
 _INTS = ("n_matches", "n_inliers")
 _FLAGS = ("has_homography", "pixels_checked", "taken_differ")

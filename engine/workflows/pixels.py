@@ -6,7 +6,8 @@ What a copy keeps and what another shot does not (see :func:`pixel_agreement`):
 
 - the framing: a copy is the whole photo or a cut of it, so one picture lies within
   the other; two framings of a scene (a pan, a step aside) each show detail the other
-  lacks (:data:`PIXEL_WITHIN`);
+  lacks (:data:`PIXEL_WITHIN`), and a shot zoomed in on part of another holds detail
+  no enlargement of it has (:mod:`engine.workflows.framing`);
 - the fine detail, even blurred or recompressed: once the sharper picture is blurred to
   the level of the other (:data:`PIXEL_BLURS`) and a sub-pixel offset of the feature
   fit is taken out (:data:`PIXEL_SHIFT`), a copy's detail correlates almost perfectly;
@@ -15,7 +16,11 @@ What a copy keeps and what another shot does not (see :func:`pixel_agreement`):
 - where they differ: a recompressed, resampled or converted copy differs everywhere a
   little and nowhere a lot, so hardly any of its textured tiles disagree; a second shot
   moments apart differs in a few places (a moved person, leaves, a wave) or everywhere
-  by parallax. :func:`pixel_evidence` gives both numbers; a pair whose tiles all agree
+  by parallax, with detail of the same strength on both sides where they differ (a
+  watermark or clipped highlights add or remove detail on one side only): such a pair
+  is two shots unless the rest agrees near perfectly (:data:`PIXEL_MOVED_SHARE`, the
+  tiles: :mod:`engine.workflows.pixel_tiles`). :func:`pixel_evidence` gives the
+  agreement and the share of disagreeing tiles; a pair whose tiles all agree
   (:data:`PIXEL_CLEAN_SHARE`) can get :data:`PIXEL_CLEAN_BONUS` added to its agreement,
   to tell a small, heavily compressed copy (detail correlating at only 0.90-0.94) from
   two shots moments apart. The bonus is 0: the best one on the duplicate benchmark's
@@ -34,14 +39,35 @@ from typing import Any
 
 import numpy as np
 
+from engine.workflows.framing import zoomed_shot
+from engine.workflows.pixel_tiles import (
+    PIXEL_BLURS,
+    PIXEL_DISAGREE,
+    PIXEL_MOVED_CAP,
+    PIXEL_MOVED_EXEMPT,
+    PIXEL_MOVED_RATIO,
+    PIXEL_MOVED_SHARE,
+    PIXEL_TEXTURE_FLOOR,
+    PixelTiles,
+    judged_evidence,
+    matched_agreement,
+    moved_evidence,
+    tone_mapped,
+)
+
 __all__ = [
     "PIXEL_BLURS",
     "PIXEL_CLEAN_BONUS",
     "PIXEL_CLEAN_SHARE",
     "PIXEL_DISAGREE",
+    "PIXEL_MOVED_CAP",
+    "PIXEL_MOVED_EXEMPT",
+    "PIXEL_MOVED_RATIO",
+    "PIXEL_MOVED_SHARE",
     "PIXEL_PATCH",
     "PIXEL_SHIFT",
     "PIXEL_SIDE",
+    "PIXEL_TEXTURE_FLOOR",
     "PIXEL_WITHIN",
     "combine_evidence",
     "compressed_agreement",
@@ -57,16 +83,11 @@ __all__ = [
 PIXEL_PATCH = 8
 #: Longest side (pixels) pictures are loaded at for :func:`pixel_agreement`.
 PIXEL_SIDE = 1024
-#: Gaussian blurs (sigma, pixels of the compared scale) tried in turn on the sharper
-#: picture to match the other's sharpness (a blurred, resampled or compressed copy).
-PIXEL_BLURS = (0.5, 0.8, 1.1, 1.5, 2.0)
 #: Largest sub-pixel correction (pixels) of the feature alignment.
 PIXEL_SHIFT = 2.0
 #: Least share of one picture's textured tiles that must lie inside the other
 #: (:func:`within_share`); below it the pictures are two framings: agreement 0.
 PIXEL_WITHIN = 0.98
-#: A textured tile disagrees when the correlation of its detail is below this.
-PIXEL_DISAGREE = 0.5
 #: Largest share of disagreeing textured tiles of a pair whose difference is "everywhere
 #: a little, nowhere a lot" (a recompressed or resampled copy).
 PIXEL_CLEAN_SHARE = 0.01
@@ -165,12 +186,16 @@ def pixel_evidence(
     (Lucas-Kanade on band-passed pixels: the feature fit can be off by a fraction of a
     pixel), then both are high-passed (minus a Gaussian blur of sigma 2 px) and compared
     by normalised cross-correlation in ``patch`` x ``patch`` tiles wholly inside the
-    overlap; a tile's score is the median over the more textured half of the tiles. The
-    result is the best such score with the sharper picture (more high-pass energy in the
-    overlap) blurred by :data:`PIXEL_BLURS` in turn, until the score stops rising (or not
-    blurred): a blurred or resampled copy agrees once the sharper picture is brought to
-    its level, two shots do not. The second number is the share of those tiles whose
-    correlation is below :data:`PIXEL_DISAGREE` at that best blur.
+    overlap; the score is the median over the more textured half of the tiles, less
+    those holding only noise (:data:`PIXEL_TEXTURE_FLOOR`). The result is the best such
+    score with the sharper picture (more high-pass energy in the overlap) blurred by
+    :data:`PIXEL_BLURS` in turn, until the score stops rising (or not blurred): a
+    blurred or resampled copy agrees once the sharper picture is brought to its level,
+    two shots do not. The second number is the share of those tiles whose correlation
+    is below :data:`PIXEL_DISAGREE` at that best blur. The agreement is at most
+    :data:`PIXEL_MOVED_CAP` when something moved (:data:`PIXEL_MOVED_SHARE`; unless a
+    tone curve explains it, :func:`~engine.workflows.pixel_tiles.tone_mapped`), 0 for a
+    shot zoomed in on the other's scene (:func:`engine.workflows.framing.zoomed_shot`).
 
     Parameters
     ----------
@@ -190,7 +215,7 @@ def pixel_evidence(
     disagreement : float
         In [0, 1] (``nan`` with a ``nan`` agreement, 1 for two framings).
     """
-    return _evidence(_Aligned(gray_a, gray_b, homography, size_a, size_b, patch))
+    return judged_evidence(_evidence(_Aligned(gray_a, gray_b, homography, size_a, size_b, patch)))
 
 
 def pixel_tests(
@@ -204,17 +229,19 @@ def pixel_tests(
     *,
     enough: float = np.inf,
     either_way: bool = False,
+    disagreement: bool = False,
     patch: int = PIXEL_PATCH,
-) -> tuple[float, float]:
+) -> tuple[float, ...]:
     """:func:`pixel_agreement` and, when it falls in ``band`` = ``[low, high)``,
     :func:`compressed_agreement` (else ``nan``), aligning the pictures once for both.
 
-    Unless the compressed-copy test settles it, a pair whose agreement falls in ``band``
-    is then aligned again by its pixels (:func:`engine.workflows.align.refit_homography`,
-    a whole homography), which counts when it agrees better with none of its textured
-    tiles disagreeing (:data:`PIXEL_CLEAN_SHARE`): a copy compared under a feature fit a
-    few tenths of a pixel off (turned by a few degrees, few features), not two shots,
-    whose differences stay (``tests/benchmarks/bench_duplicates.py`` has the numbers).
+    Unless the compressed-copy test settles it, a pair whose agreement falls in ``band``,
+    or whose detail seems to have moved (:data:`PIXEL_MOVED_SHARE`), is then aligned
+    again by its pixels (:func:`engine.workflows.align.refit_homography`, a whole
+    homography), which counts when it agrees better with nothing moved in it
+    (:data:`PIXEL_CLEAN_SHARE`): a copy compared under a feature fit a few tenths of a
+    pixel off (turned by a few degrees, few features), not two shots, whose differences
+    stay (``tests/benchmarks/bench_duplicates.py`` has the numbers).
 
     Parameters
     ----------
@@ -231,28 +258,37 @@ def pixel_tests(
     either_way : bool
         Two JPEG files of one size: recreate each as the copy of the other (a copy may
         have been saved at a higher quality), not only the more compressed one.
+    disagreement : bool
+        Also return the share of disagreeing tiles where the agreement was measured.
 
     Returns
     -------
-    (float, float)
+    (float, float) or (float, float, float)
     """
     pair = _Aligned(gray_a, gray_b, homography, size_a, size_b, patch)
-    agree = combine_evidence(*_evidence(pair))
-    if not band[0] <= agree < band[1]:
-        return agree, float("nan")
-    facts = jpeg()
-    compressed = _compressed(pair, *facts, enough, either_way)
-    if compressed >= enough:
-        return agree, compressed
+    first = _evidence(pair)
+    agree, disagree = judged_evidence(first)
+    agree, moved = combine_evidence(agree, disagree), moved_evidence(first)
+    out = (lambda *r: r) if disagreement else (lambda *r: r[:2])
+    if not (band[0] <= agree < band[1] or moved):
+        return out(agree, float("nan"), disagree)
+    compressed = float("nan")
+    if not moved:
+        facts = jpeg()
+        compressed = _compressed(pair, *facts, enough, either_way)
+        if compressed >= enough:
+            return out(agree, compressed, disagree)
     again = pair.realigned()
     if again is not None:
-        agree_again, disagree_again = _evidence(again)
-        if agree_again > agree and disagree_again <= PIXEL_CLEAN_SHARE:
-            agree = agree_again
-            if agree < band[1]:
+        agree_again, disagree_again, moved_again = _evidence(again)
+        if agree_again > agree and moved_again <= PIXEL_CLEAN_SHARE:
+            agree, disagree = judged_evidence((agree_again, disagree_again, moved_again))
+            agree = combine_evidence(agree, disagree)
+            if band[0] <= agree < band[1]:
+                facts = jpeg()
                 again_compressed = _compressed(again, *facts, enough, either_way)
                 compressed = float(np.nanmax([compressed, again_compressed]))
-    return agree, compressed
+    return out(agree, compressed, disagree)
 
 
 class _Aligned:
@@ -266,8 +302,9 @@ class _Aligned:
         self.ga, self.gb, self.m = _common_scale(gray_a, gray_b, homography, size_a, size_b)
         self.patch = patch
         self._within: bool | None = None
+        self._zoomed: bool | None = None
         self._warp: tuple[np.ndarray, np.ndarray] | None = None
-        self._tiles: tuple[_Tiles, tuple[np.ndarray, np.ndarray]] | None = None
+        self._tiles: tuple[PixelTiles, tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def measurable(self) -> bool:
@@ -289,6 +326,14 @@ class _Aligned:
             self._within = share >= PIXEL_WITHIN
         return self._within
 
+    def zoomed(self) -> bool:
+        """Whether the finer picture is another shot zoomed in on the other's scene
+        (:func:`engine.workflows.framing.zoomed_shot`)."""
+        if self._zoomed is None:
+            args = (self.gray_a, self.gray_b, self.homography, self.size_a, self.size_b)
+            self._zoomed = zoomed_shot(*args)
+        return self._zoomed
+
     def warped(self) -> tuple[np.ndarray, np.ndarray]:
         """(:func:`_refined_warp` of the larger picture onto the smaller, where it lands)."""
         if self._warp is None:
@@ -304,44 +349,38 @@ class _Aligned:
         again._warp, again._tiles = warp, None
         return again
 
-    def tiles(self) -> tuple[_Tiles, tuple[np.ndarray, np.ndarray]]:
+    def tiles(self) -> tuple[PixelTiles, tuple[np.ndarray, np.ndarray]]:
         """(the tiles where the warped picture lands, the smaller picture's side of them)
-        (:class:`_Tiles`): the same for every test of the pair."""
+        (:class:`PixelTiles`): the same for every test of the pair."""
         if self._tiles is None:
-            tiles = _Tiles(self.warped()[1], self.patch)
+            tiles = PixelTiles(self.warped()[1], self.patch)
             self._tiles = tiles, tiles.side(self.hp_b)
         return self._tiles
 
 
-def _evidence(pair: _Aligned) -> tuple[float, float]:
-    """:func:`pixel_evidence` of an aligned pair."""
-    import cv2
-
+def _evidence(pair: _Aligned) -> tuple[float, float, float]:
+    """(agreement, disagreeing share, moved share) of an aligned pair
+    (:meth:`PixelTiles.agreement` at the best blur; :func:`pixel_evidence` is
+    :func:`~engine.workflows.pixel_tiles.judged_evidence` of it). When something seems
+    to have moved, the pair is compared again with either picture's gray levels mapped
+    onto the other's (:func:`~engine.workflows.pixel_tiles.tone_mapped`), which counts
+    when no tile disagrees then (:data:`PIXEL_CLEAN_SHARE`): a brightness, contrast or
+    curves edit changes detail by the gray level, not by the place."""
     if not pair.measurable:
-        return float("nan"), float("nan")
-    if not pair.within():
-        return 0.0, 1.0
+        return float("nan"), float("nan"), float("nan")
+    if not pair.within() or pair.zoomed():
+        return 0.0, 1.0, 1.0
     warped, inside = pair.warped()
-    gb, hp_b = pair.gb, pair.hp_b
-    hp_w = _highpass(warped)
     tiles, side_b = pair.tiles()
-    side_w = tiles.side(hp_w)
-    best = tiles.agreement(side_w, side_b)
-    if np.isnan(best[0]):
-        return best
-    # blur only the sharper picture (more high-pass energy where they overlap), more
-    # and more until the agreement stops rising (it rises to the other's level, then
-    # falls): two or three tries instead of every blur on both (the other picture's
-    # tiles are the same at every try)
-    sharp_a = _energy(hp_w, inside) >= _energy(hp_b, inside)
-    last = best
-    for sigma in PIXEL_BLURS:
-        blurred = tiles.side(_highpass(cv2.GaussianBlur(warped if sharp_a else gb, (0, 0), sigma)))
-        score = tiles.agreement(blurred, side_b) if sharp_a else tiles.agreement(side_w, blurred)
-        if not score[0] > last[0] - 1e-3:
-            break
-        best, last = (score if score[0] > best[0] else best), score
-    return float(best[0]), float(best[1])
+    best = matched_agreement(tiles, inside, warped, pair.gb, side_b, _highpass)
+    if moved_evidence(best):
+        for w, b in ((tone_mapped(warped, pair.gb, inside), pair.gb),
+                     (warped, tone_mapped(pair.gb, warped, inside))):  # fmt: skip
+            known = side_b if b is pair.gb else None
+            again = matched_agreement(tiles, inside, w, b, known, _highpass)
+            if again[1] <= PIXEL_CLEAN_SHARE:  # (the tone explains every disagreement)
+                return again
+    return best
 
 
 def _refined_warp(
@@ -489,7 +528,7 @@ def _recreated(pair: _Aligned, jpeg_a, jpeg_b) -> float:
         larger, to_smaller, sizes = pair.gray_a, pair.homography, (pair.size_a, pair.size_b)
     if _whole_frame(to_smaller, *sizes):
         # the whole picture resized: resized again here as the usual programs do
-        tiles = _Tiles(_border_mask(pair.gb.shape, 2), patch)
+        tiles = PixelTiles(_border_mask(pair.gb.shape, 2), patch)
         side_b = tiles.side(hp_b)
         tries = [
             tiles.agreement(tiles.side(_highpass(_jpeg_again(r, table))), side_b)[0]
@@ -603,11 +642,6 @@ def _nbytes(value: Any) -> int:
     if isinstance(value, np.ndarray):
         return value.nbytes
     return sum(v.nbytes for v in value)
-
-
-def _energy(hp: np.ndarray, inside: np.ndarray) -> float:
-    """Mean high-pass energy where ``inside`` (``hp``: :func:`_highpass` of a picture)."""
-    return float(np.mean(hp[inside] ** 2)) if inside.any() else 0.0
 
 
 def within_share(ga: np.ndarray, gb: np.ndarray, m: np.ndarray, *, patch: int = 16) -> float:
@@ -748,43 +782,3 @@ def _translation_of(ba: np.ndarray, bb: np.ndarray, inside: np.ndarray) -> np.nd
     if not np.isfinite(g).all() or np.linalg.cond(g) > 1e4:
         return np.zeros(2)
     return np.linalg.solve(g, -np.array([(gx * it).sum(), (gy * it).sum()], np.float64))
-
-
-class _Tiles:
-    """The ``patch`` x ``patch`` tiles wholly ``inside`` the overlap of two aligned
-    pictures, and the normalised correlation of their detail there (one pair's tiles:
-    the picture not blurred is cut into tiles once for every blur tried)."""
-
-    def __init__(self, inside: np.ndarray, patch: int) -> None:
-        h, w = inside.shape
-        self.th, self.tw, self.patch = h // patch, w // patch, patch
-        self.ok = self.cut(inside.astype(np.float32)).min(axis=1) > 0
-
-    def cut(self, x: np.ndarray) -> np.ndarray:
-        """(tiles, patch * patch) pixels of ``x`` tile by tile."""
-        th, tw, patch = self.th, self.tw, self.patch
-        x = x[: th * patch, : tw * patch].reshape(th, patch, tw, patch)
-        return x.transpose(0, 2, 1, 3).reshape(th * tw, patch * patch)
-
-    def side(self, hp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the tiles inside of the high-passed picture ``hp``, less their means; their
-        norms)."""
-        u = self.cut(hp)[self.ok]
-        u = u - u.mean(axis=1, keepdims=True)
-        return u, np.linalg.norm(u, axis=1)
-
-    @staticmethod
-    def agreement(
-        side_a: tuple[np.ndarray, np.ndarray], side_b: tuple[np.ndarray, np.ndarray]
-    ) -> tuple[float, float]:
-        """(median normalised correlation over the more textured half of the tiles,
-        share of those below :data:`PIXEL_DISAGREE`); (nan, nan) for fewer than 4
-        textured tiles."""
-        (u, su), (v, sv) = side_a, side_b
-        texture = np.minimum(su, sv)
-        good = texture > 1e-3
-        if good.sum() < 4:
-            return float("nan"), float("nan")
-        ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
-        ncc = ncc[texture[good] >= np.median(texture[good])]
-        return float(np.median(ncc)), float(np.mean(ncc < PIXEL_DISAGREE))

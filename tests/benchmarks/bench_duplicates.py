@@ -2,7 +2,8 @@
 
 Run by hand (not part of the test run; skips when ../shared/data is absent)::
 
-    python tests/benchmarks/bench_duplicates.py [--scenes 40] [--tune] [--show-missed] [--keep DIR]
+    python tests/benchmarks/bench_duplicates.py [--scenes 40] [--seed 23] [--tune]
+        [--show-missed] [--keep DIR]
 
 What it builds, in a temporary folder (nothing is written to the repository), per half:
 
@@ -58,6 +59,57 @@ What the defaults use (issue #23 point 2, second round, 2026-11-27):
   pixel_evidence`: a recompressed copy differs everywhere a little and nowhere a lot) is
   computed, but its bonus is off (:data:`~engine.workflows.pixels.PIXEL_CLEAN_BONUS` =
   0): see below.
+
+Fifth round (2026-11-27, issue #23 point 2; the same data): which copies were missed
+and which other shots passed, pair by pair (``--show-missed`` and each pair's tiles).
+Most false pairs were second shots moments apart (a clock tower whose crowd moved,
+aligned detail 0.98) and shots zoomed in from the same spot; most misses were copies
+whose tiles of mere noise (a dark sky) or a re-toned shadow disagreed. The pixel test
+(:mod:`engine.workflows.pixels`, :mod:`engine.workflows.pixel_tiles`,
+:mod:`engine.workflows.framing`) now
+
+- leaves out tiles whose detail is only noise (:data:`~engine.workflows.pixel_tiles.
+  PIXEL_TEXTURE_FLOOR`, unless most tiles are: the moon is judged by its noise);
+- counts as two shots a pair whose tiles disagree where both sides have detail of the
+  same strength (something moved; a watermark adds detail on one side only) on more
+  than 3 % of them, unless the rest agrees at 0.99 or more; such a pair is aligned
+  again by its pixels and compared with either picture's tone curve mapped onto the
+  other (``|a x + b|`` edits fold dark levels back), and counts when nothing is left;
+- tells a shot zoomed in on part of another (the finer picture shows a part of the
+  scene with 2 times or more the detail the coarser one, enlarged, has);
+- keeps the share of disagreeing tiles (:attr:`~engine.workflows.duplicates.
+  PairEvidence.pixel_disagreement`). A pair whose agreement is clean (>= 0.95, no tile
+  disagreeing) may be given a looser feature residual
+  (``TierRule.same_photo_residual_px_clean``): 0.7 px found blurred, desaturated and
+  re-toned copies of the tuning halves (75 scenes: R 0.964 -> 0.973; none more held
+  out), but sent so many more pairs to the pixel test that a first search of the
+  10,000-photo library took 328-335 s of CPU against 124-129 s (2.6x, 805 same-photo
+  groups against 570): it is off (0.35 px, the plain residual gate).
+
+The numbers of the first three cues were read off the pairs of both halves of the
+75-scene draw (seed 23); two other draws (``--seed 24``, ``--seed 25``, 75 scenes) check
+them. Same-photo tier, P / R, the defaults as landed (the looser residual off):
+
+==========================================  ===============  ===============
+                                            tuning half      held-out half
+==========================================  ===============  ===============
+40 scenes, fourth round                     P 1.000 R 0.950  P 0.974 R 0.942
+40 scenes, fifth round                      P 1.000 R 0.950  P 1.000 R 0.975
+75 scenes, fourth round                     P 0.947 R 0.956  P 0.986 R 0.947
+75 scenes, fifth round                      P 1.000 R 0.964  P 1.000 R 0.969
+75 scenes seed 24, fourth round             P 0.956 R 0.956  P 0.944 R 0.907
+75 scenes seed 24, fifth round              P 1.000 R 0.947  P 0.981 R 0.916
+75 scenes seed 25, fourth round             P 0.940 R 0.907  P 0.919 R 0.960
+75 scenes seed 25, fifth round              P 1.000 R 0.933  P 0.973 R 0.969
+==========================================  ===============  ===============
+
+A first search of the 10,000-photo library (``simile duplicates --json``, nothing
+remembered) took 136 s of CPU against 124-129 s before (664 same-photo groups against
+570). Still missed (seed 23): the moon's copies (not paired), two saturation x1.6 edits
+(the gray detail changes where the colours are: "moved"), a -42 brightness edit and a
+1.0 px blur of dusk photos and a 42 % quality-48 re-export (feature residuals 0.35-0.63
+px). Still passing (seeds 24, 25): crops of one shot that lie within a second shot
+panned a little (aligned detail 0.95-0.97, nothing moved).
 
 Fourth round (2026-11-27, a later session; the same data as the third): for copies
 that agreed at 0.90-0.95 only.
@@ -558,6 +610,7 @@ OLD_RULE = dict(
     similar_score=0.2,
     same_photo_pixels=0.95,
     same_photo_residual_px=0.35,
+    same_photo_residual_px_clean=0.35,  # (a clean agreement's looser residual came later)
     same_photo_compressed=2.0,  # (the compressed-copy test came later: off)
 )
 
@@ -673,6 +726,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", action="store_true", help="search the rule grid on half 1")
     ap.add_argument("--show-missed", action="store_true", help="print the missed copies")
     ap.add_argument("--keep", metavar="DIR", help="build in DIR (kept) instead of a temp dir")
+    ap.add_argument("--seed", type=int, default=23, help="draw of scenes (23: the one tuned on)")
     args = ap.parse_args(argv)
     if not (DATA / "holidays").is_dir():
         print(f"skipped: {DATA} is not available")
@@ -689,7 +743,7 @@ def main(argv=None) -> int:
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="simile_dups_"))
     halves = []
     t0 = time.monotonic()
-    for h, (scenes, groups, unrel) in enumerate(select_sources(args.scenes)):
+    for h, (scenes, groups, unrel) in enumerate(select_sources(args.scenes, args.seed)):
         root = tmp / f"half{h + 1}"
         if root.exists():
             shutil.rmtree(root)
