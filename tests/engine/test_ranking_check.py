@@ -143,19 +143,21 @@ def test_the_expansion_is_the_mean_likeness_to_the_verified_hits_and_1_for_the_q
     np.testing.assert_allclose(got, [1.0, 0.8, 0.8])  # the query's own photo: 1
 
 
-def test_hybrid_checks_hits_beyond_the_30th(monkeypatch):
-    """The same object at vocabulary rank 46 (of a 100-hit shortlist) is checked, verified
-    and ranked first: with 30 checks it stayed unverified (no check, no expansion)."""
+def test_hybrid_checks_the_best_verify_top_hits(monkeypatch):
+    """The same object near the end of the checked hits (of a 100-hit shortlist) is
+    checked, verified and ranked first; one just past them is not checked (and stays
+    unverified: no check, no expansion)."""
     from engine.index import methods, verify
     from engine.index.verify import VERIFY_TOP, Verification
 
     none = np.zeros((0, 2), np.int64)
     checked: list[int] = []
+    inside, outside = VERIFY_TOP - 5, VERIFY_TOP + 10
 
     def fake_check(_fa, fb):  # fb: the hit's store id
         checked.append(int(fb))
-        n = 40 if fb == 145 else 0
-        return Verification(none, np.zeros(0, bool), n, fb == 145, "homography" if n else "")
+        n = 40 if fb in (100 + inside, 100 + outside) else 0
+        return Verification(none, np.zeros(0, bool), n, n > 0, "homography" if n else "")
 
     class Store:
         def iter_features(self, ids):
@@ -180,5 +182,6 @@ def test_hybrid_checks_hits_beyond_the_30th(monkeypatch):
     scores = np.linspace(0.9, 0.1, 100)
     out = methods.HybridSearch().final_scores(Searcher(), Data(), [0] * 10, rows, scores)
     assert checked[:VERIFY_TOP] == list(range(100, 100 + VERIFY_TOP))
-    assert out[45] >= 1.0 and int(np.argmax(out)) == 45
-    assert (np.delete(out, 45) < 1.0).all()
+    assert 100 + outside not in checked
+    assert out[inside] >= 1.0 and int(np.argmax(out)) == inside
+    assert (np.delete(out, inside) < 1.0).all()
