@@ -15,6 +15,22 @@ def _data(seed: int = 0, n: int = 600, d: int = 128, n_words: int = 12):
     return X, words, [n_words, n_words]
 
 
+def _add_photos(folder, demo_folder, lo: int, hi: int):
+    """Copy the demo photos ``lo:hi`` (sorted by name) into ``folder`` (made if need be)."""
+    import shutil
+
+    folder.mkdir(exist_ok=True)
+    for p in sorted(demo_folder.glob("*.jpg"))[lo:hi]:
+        shutil.copy(p, folder)
+    return folder
+
+
+def _update(col) -> None:
+    """Bring the open collection ``col`` up to date with its folder."""
+    for _ in col.update():
+        pass
+
+
 def test_signatures_split_every_word_at_its_medians():
     X, words, n_words = _data()
     he = HammingEmbedding().fit(X, words, n_words)
@@ -116,18 +132,12 @@ def test_the_embedded_rows_kept_are_the_most_recently_used(monkeypatch):
 def test_an_index_from_before_the_embedding_gets_it_at_its_next_update(tmp_path, demo_folder):
     """Models saved without the Hamming embedding (an older index): a reader searches as
     before; the next update fits it into the models, and the search data is the same."""
-    import shutil
-
     from engine.collection import Collection
     from engine.index.keys import MODELS_STATE
 
-    folder = tmp_path / "photos"
-    folder.mkdir()
-    for p in sorted(demo_folder.glob("*.jpg"))[:16]:
-        shutil.copy(p, folder)
+    folder = _add_photos(tmp_path / "photos", demo_folder, 0, 16)
     with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
+        _update(col)
         store = col.searcher.store
         models, data = col.searcher.ensure()
         assert models.he is not None
@@ -138,8 +148,7 @@ def test_an_index_from_before_the_embedding_gets_it_at_its_next_update(tmp_path,
         assert reader.searcher.ensure()[0].he is None
         assert reader.query(folder / "brick.jpg", top=5)[0].path == fresh[0].path
     with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
+        _update(col)
         models2, data2 = col.searcher.ensure()
         assert models2.he is not None
         assert np.array_equal(np.asarray(data2.ids), np.asarray(data.ids))
@@ -155,26 +164,17 @@ def test_the_index_stores_the_words_and_a_query_uses_them(tmp_path, demo_folder,
     indexing, as a query would find it), kept through a removal and the segments'
     merge; the Hamming scores are the same from the stored words as from a descent, and
     a query descends the trees for none of them (only for rows without stored words)."""
-    import shutil
-
     from engine.collection import Collection
     from engine.index import encode, selective
     from engine.index.encode import EncodedImages, he_words
 
-    folder = tmp_path / "photos"
-    folder.mkdir()
-    for p in sorted(demo_folder.glob("*.jpg"))[:12]:
-        shutil.copy(p, folder)
+    folder = _add_photos(tmp_path / "photos", demo_folder, 0, 12)
     with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
-        for p in sorted(demo_folder.glob("*.jpg"))[12:16]:  # a second segment
-            shutil.copy(p, folder)
-        for _ in col.update():
-            pass
+        _update(col)
+        _add_photos(folder, demo_folder, 12, 16)  # a second segment
+        _update(col)
         (folder / "brick.jpg").unlink()  # a deletion: rows leave the loaded data
-        for _ in col.update():
-            pass
+        _update(col)
     with Collection.open(folder, tmp_path / "idx", readonly=True) as col:
         searcher = col.searcher
         models, data = searcher.ensure()
@@ -207,18 +207,12 @@ def test_rows_written_before_the_words_have_none_beside_rows_with_them(tmp_path,
     """Search data of a segment written before the words were stored (no ``he.*``
     arrays) concatenated with a newer one, then subset: the older rows have no words,
     the newer keep theirs, and the state round trip keeps both."""
-    import shutil
-
     from engine.collection import Collection
     from engine.index.encode import EncodedImages
 
-    folder = tmp_path / "photos"
-    folder.mkdir()
-    for p in sorted(demo_folder.glob("*.jpg"))[:6]:
-        shutil.copy(p, folder)
+    folder = _add_photos(tmp_path / "photos", demo_folder, 0, 6)
     with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
+        _update(col)
         _, data = col.searcher.ensure()
     n = len(data.ids)
     st = data.to_state()
@@ -245,16 +239,11 @@ def test_an_index_from_before_the_words_gets_them_at_its_next_update(
     """Segments written without the descriptors' words (an older index): a reader
     searches as before (the words found by a descent), the next update rewrites the
     segments with every row's words, and the hits stay the same."""
-    import shutil
-
     from engine.collection import Collection
     from engine.index import segments
     from engine.index.encode import EncodedImages, he_words
 
-    folder = tmp_path / "photos"
-    folder.mkdir()
-    for p in sorted(demo_folder.glob("*.jpg"))[:10]:
-        shutil.copy(p, folder)
+    folder = _add_photos(tmp_path / "photos", demo_folder, 0, 10)
     real = EncodedImages.to_state
 
     def without_words(self, **kw):
@@ -263,19 +252,15 @@ def test_an_index_from_before_the_words_gets_them_at_its_next_update(
     with monkeypatch.context() as m:
         m.setattr(EncodedImages, "to_state", without_words)
         with Collection.open(folder, tmp_path / "idx") as col:
-            for _ in col.update():
-                pass
-            for p in sorted(demo_folder.glob("*.jpg"))[10:14]:  # a second old segment
-                shutil.copy(p, folder)
-            for _ in col.update():
-                pass
+            _update(col)
+            _add_photos(folder, demo_folder, 10, 14)  # a second old segment
+            _update(col)
     with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
         assert segments.holds_uniform(reader.searcher.store.snapshot())
         assert reader.searcher.ensure()[1].words is None
         before = [(h.path, round(h.score, 9)) for h in reader.query(folder / "camera.jpg")]
     with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
+        _update(col)
         assert not segments.holds_uniform(col.searcher.store.snapshot())
     with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
         models, data = reader.searcher.ensure()
