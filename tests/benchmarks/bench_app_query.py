@@ -22,7 +22,10 @@ query (the machine is shared: CPU time is what its load changes least) of:
 
 and, in the first round, the recall@10 of the candidates at 1,000, 250 and 100 rows
 against the exhaustive ``vocabulary`` score, for the library photos and the new ones.
-The checkouts alternate ``--repeat`` times; the best CPU time of each is reported.
+The checkouts alternate ``--repeat`` times; the best CPU time of each is reported. A
+checkout that cannot read ``--index`` (one from before the index's current layout) is
+given an index it built, as ``--code CODE:INDEX``; one from before the calls the recall
+uses is measured without it.
 """
 
 from __future__ import annotations
@@ -45,8 +48,6 @@ def child(code: str, library: str, index: str, extra: str, n_queries: int, recal
     import cv2
 
     cv2.setNumThreads(1)
-    import numpy as np
-
     import engine
     from engine.collection import Collection
     from engine.index import methods
@@ -58,14 +59,21 @@ def child(code: str, library: str, index: str, extra: str, n_queries: int, recal
     n = len(data.ids)
     lib = col.paths()[:: max(1, n // n_queries)][:n_queries]
     new = sorted(Path(extra).glob("*.jpg"))[:n_queries]
-    new_feats = [searcher.query_features(p)[0] for p in new]
+    new_feats = [_features(searcher.query_features(p)) for p in new]
     vm = methods.BUILTIN_METHODS["vocabulary"]
 
+    import inspect
+
+    takes_row = "query_row" in inspect.signature(vm.search).parameters  # (older checkouts)
+
     def search_library(p):
-        row = searcher.query_row(p) if hasattr(searcher, "query_row") else None
+        row = searcher.query_row(p) if takes_row and hasattr(searcher, "query_row") else None
         if row is not None:
             return vm.search(searcher, models, data, None, 20, query_row=row)
-        feats, row = searcher.query_features(p)
+        got = searcher.query_features(p)
+        feats, row = got if isinstance(got, tuple) else (got, None)
+        if not takes_row:
+            return vm.search(searcher, models, data, feats, 20)
         return vm.search(searcher, models, data, feats, 20, query_row=row)
 
     def per_query(fn, items) -> float:
@@ -94,22 +102,38 @@ def child(code: str, library: str, index: str, extra: str, n_queries: int, recal
         "peak RSS (GB)": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
     }
     if recall:
-        for label, feats_of in (
-            ("library", [searcher.query_features(p)[0] for p in lib]),
-            ("new", new_feats),
-        ):
-            hits = {k: [] for k in (1000, 250, 100)}
-            for f in feats_of:
-                q = searcher.query_encoding(models, f, frozenset({"wta", "rh"}))
-                qk, qv = q.vocab.row(0)
-                full = data.vocab.score(qk, qv, None)
-                top = np.lexsort((np.arange(n), -full))[:10]
-                for k in hits:
-                    rows = searcher.candidates("fused", q, data, k)
-                    hits[k].append(float(np.isin(top, rows).mean()))
-            for k, v in hits.items():
-                out[f"recall@10 {label}, {k} rows"] = float(np.mean(v))
+        try:
+            _recall(out, searcher, models, data, n, lib, new_feats)
+        except (AttributeError, TypeError) as exc:  # (a checkout from before these calls)
+            print(f"recall not measured: {exc}", file=sys.stderr)
     return out
+
+
+def _recall(out, searcher, models, data, n, lib, new_feats) -> None:
+    """recall@10 of the candidates at 1,000, 250 and 100 rows against the exhaustive
+    ``vocabulary`` score, for the library photos ``lib`` and the new ones, into ``out``."""
+    import numpy as np
+
+    for label, feats_of in (
+        ("library", [_features(searcher.query_features(p)) for p in lib]),
+        ("new", new_feats),
+    ):
+        hits = {k: [] for k in (1000, 250, 100)}
+        for f in feats_of:
+            q = searcher.query_encoding(models, f, frozenset({"wta", "rh"}))
+            qk, qv = q.vocab.row(0)
+            full = data.vocab.score(qk, qv, None)
+            top = np.lexsort((np.arange(n), -full))[:10]
+            for k in hits:
+                rows = searcher.candidates("fused", q, data, k)
+                hits[k].append(float(np.isin(top, rows).mean()))
+        for k, v in hits.items():
+            out[f"recall@10 {label}, {k} rows"] = float(np.mean(v))
+
+
+def _features(got):
+    """The features of ``Searcher.query_features`` (a tuple with the row since then)."""
+    return got[0] if isinstance(got, tuple) else got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--library", required=True)
     ap.add_argument("--index", required=True)
     ap.add_argument("--extra", required=True, help="photos outside the library")
-    ap.add_argument("--code", action="append", help="checkouts, oldest first (required)")
+    ap.add_argument(
+        "--code",
+        action="append",
+        help="checkouts, oldest first (required); CODE:INDEX answers from an index of its own"
+        " (a checkout that cannot read the --index)",
+    )
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -129,13 +158,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.code:
         ap.error("--code is required")
-    codes = [str(Path(c).resolve()) for c in args.code]
+    index_of = {}
+    for c in args.code:
+        code, _, own = c.partition(":")
+        index_of[str(Path(code).resolve())] = own or args.index
+    codes = list(index_of)
     best: dict[str, dict[str, float]] = {c: {} for c in codes}
     for r in range(args.repeat):
         for code in codes:
             cmd = [
                 sys.executable, __file__, "--child", code, "--library", args.library,
-                "--index", args.index, "--extra", args.extra, "--queries", str(args.queries),
+                "--index", index_of[code], "--extra", args.extra, "--queries", str(args.queries),
                 *(["--recall"] if r == 0 else []),
             ]  # fmt: skip
             done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
