@@ -37,7 +37,7 @@ import numpy as np
 
 from engine.index.codes import StackedSets, batch_codes, intersection_index
 from engine.index.keys import DATA_STATE
-from engine.index.search import IntersectionIndex, code_values
+from engine.index.search import IntersectionIndex, code_values, entry_positions
 from engine.index.threads import thread_map
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from engine.index.fit import SearchModels
     from engine.index.store import IndexStore
-    from engine.kernels.pyramid import SparseEmbedding
+    from engine.kernels.pyramid import PyramidMatch, SparseEmbedding
 
 __all__ = [
     "ALL_PARTS",
@@ -66,7 +66,6 @@ __all__ = [
     "he_words",
     "pyramid_from_state",
     "pyramid_state",
-    "ragged_rows",
     "rehash_bits",
     "stacked",
     "stored_query",
@@ -248,7 +247,8 @@ class EncodedImages:
         """Rows ``rows`` ((k,) int64 positions), in that order."""
         words = words_indptr = None
         if self.words is not None:
-            words, words_indptr = ragged_rows(self.words, self.words_indptr, rows)
+            words_indptr, at = entry_positions(self.words_indptr, np.asarray(rows, np.int64))
+            words = self.words[at]
         return EncodedImages(
             self.ids[rows],
             self.vocab.subset(rows),
@@ -297,27 +297,6 @@ def _own_array(a: Any, copy: bool) -> np.ndarray:
     return a.copy() if copy and not a.flags.owndata else a
 
 
-def ragged_rows(
-    values: np.ndarray, indptr: np.ndarray, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``rows`` ((k,) int64) of the ragged array ``values`` (N, ...) with row
-    offsets ``indptr`` (n + 1,): their values one after the other and their offsets."""
-    rows = np.asarray(rows, np.int64)
-    starts = indptr[rows]
-    return _gather_runs(values, starts, indptr[rows + 1] - starts)
-
-
-def _gather_runs(
-    values: np.ndarray, starts: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``values[starts[i]:starts[i] + counts[i]]`` one after the other, and their
-    offsets ((k + 1,) int64)."""
-    out_ptr = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=out_ptr[1:])
-    take = np.arange(int(out_ptr[-1]), dtype=np.int64) - np.repeat(out_ptr[:-1] - starts, counts)
-    return values[take], out_ptr
-
-
 #: Rows whose stored descriptors :func:`fill_words` reads at a time (about 100 MB).
 FILL_BATCH = 512
 
@@ -330,20 +309,21 @@ def fill_words(models: SearchModels, store: IndexStore, data: EncodedImages) -> 
     n, t = len(data.ids), len(models.vocab.binnings_)
     old_ptr = data.words_indptr if data.words is not None else np.zeros(n + 1, np.int64)
     old = data.words if data.words is not None else np.zeros((0, t), np.uint16)
-    counts = np.diff(old_ptr)
-    todo = np.flatnonzero(counts == 0)
+    todo = np.flatnonzero(np.diff(old_ptr) == 0)
     if todo.size == 0 and data.words is not None:
         return data
-    found, starts = [old], old_ptr[:-1].copy()
-    at = len(old)
+    # the rows' words as they are, then those found for ``todo`` (rows n, n + 1, ...):
+    # one ragged layout, each row taken from where its words are
+    found, ptrs = [old], [old_ptr]
     for b in range(0, todo.size, FILL_BATCH):
-        rows = todo[b : b + FILL_BATCH]
-        X, indptr = store.stacked_descriptors([int(i) for i in data.ids[rows]])
-        found.append(_word_dtype(models, he_words(models, X)))
-        starts[rows], counts[rows] = at + indptr[:-1], np.diff(indptr)
-        at += len(X)
+        X, indptr = store.stacked_descriptors([int(i) for i in data.ids[todo[b : b + FILL_BATCH]]])
+        found.append(_word_dtype(models, he_words(models.vocab, X)))
+        ptrs.append(ptrs[-1][-1] + indptr[1:])
+    source = np.arange(n, dtype=np.int64)
+    source[todo] = n + np.arange(todo.size)
     dtype = np.result_type(*[f.dtype for f in found])
-    words, indptr = _gather_runs(np.concatenate([f.astype(dtype) for f in found]), starts, counts)
+    indptr, at = entry_positions(np.concatenate(ptrs), source)
+    words = np.concatenate([f.astype(dtype, copy=False) for f in found])[at]
     return replace(data, words=words, words_indptr=indptr)
 
 
@@ -584,7 +564,8 @@ def encode(
     if "words" in parts:
         words = getattr(codes, "words", None)
         if words is None and sets is not None:
-            words = he_words(models, sets.X if isinstance(sets, StackedSets) else _stack(sets))
+            X = sets.X if isinstance(sets, StackedSets) else _stack(sets)
+            words = he_words(models.vocab, X)
         if words is not None:
             words = _word_dtype(models, words)
             words_indptr = np.zeros(n + 1, np.int64)
@@ -595,12 +576,13 @@ def encode(
     return EncodedImages(ids, vocab, uniform, bow, np.asarray(wta), rh, words, words_indptr)
 
 
-def he_words(models: SearchModels, X: np.ndarray) -> np.ndarray:
+def he_words(vocab: PyramidMatch, X: np.ndarray) -> np.ndarray:
     """(M, T) int64 the level-``HE_LEVEL`` node of descriptors ``X`` (M, D) in each of
-    the ``T`` vocabulary trees of ``models``: the words of the Hamming embedding
-    (:mod:`engine.kernels.hamming`), by a descent of the trees."""
-    Z = models.vocab.project(np.asarray(X, np.float32))
-    trees = models.vocab.binnings_
+    the ``T`` trees of the fitted vocabulary pyramid match ``vocab`` (``models.vocab``):
+    the words of the Hamming embedding (:mod:`engine.kernels.hamming`), by a descent of
+    the trees."""
+    Z = vocab.project(np.asarray(X, np.float32))
+    trees = vocab.binnings_
     if len(Z) == 0:
         return np.zeros((0, len(trees)), np.int64)
     return np.stack([t.bins_at(Z, HE_LEVEL) for t in trees], axis=1)

@@ -43,6 +43,7 @@ from engine.index.encode import (
     EncodedImages,
     descriptor_sets,
     encode,
+    he_words,
     stacked,
 )
 from engine.index.keys import MODELS_STATE
@@ -263,11 +264,8 @@ def fit_hamming(vocab: PyramidMatch, X: np.ndarray, random_state: int = 0) -> Ha
     rng = np.random.default_rng(random_state)
     if len(X) > SAMPLE_DESCRIPTORS:
         X = X[np.sort(rng.choice(len(X), SAMPLE_DESCRIPTORS, replace=False))]
-    Z = vocab.project(X)
-    trees = vocab.binnings_
-    words = np.stack([t.bins_at(Z, HE_LEVEL) for t in trees], axis=1)
-    n_words = [t.sizes[HE_LEVEL] for t in trees]
-    return HammingEmbedding(random_state=random_state).fit(X, words, n_words)
+    n_words = [t.sizes[HE_LEVEL] for t in vocab.binnings_]
+    return HammingEmbedding(random_state=random_state).fit(X, he_words(vocab, X), n_words)
 
 
 def add_hamming(store: IndexStore, ids: np.ndarray, models: SearchModels) -> bool:

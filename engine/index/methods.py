@@ -401,10 +401,11 @@ class HybridSearch(PyramidSearch):
         checks. Chosen on the mean mAP of the retrieval dev sets
         (``tests/benchmarks/quality.py``): 0.710 -> 0.733 (UKBench 0.946 -> 0.956, N-S
         3.80 -> 3.84; Holidays 0.778 -> 0.831; ETH-80 0.406 -> 0.411), with 50 checks
-        instead of 60. Without the checks, the order they follow ranks the sets at mAP
-        0.93 / 0.77 / 0.32 and the returned scores at 0.90 / 0.68 / 0.41, against the
-        ``vocabulary`` score's 0.85 / 0.59 / 0.40 (the Hamming embedding finds the same
-        object or place, not the same category).
+        instead of 60 (since then 30: :data:`~engine.index.verify.VERIFY_TOP`). Without
+        the checks, the order they follow ranks the sets at mAP 0.93 / 0.77 / 0.32 and the
+        returned scores at 0.90 / 0.68 / 0.41, against the ``vocabulary`` score's 0.85 /
+        0.59 / 0.40 (the Hamming embedding finds the same object or place, not the same
+        category).
         """
         return combined_scores(models, searcher.store, data, feats, rows, scores)
 

@@ -143,7 +143,7 @@ def word_idf(models: SearchModels) -> list[np.ndarray]:
 def embed(models: SearchModels, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Words (M, T) int64 and signatures (M, T) uint64 of descriptors ``X`` (M, D) in the
     ``T`` trees of ``models`` (``models.he`` must be set)."""
-    words = he_words(models, X)
+    words = he_words(models.vocab, X)
     return words, models.he.signatures(X, words)
 
 
@@ -201,7 +201,7 @@ def _stored_words(
     sizes = np.array([tree.sizes[HE_LEVEL] for tree in models.vocab.binnings_])
     missing |= (words >= sizes).any(axis=1)  # (not of these trees: found again)
     if missing.any():
-        words[missing] = he_words(models, X[missing])
+        words[missing] = he_words(models.vocab, X[missing])
     return words
 
 

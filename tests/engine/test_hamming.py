@@ -183,7 +183,7 @@ def test_the_index_stores_the_words_and_a_query_uses_them(tmp_path, demo_folder,
         for r, i in enumerate(data.ids):
             X, _ = searcher.store.stacked_descriptors([int(i)])
             w = data.row_words(r)
-            assert w is not None and np.array_equal(w, he_words(models, X))
+            assert w is not None and np.array_equal(w, he_words(models.vocab, X))
         feats = searcher.query_features(folder / "camera.jpg")[0]
         rows = np.arange(len(data.ids))
         descents = []
@@ -267,6 +267,6 @@ def test_an_index_from_before_the_words_gets_them_at_its_next_update(
         assert data.words is not None and len(data.ids) == 14
         for r, i in enumerate(data.ids):
             X, _ = reader.searcher.store.stacked_descriptors([int(i)])
-            assert np.array_equal(data.row_words(r), he_words(models, X))
+            assert np.array_equal(data.row_words(r), he_words(models.vocab, X))
         after = [(h.path, round(h.score, 9)) for h in reader.query(folder / "camera.jpg")]
     assert after == before
