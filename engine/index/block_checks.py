@@ -29,6 +29,7 @@ __all__ = [
     "AT_ONCE",
     "BLOCK_CHECKED",
     "CHECK_BLOCK",
+    "WORD_CHECKED",
     "FileChecks",
     "Member",
     "block_checks",
@@ -39,25 +40,28 @@ __all__ = [
 _PAGE = mmap.PAGESIZE
 _CHUNK = 1 << 24  # bytes checked (and pages handed back) at a time
 #: Members checked when the files are mapped: read whole by every reader, and small.
-AT_ONCE = ("ids", ROW_KEYS, "vocab.indptr", "vocab.ukeys", "bow.indptr", "wta", "rh")
+AT_ONCE = ("ids", ROW_KEYS, "vocab.indptr", "vocab.ukeys", "bow.indptr", "wta", "rh", "he.indptr")
 #: Bytes of the arrays of the pyramids per CRC-32 of their block checksums.
 CHECK_BLOCK = 8192
 #: The arrays whose blocks are checked apart (:func:`block_checks`).
 BLOCK_CHECKED = ("vocab.values", "vocab.cols", "vocab.keys")
+#: The descriptors' words and signatures (``(N, T)`` arrays, their bytes in C order),
+#: whose blocks are checked apart too: a query reads those of its 300 best hits.
+WORD_CHECKED = ("he.words", "he.sigs")
 
 
 def group_of(key: str) -> str:
     """When member ``key`` is checked: ``"open"``, ``"bow"``, ``"vocab"``, ``"uniform"``,
     ``"words"`` (a member with block checksums: ``"blocks"``, set when they are found).
-    The mapped reader reads neither the uniform pyramids nor the descriptors' words
-    (:attr:`~engine.index.encode.EncodedImages.words`): their groups are never checked
-    there."""
+    The mapped reader does not read the uniform pyramids, and reads the descriptors'
+    words (:attr:`~engine.index.encode.EncodedImages.words`) by their blocks only: the
+    groups ``"uniform"`` and ``"words"`` are never checked there."""
+    if key in AT_ONCE or key.startswith("check."):
+        return "open"
     if key.startswith("uniform."):
         return "uniform"
     if key.startswith("he."):
         return "words"
-    if key in AT_ONCE or key.startswith("check."):
-        return "open"
     return "bow" if key.startswith("bow.") else "vocab"
 
 
@@ -67,17 +71,17 @@ def layout_crc(dtype: np.dtype, shape: tuple[int, ...]) -> int:
 
 
 def block_checks(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The block checksums of the arrays of :data:`BLOCK_CHECKED` held in ``arrays``
-    (one-dimensional ones): ``check.<key>`` ``(1 + ceil(nbytes / CHECK_BLOCK),) uint32``,
-    the CRC-32 of the array's dtype and shape, then of each :data:`CHECK_BLOCK` bytes of
-    its data as ``np.save`` writes them."""
+    """The block checksums of the arrays of :data:`BLOCK_CHECKED` (one-dimensional ones)
+    and :data:`WORD_CHECKED` held in ``arrays``: ``check.<key>`` ``(1 + ceil(nbytes /
+    CHECK_BLOCK),) uint32``, the CRC-32 of the array's dtype and shape, then of each
+    :data:`CHECK_BLOCK` bytes of its data as ``np.save`` writes them."""
     out = {}
-    for key in BLOCK_CHECKED:
+    for key in BLOCK_CHECKED + WORD_CHECKED:
         a = arrays.get(key)
         if a is None:
             continue
         a = np.asarray(a)
-        if a.ndim != 1 or a.dtype.hasobject:
+        if (a.ndim != 1 and key not in WORD_CHECKED) or a.dtype.hasobject:
             continue
         buf = memoryview(np.ascontiguousarray(a)).cast("B")
         crcs = [layout_crc(a.dtype, a.shape)]
@@ -216,7 +220,8 @@ class FileChecks:
         n_blocks = -(-(member.end - member.data) // CHECK_BLOCK)
         if blocks.ndim != 1 or blocks.shape[0] != n_blocks + 1:
             self._damaged(member, f"the block checksums of {member.key!r} do not fit it")
-        if int(blocks[0]) != layout_crc(array.dtype, array.shape) or array.ndim != 1:
+        flat = array.ndim == 1 or member.key in WORD_CHECKED
+        if int(blocks[0]) != layout_crc(array.dtype, array.shape) or not flat:
             self._damaged(member, f"the header of {member.key!r} is not the one written")
         member.blocks = np.asarray(blocks, np.uint32)
         member.checked = np.zeros(n_blocks, bool)

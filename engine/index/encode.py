@@ -17,7 +17,16 @@ state):
 - the word of every stored descriptor in each tree's level-``HE_LEVEL`` nodes (the
   Hamming embedding's coarse cells, :mod:`engine.index.selective`): found by the descent
   that makes the pyramids, kept so that a query does not descend the trees again for the
-  descriptors of its hits (4 bytes a descriptor, about 1 KB a photo).
+  descriptors of its hits (4 bytes a descriptor, about 1 KB a photo), and its 64-bit
+  signature in each tree (16 bytes a descriptor, about 4 KB a photo): a query scores its
+  300 best hits by the Hamming embedding without reading their descriptors.
+
+The vocabulary pyramids' values are kept to float16 precision (:func:`encode` rounds
+them, queries and stored rows alike, so that what is stored is what was encoded) and
+their columns as uint16 (up to 65,536 distinct bins), as are the bags of words' column
+indices: the signatures' 4 KB a photo are paid for by these 3 KB and the index stays
+under 50 KB a photo (issue #20). Rounding to float16 moved no retrieval score of the
+quality table by more than 0.001 (see :func:`encode`).
 
 :func:`encode` computes these for a batch of images (or a query: only the parts it
 needs); :func:`stacked` reads a batch's stored descriptors in one pass. The saved state
@@ -119,6 +128,11 @@ class EncodedImages:
         Row ``i``'s words are ``words[words_indptr[i]:words_indptr[i + 1]]``, in the
         order of its stored descriptors; a row without words (written before they were
         stored) has none (:meth:`row_words`).
+    sigs : (N, T) uint64 or None
+        The 64-bit Hamming-embedding signature of every stored descriptor in each tree
+        (:meth:`engine.kernels.hamming.HammingEmbedding.signatures`), beside ``words``
+        (same offsets); None when not stored (a query, an index written before them, or
+        models without the embedding).
     """
 
     ids: np.ndarray
@@ -129,6 +143,7 @@ class EncodedImages:
     rh: np.ndarray
     words: np.ndarray | None = None
     words_indptr: np.ndarray | None = None
+    sigs: np.ndarray | None = None
 
     def row_words(self, row: int) -> np.ndarray | None:
         """(M, T) words of row ``row``'s stored descriptors (a view), or None when not
@@ -138,13 +153,25 @@ class EncodedImages:
         a, b = int(self.words_indptr[row]), int(self.words_indptr[row + 1])
         return self.words[a:b] if b > a else None
 
+    def held_words(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Words (M, T) int32, signatures (M, T) uint64 and owners (M,) int64 (positions
+        in ``rows``) of the stored descriptors of ``rows`` ((k,) int64), one row after
+        the other; None when the data holds no signatures."""
+        if self.sigs is None:
+            return None
+        rows = np.asarray(rows, np.int64)
+        indptr, at = entry_positions(self.words_indptr, rows)
+        owner = np.repeat(np.arange(rows.shape[0]), np.diff(indptr))
+        return self.words[at].astype(np.int32), self.sigs[at], owner
+
     def to_state(self, *, uniform: bool = False) -> dict[str, Any]:
         """Arrays and scalars of the data, as the index stores them: without the uniform
         pyramids (made from the features when read, :mod:`engine.index.uniform_rows`;
-        ``uniform=True``: with them, as indexes written before kept them), the bags of
-        words' column indices as int32 (int64 only beyond ``2**31`` words)."""
+        ``uniform=True``: with them, as indexes written before kept them), the vocabulary
+        pyramids compact (:func:`pyramid_state`), the bags of words' column indices as
+        uint16 (int32 beyond 65,536 words, int64 beyond ``2**31``)."""
         st: dict[str, Any] = {"ids": self.ids}
-        st.update(pyramid_state("vocab", self.vocab))
+        st.update(pyramid_state("vocab", self.vocab, compact=True))
         if uniform and self.uniform is not None:
             ix = self.uniform
             st.update(
@@ -152,7 +179,7 @@ class EncodedImages:
             )
         n_words = int(self.bow.shape[1])
         st["bow.indptr"] = self.bow.indptr.astype(np.int64)
-        st["bow.indices"] = self.bow.indices.astype(np.int32 if n_words < 2**31 - 1 else np.int64)
+        st["bow.indices"] = self.bow.indices.astype(_index_dtype(n_words))
         st["bow.data"] = self.bow.data.astype(np.float32)
         st["bow.n_words"] = int(self.bow.shape[1])
         st["wta"] = self.wta
@@ -160,6 +187,8 @@ class EncodedImages:
         if self.words is not None:
             st["he.words"] = self.words
             st["he.indptr"] = self.words_indptr
+            if self.sigs is not None:
+                st["he.sigs"] = self.sigs
         return st
 
     @classmethod
@@ -221,7 +250,7 @@ class EncodedImages:
             ),
             shape=(ids.shape[0], int(st["bow.n_words"])),
         )
-        words = words_indptr = None
+        words = words_indptr = sigs = None
         if "he.indptr" in st:  # (an index written before them has none)
             words_indptr = own("he.indptr", np.int64)
             words = _own_array(get("he.words"), copy)
@@ -232,6 +261,10 @@ class EncodedImages:
                 or int(words_indptr[-1]) != words.shape[0]
             ):
                 raise ValueError("the search data's words do not match its rows")
+            if "he.sigs" in st:
+                sigs = _own_array(get("he.sigs"), copy)
+                if sigs.shape != words.shape or sigs.dtype != np.uint64:
+                    raise ValueError("the search data's signatures do not match its words")
         return cls(
             ids,
             ixs["vocab"],
@@ -241,14 +274,16 @@ class EncodedImages:
             own("rh", np.uint8),
             words,
             words_indptr,
+            sigs,
         )
 
     def subset(self, rows: np.ndarray) -> EncodedImages:
         """Rows ``rows`` ((k,) int64 positions), in that order."""
-        words = words_indptr = None
+        words = words_indptr = sigs = None
         if self.words is not None:
             words_indptr, at = entry_positions(self.words_indptr, np.asarray(rows, np.int64))
             words = self.words[at]
+            sigs = None if self.sigs is None else self.sigs[at]
         return EncodedImages(
             self.ids[rows],
             self.vocab.subset(rows),
@@ -258,6 +293,7 @@ class EncodedImages:
             self.rh[rows],
             words,
             words_indptr,
+            sigs,
         )
 
     @staticmethod
@@ -291,6 +327,11 @@ class EncodedImages:
         )
 
 
+def _index_dtype(n: int) -> type:
+    """The smallest of uint16, int32 and int64 that holds the indices of ``n`` columns."""
+    return np.uint16 if n <= 1 << 16 else np.int32 if n < 2**31 - 1 else np.int64
+
+
 def _own_array(a: Any, copy: bool) -> np.ndarray:
     """``a`` as an array in memory of its own (``copy``, a view of a read buffer)."""
     a = np.asarray(a)
@@ -304,36 +345,53 @@ FILL_BATCH = 512
 def fill_words(models: SearchModels, store: IndexStore, data: EncodedImages) -> EncodedImages:
     """``data`` with the words of every row that holds none (written before they were
     stored) found from its stored descriptors by a descent of the trees (:func:`he_words`;
-    about 1 us a descriptor), a batch of ``FILL_BATCH`` rows at a time; ``data`` itself
-    when every row holds them."""
+    about 1 us a descriptor), a batch of ``FILL_BATCH`` rows at a time, and, when
+    ``models`` have the Hamming embedding, the signatures of those descriptors; rows
+    written before the signatures were stored are all read again (their words found
+    again, the same). ``data`` itself when nothing is missing."""
     n, t = len(data.ids), len(models.vocab.binnings_)
-    old_ptr = data.words_indptr if data.words is not None else np.zeros(n + 1, np.int64)
-    old = data.words if data.words is not None else np.zeros((0, t), np.uint16)
-    todo = np.flatnonzero(np.diff(old_ptr) == 0)
-    if todo.size == 0 and data.words is not None:
-        return data
+    signed = models.he is not None
+    if data.words is not None and (data.sigs is not None or not signed):
+        old_ptr, old, old_sigs = data.words_indptr, data.words, data.sigs
+        todo = np.flatnonzero(np.diff(old_ptr) == 0)
+        if todo.size == 0:
+            return data
+    else:
+        old_ptr, old = np.zeros(n + 1, np.int64), np.zeros((0, t), np.uint16)
+        old_sigs, todo = None, np.arange(n)
     # the rows' words as they are, then those found for ``todo`` (rows n, n + 1, ...):
     # one ragged layout, each row taken from where its words are
     found, ptrs = [old], [old_ptr]
+    sigs = [np.zeros((0, t), np.uint64) if old_sigs is None else old_sigs]
     for b in range(0, todo.size, FILL_BATCH):
         X, indptr = store.stacked_descriptors([int(i) for i in data.ids[todo[b : b + FILL_BATCH]]])
-        found.append(_word_dtype(models, he_words(models.vocab, X)))
+        words = he_words(models.vocab, X)
+        found.append(_word_dtype(models, words))
+        if signed:
+            sigs.append(models.he.signatures(X, words))
         ptrs.append(ptrs[-1][-1] + indptr[1:])
     source = np.arange(n, dtype=np.int64)
     source[todo] = n + np.arange(todo.size)
     dtype = np.result_type(*[f.dtype for f in found])
     indptr, at = entry_positions(np.concatenate(ptrs), source)
     words = np.concatenate([f.astype(dtype, copy=False) for f in found])[at]
-    return replace(data, words=words, words_indptr=indptr)
+    return replace(
+        data,
+        words=words,
+        words_indptr=indptr,
+        sigs=np.concatenate(sigs)[at] if signed else None,
+    )
 
 
-def _concat_words(parts: list[EncodedImages]) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The words and their offsets of ``parts`` one after the other; a part without
-    words (written before they were stored) gives its rows none; None when no part has
-    them."""
+def _concat_words(
+    parts: list[EncodedImages],
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """The words, their offsets and their signatures of ``parts`` one after the other;
+    a part without words (written before they were stored) gives its rows none; None
+    when no part has them (the signatures: when a part with words has none)."""
     held = [p for p in parts if p.words is not None]
     if not held:
-        return None, None
+        return None, None, None
     t = held[0].words.shape[1]
     dtype = np.result_type(*[p.words.dtype for p in held])
     counts = [
@@ -344,7 +402,9 @@ def _concat_words(parts: list[EncodedImages]) -> tuple[np.ndarray | None, np.nda
     np.cumsum(np.concatenate(counts), out=indptr[1:])
     if any(p.words.shape[1] != t for p in held):
         raise ValueError("the search data's words differ in trees")
-    return np.concatenate([p.words.astype(dtype, copy=False) for p in held]), indptr
+    words = np.concatenate([p.words.astype(dtype, copy=False) for p in held])
+    signed = all(p.sigs is not None for p in held)
+    return words, indptr, np.concatenate([p.sigs for p in held]) if signed else None
 
 
 def stored_query(data: Any, row: int) -> EncodedImages:
@@ -405,16 +465,22 @@ def pyramid_from_state(
     )
 
 
-def pyramid_state(name: str, ix: IntersectionIndex) -> dict[str, np.ndarray]:
+def pyramid_state(
+    name: str, ix: IntersectionIndex, *, compact: bool = False
+) -> dict[str, np.ndarray]:
     """State arrays of pyramids ``name`` (``"vocab"`` or ``"uniform"``) of
-    :class:`EncodedImages`.
+    :class:`EncodedImages`; ``compact``: the values as float16 (:func:`encode` rounds
+    the vocabulary pyramids' to that precision) and the columns as uint16 when there are
+    at most 65,536 (readers convert them, or gather them as stored:
+    :mod:`engine.index.mapped`).
 
     Returns
     -------
     dict of str to ndarray
-        ``<name>.indptr`` (n + 1,) int64 and ``<name>.values`` (nnz,) float32, then the
-        keys: ``<name>.keys`` (nnz,) int64 when the pyramids hold no columns (the uniform
-        ones), else ``<name>.ukeys`` (K,) int64 and ``<name>.cols`` (nnz,) int32 (the keys
+        ``<name>.indptr`` (n + 1,) int64 and ``<name>.values`` (nnz,) float32 (float16
+        when ``compact``), then the keys: ``<name>.keys`` (nnz,) int64 when the pyramids
+        hold no columns (the uniform ones), else ``<name>.ukeys`` (K,) int64 and
+        ``<name>.cols`` (nnz,) int32 (uint16 when ``compact`` and K <= 65,536; the keys
         are ``ukeys[cols]``, not stored again).
     """
     st = {f"{name}.indptr": ix.indptr, f"{name}.values": ix.values}
@@ -423,7 +489,11 @@ def pyramid_state(name: str, ix: IntersectionIndex) -> dict[str, np.ndarray]:
         st[f"{name}.keys"] = ix.keys
     else:
         uk, cols = columns  # the keys are ukeys[cols]: not stored again
+        if compact and uk.shape[0] <= 1 << 16:
+            cols = cols.astype(np.uint16)
         st[f"{name}.ukeys"], st[f"{name}.cols"] = uk, cols
+    if compact:
+        st[f"{name}.values"] = ix.values.astype(np.float16)
     return st
 
 
@@ -512,7 +582,9 @@ def encode(
         ``"words"``): a query needs only some, the index stores :data:`INDEX_PARTS`; the
         others are left empty (zeros; the uniform pyramids and the words: None). The
         words are taken from ``codes`` when it holds them (``batch_codes(...,
-        words_level=HE_LEVEL)``), else found from ``sets`` (None without either).
+        words_level=HE_LEVEL)``), else found from ``sets`` (None without either); their
+        signatures (:attr:`EncodedImages.sigs`) from ``codes.sigs``, else computed from
+        ``sets`` (None without them or without the models' Hamming embedding).
     uniform : IntersectionIndex, optional
         Their uniform pyramids, already encoded (:func:`uniform_index`).
 
@@ -520,7 +592,8 @@ def encode(
     -------
     EncodedImages
         The vocabulary pyramids' values are ``count * idf_b``, L1-normalised per image
-        (bins unknown to the fit get ``models.idf_unknown``).
+        (bins unknown to the fit get ``models.idf_unknown``), rounded to float16
+        precision (as the index stores them).
     """
     if codes is None:
         level = HE_LEVEL if "words" in parts else None
@@ -532,6 +605,10 @@ def encode(
         idf_keys=models.idf_keys,
         idf_unknown=models.idf_unknown,
     )
+    # float16 precision, as stored (EncodedImages.to_state): what a reader holds is what
+    # was encoded. Quality table (tests/benchmarks/quality.py --only holidays,ukbench,
+    # eth80-retrieval --no-brute) against float32: every cell within 0.001
+    values = values.astype(np.float16).astype(np.float32)
     vocab = intersection_index(codes, values)
     n = len(ids)
     if uniform is None and "uniform" in parts:
@@ -560,12 +637,16 @@ def encode(
             models.rh.cache(models.idf_keys)
         models.rh.rows_hashed = hashed + n
         rh = models.rh.hash(embedding(vocab))
-    words = words_indptr = None
+    words = words_indptr = sigs = None
     if "words" in parts:
-        words = getattr(codes, "words", None)
-        if words is None and sets is not None:
+        words, sigs = getattr(codes, "words", None), getattr(codes, "sigs", None)
+        X = None
+        if sets is not None:
             X = sets.X if isinstance(sets, StackedSets) else _stack(sets)
+        if words is None and X is not None:
             words = he_words(models.vocab, X)
+        if words is not None and sigs is None and X is not None and models.he is not None:
+            sigs = models.he.signatures(X, words)
         if words is not None:
             words = _word_dtype(models, words)
             words_indptr = np.zeros(n + 1, np.int64)
@@ -573,7 +654,7 @@ def encode(
             if int(words_indptr[-1]) != len(words):
                 raise ValueError("the words do not match the batch's descriptors")
     ids = np.asarray(ids, np.int64)
-    return EncodedImages(ids, vocab, uniform, bow, np.asarray(wta), rh, words, words_indptr)
+    return EncodedImages(ids, vocab, uniform, bow, np.asarray(wta), rh, words, words_indptr, sigs)
 
 
 def he_words(vocab: PyramidMatch, X: np.ndarray) -> np.ndarray:

@@ -617,13 +617,11 @@ class Prefit:
                         batch = new[s0 : s0 + ENCODE_BATCH]
                         # (the uniform pyramids are not stored: made from the
                         # features when read, engine.index.uniform_rows)
-                        self.codes.append(
-                            batch_codes(
-                                self.models.vocab,
-                                stacked(self.store, batch),
-                                words_level=HE_LEVEL,
-                            )
-                        )
+                        sets = stacked(self.store, batch)
+                        codes = batch_codes(self.models.vocab, sets, words_level=HE_LEVEL)
+                        if self.models.he is not None and codes.words is not None:
+                            codes.sigs = self.models.he.signatures(sets.X, codes.words)
+                        self.codes.append(codes)
                         self.ids.append(batch)
                     encoded = np.concatenate([encoded, new])
                 elif finished:

@@ -16,28 +16,32 @@ arrays. A query then touches only what it reads:
 - the pyramids of the candidates only, gathered from their segments
   (:class:`~engine.index.segmented.SegmentedIndex`). The uniform pyramids are not
   stored: the ``uniform`` method's candidates' are made from their stored features
-  (:mod:`engine.index.uniform_rows`; those of segments written before are not read).
+  (:mod:`engine.index.uniform_rows`; those of segments written before are not read);
+- the words and Hamming signatures of the stored descriptors of the ``hybrid`` method's
+  300 best hits (:class:`~engine.index.mapped_words.SegmentedWords`), when every segment
+  holds them with block checksums (else their descriptors are read and projected).
 
 Every score is the one the concatenated data gives, to the last bit: a row's score is
 computed from its own entries alone, by the same operations in the same order.
 
 Damage is found before any byte of it is used. The small members (ids, row keys, row
-pointers, hash codes, block checksums) are checked at once, whole (the zip's own CRC-32);
-the bags of words, which every query reads whole, in a background thread started when
-the files are mapped (a query waits for, or helps with, those it is about to read,
-:meth:`FileChecks.require`). The vocabulary pyramids, two thirds of the bytes of which a
-query reads the rows of its few candidates only, are checked block by block: a segment
-stores the CRC-32 of every :data:`CHECK_BLOCK` bytes of their arrays (``check.<array>``,
-:func:`block_checks`, with one more of their dtype, shape and order), and a query checks
-the blocks that hold the rows it is about to read, each once
-(:meth:`FileChecks.require_spans`). What a query never reads is not checked: the rest of
-the pyramids, and the padding of the arrays' headers; ``simile index --repair`` checks
-everything. A segment written before block checksums has its pyramids checked whole, in
-the background, as the bags of words. A damaged file raises the one-line
+pointers, hash codes, block checksums, the words' offsets) are checked at once, whole
+(the zip's own CRC-32); the bags of words, which every query reads whole, in a
+background thread started when the files are mapped (a query waits for, or helps with,
+those it is about to read, :meth:`FileChecks.require`). The vocabulary pyramids, two
+thirds of the bytes of which a query reads the rows of its few candidates only, are
+checked block by block: a segment stores the CRC-32 of every :data:`CHECK_BLOCK` bytes
+of their arrays (``check.<array>``, :func:`block_checks`, with one more of their dtype,
+shape and order), and a query checks the blocks that hold the rows it is about to read,
+each once (:meth:`FileChecks.require_spans`); so are the descriptors' words and
+signatures. What a query never reads is not checked: the rest of the pyramids, and the
+padding of the arrays' headers; ``simile index --repair`` checks everything. A segment
+written before block checksums has its pyramids checked whole, in the background, as the
+bags of words. A damaged file raises the one-line
 :class:`~engine.index.store_errors.IndexCorruptError` of a read. Pages read only to be
 checked, or once per query (the bags of words), are handed back after use
-(``madvise(MADV_DONTNEED)``: they stay in the page cache), so the process's memory is the
-arrays it keeps, not the files it read.
+(``madvise(MADV_DONTNEED)``: they stay in the page cache), so the process's memory is
+the arrays it keeps, not the files it read.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import numpy as np
 from engine.index.block_checks import (
     BLOCK_CHECKED,
     CHECK_BLOCK,
+    WORD_CHECKED,
     FileChecks,
     Member,
     block_checks,
@@ -62,6 +67,7 @@ from engine.index.block_checks import (
 )
 from engine.index.encode import ROW_KEYS, EncodedImages, pyramid_from_state
 from engine.index.keys import DATA_STATE
+from engine.index.mapped_words import SegmentedWords
 from engine.index.segmented import SegmentedIndex
 from engine.index.states import NPZ_ERRORS, damaged_file, live_masks, segment_files
 
@@ -84,6 +90,9 @@ __all__ = [
 ]
 
 _MATVEC_ROWS = 8192  # rows of a segment's bags multiplied (and handed back) at a time
+# dtypes of the compact vocabulary pyramids (engine.index.encode.pyramid_state) kept as
+# stored rather than converted whole: by the last part of the array's name
+_GATHERED = {"cols": (np.dtype(np.uint16),), "values": (np.dtype(np.float16),)}
 
 
 def _map_file(
@@ -234,13 +243,16 @@ class SegmentedRows:
                 continue
             m = indptr.shape[0] - 1
             y = np.zeros(m, self.dtype)
-            if indptr.dtype != indices.dtype:
-                indptr = indptr.astype(indices.dtype)
+            index = np.int32 if indices.dtype.itemsize <= 4 else np.int64
+            if indptr.dtype != index:
+                indptr = indptr.astype(index)
             for r0 in range(0, m, _MATVEC_ROWS):
                 r1 = min(m, r0 + _MATVEC_ROWS)
                 e0, e1 = int(indptr[r0]), int(indptr[r1])
                 ptr = indptr[r0 : r1 + 1] - indptr[r0]
-                csr_matvec(r1 - r0, self.n_words, ptr, indices[e0:e1], data[e0:e1], x, y[r0:r1])
+                ind = indices[e0:e1]  # (uint16 indices: converted a block at a time)
+                ind = ind if ind.dtype == index else ind.astype(index)
+                csr_matvec(r1 - r0, self.n_words, ptr, ind, data[e0:e1], x, y[r0:r1])
                 for mem, arr in zip(spans, (indices, data), strict=False):
                     size = arr.dtype.itemsize
                     release(mem.mm, mem.data + e0 * size, mem.data + e1 * size)
@@ -330,6 +342,10 @@ class SegmentedImages:
     wta : (n, m) uint8
     rh : (n, n_bits / 8) uint8
         The hash codes, in memory of their own.
+    checks : FileChecks or None
+    words : SegmentedWords or None
+        The words and signatures of the rows' stored descriptors (None when a segment
+        holds none, or none with block checksums: then found from the descriptors).
     """
 
     ids: np.ndarray
@@ -339,6 +355,11 @@ class SegmentedImages:
     wta: np.ndarray
     rh: np.ndarray
     checks: FileChecks | None = None
+    words: SegmentedWords | None = None
+
+    def held_words(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`SegmentedWords.gather` of ``rows`` (None without stored words)."""
+        return None if self.words is None else self.words.gather(rows)
 
     def subset(self, rows: np.ndarray) -> SegmentedImages:
         """Rows ``rows`` ((k,) int64 positions), in that order (nothing is copied but
@@ -352,6 +373,7 @@ class SegmentedImages:
             self.wta[rows],
             self.rh[rows],
             self.checks,
+            None if self.words is None else self.words.subset(rows),
         )
 
     def with_rows(self, new: EncodedImages) -> SegmentedImages:
@@ -367,6 +389,7 @@ class SegmentedImages:
             np.concatenate([self.wta, new.wta])[order],
             np.concatenate([self.rh, new.rh])[order],
             self.checks,
+            None if self.words is None else self.words.with_rows(len(new.ids), order),
         )
 
     def materialize(self) -> EncodedImages:
@@ -497,7 +520,9 @@ class MappedSegments:
 
             def own(key: str, dtype: Any, st: dict = st) -> np.ndarray:
                 a = st.pop(key)
-                return a if a.dtype == dtype else np.asarray(a, dtype)
+                if a.dtype == dtype or a.dtype in _GATHERED.get(key.split(".")[-1], ()):
+                    return a  # (compact pyramids: gathered row by row as stored)
+                return np.asarray(a, dtype)
 
             vocab_parts.append(pyramid_from_state(st, "vocab", own, st.pop))
             # (uniform pyramids of segments written before: not read, made from the
@@ -545,8 +570,38 @@ class MappedSegments:
             wta,
             rh,
             checks,
+            self._words(seg, pos),
         )
         return data, data_keys
+
+    def _words(self, seg: np.ndarray, pos: np.ndarray) -> SegmentedWords | None:
+        """The stored words and signatures of the rows (``seg``, ``pos``), when every
+        segment holds them with block checksums (else None: found from the descriptors).
+
+        Raises
+        ------
+        ValueError
+            They do not fit their segment's rows.
+        """
+        parts = []
+        for k, (st, mem) in enumerate(zip(self.arrays, self.members, strict=True)):
+            if any(key not in st or mem[key].blocks is None for key in WORD_CHECKED):
+                return None
+            if "he.indptr" not in st:
+                return None
+            indptr = self._owned(k, "he.indptr", np.int64)
+            words, sigs = st["he.words"], st["he.sigs"]
+            n_rows = st["ids"].shape[0]
+            if (
+                indptr.shape != (n_rows + 1,)
+                or words.ndim != 2
+                or sigs.shape != words.shape
+                or sigs.dtype != np.uint64
+                or int(indptr[-1]) != words.shape[0]
+            ):
+                raise ValueError("the search data's words do not match its rows")
+            parts.append((indptr, words, sigs, mem["he.words"], mem["he.sigs"]))
+        return SegmentedWords(parts, seg, pos, self.checks)
 
 
 def map_segments(
@@ -601,7 +656,7 @@ def map_segments(
             for fh in handles.values():
                 fh.close()
     for st, mem in zip(arrays, members, strict=True):
-        for key in BLOCK_CHECKED:
+        for key in BLOCK_CHECKED + WORD_CHECKED:
             if key in mem and f"check.{key}" in mem:
                 checks.require_members([mem[f"check.{key}"]])
                 checks.use_blocks(mem[key], st[f"check.{key}"], st[key])

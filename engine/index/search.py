@@ -235,7 +235,12 @@ class IntersectionIndex:
             raise ValueError("keys may be None only when columns are given")
         self.indptr = np.asarray(indptr, np.int64)
         self._keys = None if keys is None else np.asarray(keys, np.int64)
-        self.values = np.asarray(values, np.float32)
+        values = np.asarray(values)
+        # (float16 values of a mapped segment are kept as stored, gathered row by row;
+        # every operation on them gives float32, as on their float32 conversion)
+        if values.dtype != np.float16:
+            values = values.astype(np.float32, copy=False)
+        self.values = values
         self.max_heavy = int(max_heavy)
         self._built = False
         self._columns = columns  # (unique keys (K,), column of every entry (nnz,) int32)
@@ -334,7 +339,8 @@ class IntersectionIndex:
             import scipy.sparse as sp
 
             self._csr = sp.csr_matrix(
-                (self.values, cols, self.indptr), shape=(len(self), uk.shape[0] + 1)
+                (self.values.astype(np.float32, copy=False), cols, self.indptr),
+                shape=(len(self), uk.shape[0] + 1),
             )
         sub = self._csr[rows]  # C-level row gather
         if sub.nnz == 0:
@@ -565,6 +571,7 @@ class IntersectionIndex:
             off += int(p.indptr[-1])
             vals.append(p.values)
         values = np.concatenate(vals) if vals else np.zeros(0, np.float32)
+        values = values.astype(np.float32, copy=False)
         if parts and all(p._columns is not None for p in parts):
             uks = [p._columns[0] for p in parts]
             big = int(np.argmax([u.size for u in uks]))

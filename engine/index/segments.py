@@ -42,12 +42,14 @@ the rows of its candidates only -- carry CRC-32 checksums of every
 the whole file (:mod:`engine.index.mapped`). A segment written before them is checked
 whole by its readers, and rewritten with them by the next update (:attr:`Layout.unchecked`).
 
-Each segment also holds the words of its rows' stored descriptors (``he.words`` and
-``he.indptr``, :attr:`~engine.index.encode.EncodedImages.words`), which the app's
-queries read instead of descending the vocabulary trees again (the mapped reader does
-not read them: a one-shot query finds the words of its few hits by a descent). A segment
-written before them is rewritten with them by the next update (:attr:`Layout.wordless`,
-:func:`~engine.index.encode.fill_words`: about 1 us a stored descriptor).
+Each segment also holds the words of its rows' stored descriptors and their Hamming
+signatures (``he.words``, ``he.sigs`` and ``he.indptr``,
+:attr:`~engine.index.encode.EncodedImages.words`), which the app's queries read instead
+of reading the descriptors of their 300 best hits and descending the vocabulary trees
+again (the mapped reader does not read them: a one-shot query finds the words and
+signatures of its hits from their descriptors). A segment written before them is
+rewritten with them by the next update (:attr:`Layout.wordless`,
+:func:`~engine.index.encode.fill_words`: about 2 us a stored descriptor).
 
 The uniform pyramids are not stored: they were three quarters of the bytes (43 KB a
 photo) and only the ``uniform`` method reads them; the reader makes those a query reads
@@ -66,7 +68,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.index.block_checks import BLOCK_CHECKED, block_checks
+from engine.index.block_checks import BLOCK_CHECKED, WORD_CHECKED, block_checks
 from engine.index.encode import ROW_KEYS, EncodedImages
 from engine.index.keys import DATA_STATE
 from engine.index.mapped import SegmentedImages, map_segments
@@ -139,8 +141,8 @@ class Layout:
     uniform: dict[str, bool] = field(default_factory=dict)
     #: Segments written before the block checksums of their pyramids (rewritten).
     unchecked: tuple[int, ...] = ()
-    #: Segments written before the descriptors' words were stored (rewritten with them,
-    #: :func:`engine.index.encode.fill_words`).
+    #: Segments written before the descriptors' words or their signatures were stored
+    #: (rewritten with them, :func:`engine.index.encode.fill_words`).
     wordless: tuple[int, ...] = ()
 
     def without_uniform(self) -> tuple[Layout, list[int]]:
@@ -239,9 +241,9 @@ def read_layout(snap: Snapshot, handles: Mapping[str, IO[bytes]] | None = None) 
                             rh = _member_shape(npz, "rh")[1]
                 except (*NPZ_ERRORS, IndexError) as exc:
                     raise damaged_file(snap.states_dir, DATA_STATE, file, exc) from exc
-            if any(k in names and f"check.{k}" not in names for k in BLOCK_CHECKED):
+            if any(k in names and f"check.{k}" not in names for k in BLOCK_CHECKED + WORD_CHECKED):
                 unchecked.append(s_i)
-            if "he.indptr" not in names:
+            if "he.indptr" not in names or "he.sigs" not in names:
                 wordless.append(s_i)
             if ROW_KEYS not in got or "ids" not in got:
                 return None
@@ -278,9 +280,10 @@ def holds_uniform(snap: Snapshot) -> bool:
                 if any(n.startswith("uniform.") for n in names):
                     return True
                 pyramids += "vocab.values.npy" in names
-                words += "he.indptr.npy" in names
-                if "vocab.values.npy" in names and "check.vocab.values.npy" not in names:
-                    return True  # (no block checksums: rewritten with them)
+                words += "he.sigs.npy" in names
+                for k in ("vocab.values", "he.sigs"):
+                    if f"{k}.npy" in names and f"check.{k}.npy" not in names:
+                        return True  # (no block checksums: rewritten with them)
                 if "bow.indices.npy" in names:
                     with z.open("bow.indices.npy") as fh:
                         dtype = _npy_header(fh)[1]
@@ -288,7 +291,7 @@ def holds_uniform(snap: Snapshot) -> bool:
                         return True
         except (OSError, ValueError, zipfile.BadZipFile):
             return False
-    return words < pyramids  # (a segment without the words of its descriptors)
+    return words < pyramids  # (a segment without the words or signatures of its descriptors)
 
 
 def _tier(n: int) -> int:

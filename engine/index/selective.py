@@ -12,14 +12,15 @@ signatures agree): the checks go to the best by that score ``h``, and the hits t
 not verify are ordered by ``(s + HE_WEIGHT h) / (1 + HE_WEIGHT)``, ``s`` the
 ``vocabulary`` score (:func:`combined_scores`).
 
-The words of every stored descriptor are stored in the search data
-(:attr:`~engine.index.encode.EncodedImages.words`, found by the descent that makes the
-pyramids: 4 bytes a descriptor); the signatures are not (16 bytes a descriptor): the
-hits' descriptors are read from the feature chunks (as the checks read them) and their
-signatures computed at query time (:func:`embedded_rows`; about 100,000 descriptors for
-300 photos, some 0.1 ms of CPU a photo; with the words found again by a descent of the
-two trees, as for rows written before the words were stored, 0.3 ms), then kept for the
-next queries on the same search data (at most ``HE_CACHE_DESCRIPTORS``).
+The words and signatures of every stored descriptor are stored in the search data
+(:attr:`~engine.index.encode.EncodedImages.words` and ``sigs``, found when the rows are
+encoded: 20 bytes a descriptor) and gathered for the hits (:func:`embedded_rows`; a
+mapped one-shot reader gathers them from the mapped segments). Data that does not hold
+them -- an index written before them, until its next update -- has the hits'
+descriptors read from the feature chunks and their signatures computed at query time
+(about 100,000 descriptors for 300 photos, some 0.2 ms of CPU a photo; with the words
+found again by a descent of the two trees, 0.4 ms), then kept for the next queries on
+the same search data (at most ``HE_CACHE_DESCRIPTORS``).
 
 Chosen on the mean mAP of the three retrieval dev sets (``tests/benchmarks/quality.py``;
 simulated with the same checks): see :class:`engine.index.methods.HybridSearch`.
@@ -151,9 +152,13 @@ def embedded_rows(
     models: SearchModels, store: IndexStore, data: EncodedImages, rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Words, signatures and owners (positions in ``rows``) of the stored descriptors of
-    the collection rows ``rows``, stacked: read and embedded (:func:`embed`) on first use,
-    then kept for the next queries on the same search data (the most recently used, at
-    most ``HE_CACHE_DESCRIPTORS`` descriptors)."""
+    the collection rows ``rows``, stacked: gathered from the search data when it holds
+    them (:attr:`~engine.index.encode.EncodedImages.sigs`), else read and embedded
+    (:func:`embed`) on first use, then kept for the next queries on the same search data
+    (the most recently used, at most ``HE_CACHE_DESCRIPTORS`` descriptors)."""
+    held = _held_rows(data, np.asarray(rows, np.int64))
+    if held is not None:
+        return held
     cache = _rows_cache(data)
     ids = [int(i) for i in data.ids[rows]]
     known = cache.get(ids)
@@ -172,6 +177,16 @@ def embedded_rows(
     words = np.concatenate([w for w, _ in parts]) if parts else np.zeros((0, t), np.int32)
     sigs = np.concatenate([g for _, g in parts]) if parts else np.zeros((0, t), np.uint64)
     return words, sigs, owner
+
+
+def _held_rows(
+    data: EncodedImages, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`embedded_rows` gathered from the words and signatures ``data`` holds
+    (:meth:`~engine.index.encode.EncodedImages.held_words`, or those of mapped segments:
+    :class:`~engine.index.mapped_words.SegmentedWords`); None when it holds none."""
+    held = getattr(data, "held_words", None)
+    return None if held is None else held(rows)
 
 
 def _stored_words(

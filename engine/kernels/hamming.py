@@ -53,7 +53,7 @@ class HammingEmbedding:
         Orthonormal rows.
     thresholds_ : list of (n_words_t, n_bits) float32
         Per vocabulary (tree) ``t``, the median of every projected coordinate over the
-        sample descriptors of each word.
+        sample descriptors of each word, to float16 precision (as saved).
 
     Examples
     --------
@@ -101,22 +101,29 @@ class HammingEmbedding:
         self.thresholds_ = []
         for t, nw in enumerate(n_words):
             w = np.asarray(words[:, t], np.int64)
-            table = np.tile(glob, (int(nw), 1)).astype(np.float32)
+            table = np.tile(glob, (int(nw), 1))
             order = np.argsort(w, kind="stable")
             counts = np.bincount(w, minlength=int(nw))
             starts = np.concatenate([[0], np.cumsum(counts)])
             Zs = Z[order]
             for j in np.flatnonzero(counts >= MIN_WORD_SAMPLES):
                 table[j] = np.median(Zs[starts[j] : starts[j + 1]], axis=0)
-            self.thresholds_.append(table)
+            # float16 precision, as saved (to_state): signatures computed with the fitted
+            # embedding (stored with the rows they were encoded with) are those a reader
+            # of the saved one computes
+            self.thresholds_.append(table.astype(np.float16).astype(np.float32))
         return self
 
     def _project(self, X: np.ndarray) -> np.ndarray:
-        """``X @ projection_.T`` on one BLAS thread: the same bits whatever the thread
-        count (a model fitted by a first index and by a later one are identical) and no
-        wait for a BLAS thread pool on a busy machine."""
+        """``X @ projection_.T`` in float64 on one BLAS thread: the same bits whatever the
+        thread count (a model fitted by a first index and by a later one are identical),
+        no wait for a BLAS thread pool on a busy machine, and a descriptor's signature is
+        the same whatever batch it is projected in (float32 products differ in their last
+        bit with the batch's size -- a tenth of them, measured -- which flipped a few bits
+        of the signatures stored by indexing from those a query computes; in float64 a
+        flip needs a projection within 1e-16 of its median). About 1 us a descriptor."""
         with single_threaded_blas():
-            return np.asarray(X, np.float32) @ self.projection_.T
+            return np.asarray(X, np.float64) @ self.projection_.T.astype(np.float64)
 
     def signatures(self, X: np.ndarray, words: np.ndarray) -> np.ndarray:
         """(N, T) uint64 signatures of descriptors ``X`` (N, D) in their ``words``

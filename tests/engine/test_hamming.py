@@ -7,6 +7,9 @@ import pytest
 
 from engine.kernels.hamming import HammingEmbedding, selective_scores
 
+# EncodedImages' fields in order (the last: the signatures)
+_FIELDS = ("ids", "vocab", "uniform", "bow", "wta", "rh", "words", "words_indptr", "sigs")
+
 
 def _data(seed: int = 0, n: int = 600, d: int = 128, n_words: int = 12):
     rng = np.random.default_rng(seed)
@@ -23,6 +26,18 @@ def _add_photos(folder, demo_folder, lo: int, hi: int):
     for p in sorted(demo_folder.glob("*.jpg"))[lo:hi]:
         shutil.copy(p, folder)
     return folder
+
+
+def _assert_rows_embedded(searcher, models, data) -> None:
+    """Every row's stored words and signatures are those its stored descriptors give."""
+    from engine.index.encode import he_words
+
+    for r, i in enumerate(data.ids):
+        X, _ = searcher.store.stacked_descriptors([int(i)])
+        words = he_words(models.vocab, X)
+        assert np.array_equal(data.row_words(r), words)
+        a, b = data.words_indptr[r], data.words_indptr[r + 1]
+        assert np.array_equal(data.sigs[a:b], models.he.signatures(X, words))
 
 
 def _update(col) -> None:
@@ -166,7 +181,7 @@ def test_the_index_stores_the_words_and_a_query_uses_them(tmp_path, demo_folder,
     a query descends the trees for none of them (only for rows without stored words)."""
     from engine.collection import Collection
     from engine.index import encode, selective
-    from engine.index.encode import EncodedImages, he_words
+    from engine.index.encode import EncodedImages
 
     folder = _add_photos(tmp_path / "photos", demo_folder, 0, 12)
     with Collection.open(folder, tmp_path / "idx") as col:
@@ -180,27 +195,40 @@ def test_the_index_stores_the_words_and_a_query_uses_them(tmp_path, demo_folder,
         models, data = searcher.ensure()
         assert isinstance(data, EncodedImages) and data.words is not None
         assert data.words.dtype == np.uint16 and len(data.ids) == 15
-        for r, i in enumerate(data.ids):
-            X, _ = searcher.store.stacked_descriptors([int(i)])
-            w = data.row_words(r)
-            assert w is not None and np.array_equal(w, he_words(models.vocab, X))
+        assert data.sigs is not None and data.sigs.dtype == np.uint64
+        assert data.sigs.shape == data.words.shape
+        _assert_rows_embedded(searcher, models, data)
         feats = searcher.query_features(folder / "camera.jpg")[0]
         rows = np.arange(len(data.ids))
-        descents = []
+        descents, reads = [], []
         real = encode.he_words
+        read = type(searcher.store).stacked_descriptors
 
         def spy(m, X):
             descents.append(len(X))
             return real(m, X)
 
+        def spy_read(self, ids):
+            reads.append(len(ids))
+            return read(self, ids)
+
         monkeypatch.setattr(selective, "he_words", spy)
+        monkeypatch.setattr(type(searcher.store), "stacked_descriptors", spy_read)
         stored = selective.hamming_scores(models, searcher.store, data, feats, rows)
         assert descents == [len(feats)]  # the query's own descriptors only
+        assert reads == []  # (the hits' words and signatures: from the search data)
         bare = EncodedImages(data.ids, data.vocab, None, data.bow, data.wta, data.rh)
         descents.clear()
         again = selective.hamming_scores(models, searcher.store, bare, feats, rows)
         assert sum(descents) > len(feats)  # (the rows' words found by a descent)
-        assert np.allclose(stored, again) and stored.max() > 0
+        assert sum(reads) == len(rows)  # (and their descriptors read)
+        assert np.array_equal(stored, again) and stored.max() > 0
+        unsigned = EncodedImages(*[getattr(data, f) for f in _FIELDS[:-1]])
+        assert unsigned.sigs is None
+        descents.clear()
+        words_only = selective.hamming_scores(models, searcher.store, unsigned, feats, rows[::2])
+        assert descents == [len(feats)]  # (stored words, signatures computed)
+        assert np.array_equal(words_only, stored[::2])
 
 
 def test_rows_written_before_the_words_have_none_beside_rows_with_them(tmp_path, demo_folder):
@@ -233,40 +261,72 @@ def test_rows_written_before_the_words_have_none_beside_rows_with_them(tmp_path,
     assert np.array_equal(sub.row_words(2), data.row_words(0))
 
 
-def test_an_index_from_before_the_words_gets_them_at_its_next_update(
-    tmp_path, demo_folder, monkeypatch
+@pytest.mark.parametrize("left_out", ["he.", "he.sigs"])
+def test_an_index_from_before_the_words_or_signatures_gets_them_at_its_next_update(
+    tmp_path, demo_folder, monkeypatch, left_out
 ):
-    """Segments written without the descriptors' words (an older index): a reader
-    searches as before (the words found by a descent), the next update rewrites the
-    segments with every row's words, and the hits stay the same."""
+    """Segments written without the descriptors' words and signatures, or with the
+    words only (older indexes): a reader searches as before (the words found by a
+    descent, the signatures computed from the descriptors), the next update rewrites the
+    segments with every row's words and signatures, and the hits and their scores stay
+    the same."""
     from engine.collection import Collection
     from engine.index import segments
-    from engine.index.encode import EncodedImages, he_words
+    from engine.index.encode import EncodedImages
 
     folder = _add_photos(tmp_path / "photos", demo_folder, 0, 10)
     real = EncodedImages.to_state
 
-    def without_words(self, **kw):
-        return {k: v for k, v in real(self, **kw).items() if not k.startswith("he.")}
+    def older(self, **kw):
+        return {k: v for k, v in real(self, **kw).items() if not k.startswith(left_out)}
 
     with monkeypatch.context() as m:
-        m.setattr(EncodedImages, "to_state", without_words)
+        m.setattr(EncodedImages, "to_state", older)
         with Collection.open(folder, tmp_path / "idx") as col:
             _update(col)
             _add_photos(folder, demo_folder, 10, 14)  # a second old segment
             _update(col)
+    query = folder / "camera.jpg"
     with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
         assert segments.holds_uniform(reader.searcher.store.snapshot())
-        assert reader.searcher.ensure()[1].words is None
-        before = [(h.path, round(h.score, 9)) for h in reader.query(folder / "camera.jpg")]
+        data = reader.searcher.ensure()[1]
+        assert data.sigs is None and (data.words is None) == (left_out == "he.")
+        before = [(h.path, h.score) for h in reader.query(query, method="hybrid")]
     with Collection.open(folder, tmp_path / "idx") as col:
         _update(col)
         assert not segments.holds_uniform(col.searcher.store.snapshot())
     with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
         models, data = reader.searcher.ensure()
-        assert data.words is not None and len(data.ids) == 14
-        for r, i in enumerate(data.ids):
-            X, _ = reader.searcher.store.stacked_descriptors([int(i)])
-            assert np.array_equal(data.row_words(r), he_words(models.vocab, X))
-        after = [(h.path, round(h.score, 9)) for h in reader.query(folder / "camera.jpg")]
-    assert after == before
+        assert data.sigs is not None and len(data.ids) == 14
+        _assert_rows_embedded(reader.searcher, models, data)
+        after = [(h.path, h.score) for h in reader.query(query, method="hybrid")]
+    assert after == before and len(after) > 1
+
+
+def test_the_search_data_is_stored_compact(tmp_path, demo_folder):
+    """The vocabulary pyramids' values are stored as float16 (encoded at that precision:
+    the reader holds what was encoded), their columns and the bags' indices as uint16;
+    a reader of the stored segment scores as the writer did."""
+    from engine.collection import Collection
+    from engine.index.encode import EncodedImages
+
+    folder = _add_photos(tmp_path / "photos", demo_folder, 0, 8)
+    query = sorted(folder.glob("*.jpg"))[0]
+    with Collection.open(folder, tmp_path / "idx") as col:
+        _update(col)
+        _, data = col.searcher.ensure()
+        written = [(h.path, h.score) for h in col.query(query, method="vocabulary")]
+    st = data.to_state()
+    assert st["vocab.values"].dtype == np.float16
+    assert st["vocab.cols"].dtype == np.uint16 and st["bow.indices"].dtype == np.uint16
+    assert st["he.sigs"].dtype == np.uint64
+    # encoded at float16 precision: nothing is lost by storing them so
+    assert np.array_equal(st["vocab.values"].astype(np.float32), data.vocab.values)
+    back = EncodedImages.from_state(st)
+    assert back.vocab.values.dtype == np.float32
+    assert np.array_equal(back.vocab.values, data.vocab.values)
+    assert np.array_equal(back.bow.indices, data.bow.indices)
+    assert np.array_equal(back.sigs, data.sigs)
+    with Collection.open(folder, tmp_path / "idx", readonly=True) as reader:
+        got = [(h.path, h.score) for h in reader.query(query, method="vocabulary")]
+    assert got == written

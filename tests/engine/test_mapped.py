@@ -177,6 +177,8 @@ def _member_at(folder, member, offset=200):
         ("rh", "vocabulary", True),
         ("bow.data", "wta", False),  # checked before the candidate search reads it
         ("vocab.cols", "vocabulary", False),
+        ("he.sigs", "hybrid", False),  # the hits' blocks, checked as they are gathered
+        ("he.words", "hybrid", False),
     ],
 )
 def test_a_damaged_member_is_found_before_it_is_used(
@@ -201,6 +203,41 @@ def test_a_damaged_member_is_found_before_it_is_used(
             col.query(copy / f"{NAMES[0]}.jpg", method=method, top=3)
     finally:
         col.close()
+
+
+def test_a_mapped_reader_gathers_the_hits_words_and_signatures(segmented, monkeypatch):
+    """The words and signatures of the stored descriptors, gathered from the mapped
+    segments for any rows in any order, are those of the data read into memory; the
+    Hamming stage of a mapped reader reads no descriptor and scores the same."""
+    from engine.index import selective
+
+    folder, _ = segmented
+    with _read(folder) as ref, _mapped(folder) as col:
+        models, data = col.searcher.ensure()
+        _, mem = ref.searcher.ensure()
+        assert isinstance(data, SegmentedImages) and data.words is not None
+        assert np.array_equal(data.ids, mem.ids)
+        rows = np.array([12, 0, 5, 7, 5])
+        got, want = data.held_words(rows), mem.held_words(rows)
+        assert got[0].shape[0] > 0 and got[0].dtype == np.int32
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a, b)
+        reads = []
+        store_type = type(col.searcher.store)
+        real = store_type.stacked_descriptors
+
+        def spy(self, ids):
+            reads.append(len(ids))
+            return real(self, ids)
+
+        feats = col.searcher.query_features(folder / f"{NAMES[0]}.jpg")[0]
+        every = np.arange(data.ids.size)
+        monkeypatch.setattr(store_type, "stacked_descriptors", spy)
+        h = selective.hamming_scores(models, col.searcher.store, data, feats, every)
+        assert reads == [] and h.max() > 0
+        assert np.array_equal(
+            h, selective.hamming_scores(models, ref.searcher.store, mem, feats, every)
+        )
 
 
 def test_a_truncated_segment_is_found_when_it_is_mapped(segmented, tmp_path):
@@ -294,14 +331,14 @@ def test_a_damaged_block_is_found_when_a_query_reads_it(segmented, tmp_path, mem
 
 def test_a_header_changed_to_another_dtype_is_found(segmented, tmp_path):
     """The block checksums hold the dtype and shape the array was written with: a header
-    whose type letter flipped (float32 read as int32, the same size) is damage."""
+    whose type letter flipped (float16 read as int16, the same size) is damage."""
     folder, _ = segmented
     copy = tmp_path / "photos"
     shutil.copytree(folder, copy)
     path, at = _member_at(copy, "vocab.values", offset=0)
     raw = path.read_bytes()
-    head = raw.index(b"'<f4'", at)
-    path.write_bytes(raw[:head] + b"'<i4'" + raw[head + 5 :])
+    head = raw.index(b"'<f2'", at)
+    path.write_bytes(raw[:head] + b"'<i2'" + raw[head + 5 :])
     with _mapped(copy) as col, pytest.raises(IndexCorruptError, match=path.name):
         col.searcher.ensure()
 

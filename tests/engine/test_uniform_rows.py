@@ -84,7 +84,9 @@ def indexed(tmp_path_factory, small):
     return folder
 
 
-def test_no_uniform_pyramid_is_stored_and_the_bags_index_is_int32(indexed):
+def test_no_uniform_pyramid_is_stored_and_the_column_indices_are_uint16(indexed):
+    """(Fewer than 65,536 words and bins: the bags' and the pyramids' column indices are
+    stored as uint16, the pyramids' values as float16.)"""
     members = _members(indexed)
     assert "ids" in members and "vocab.values" in members
     assert not [m for m in members if m.startswith("uniform.")]
@@ -92,7 +94,8 @@ def test_no_uniform_pyramid_is_stored_and_the_bags_index_is_int32(indexed):
     assert not holds_uniform(snap)
     for f in snap.entries[DATA_STATE].files:
         with np.load(snap.states_dir / f) as z:
-            assert z["bow.indices"].dtype == np.int32 and z["bow.indptr"].dtype == np.int64
+            assert z["bow.indices"].dtype == np.uint16 and z["bow.indptr"].dtype == np.int64
+            assert z["vocab.cols"].dtype == np.uint16 and z["vocab.values"].dtype == np.float16
 
 
 @pytest.mark.parametrize("mapped", [False, True])

@@ -442,7 +442,8 @@ def test_a_changed_photo_gets_new_search_data(tmp_path, small):
     _index(folder)
     with Collection.open(folder, readonly=True) as col:
         hits = col.query(folder / "brick.jpg", method="vocabulary", top=1)  # stored features
-        assert hits[0].path.name == "brick.jpg" and hits[0].score == pytest.approx(1.0)
+        # (1 to the float16 precision of the stored pyramids: the row is the new content's)
+        assert hits[0].path.name == "brick.jpg" and hits[0].score == pytest.approx(1.0, abs=1e-3)
         hits = col.query(small / "coins.jpg", method="vocabulary", top=1)  # a new extraction
         assert hits[0].path.name == "brick.jpg" and hits[0].score > 0.9
 
