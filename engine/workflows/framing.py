@@ -15,13 +15,25 @@ of Holidays scenes, whose pixel detail otherwise agrees at up to 0.97).
 Not told: two copies of one photo, one cut from the full-size original and one resized
 from it, compared with each other without the original (each is still grouped with
 the original when it is there).
+
+:func:`frame_offset` tells the other side: a copy edited in place (blurred, re-toned,
+resized or turned by quarter turns as a whole) keeps its frame, so its corners land on
+the other picture's corners; a second shot, even from a hand held still, lands some
+pixels off.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ZOOM_DETAIL", "ZOOM_MAGNIFICATION", "ZOOM_OUTSIDE", "frame_share", "zoomed_shot"]
+__all__ = [
+    "ZOOM_DETAIL",
+    "ZOOM_MAGNIFICATION",
+    "ZOOM_OUTSIDE",
+    "frame_offset",
+    "frame_share",
+    "zoomed_shot",
+]
 
 #: Least magnification (finer picture's pixels per pixel of the coarser one, each side)
 #: of a zoomed-in shot.
@@ -33,6 +45,41 @@ ZOOM_OUTSIDE = 0.2
 #: Least ratio of the finer picture's fine detail (energy) to that of the coarser picture
 #: enlarged onto it: detail an enlargement cannot make.
 ZOOM_DETAIL = 2.0
+
+
+def frame_offset(
+    homography: np.ndarray, size_a: tuple[int, int], size_b: tuple[int, int]
+) -> float:
+    """How far the frame of a picture of ``size_a`` lands from the frame of one of
+    ``size_b`` under ``homography``: the largest distance of a corner from its partner,
+    for the best of the four quarter turns, in pixels of the smaller picture.
+
+    About the feature fit's own error (a pixel or two at the corners) for a whole
+    picture kept in its frame: edited in place, resized, turned by quarter turns; tens
+    of pixels or more for a cut or another shot.
+
+    Parameters
+    ----------
+    homography : (3, 3) float64
+        Maps positions in a picture of ``size_a`` to positions in one of ``size_b``.
+    size_a, size_b : (width, height)
+
+    Returns
+    -------
+    float
+        ``inf`` when a corner maps to infinity or behind the picture.
+    """
+    (wa, ha), (wb, hb) = size_a, size_b
+    ca = np.array([[-0.5, -0.5], [wa - 0.5, -0.5], [wa - 0.5, ha - 0.5], [-0.5, ha - 0.5]])
+    cb = np.array([[-0.5, -0.5], [wb - 0.5, -0.5], [wb - 0.5, hb - 0.5], [-0.5, hb - 0.5]])
+    q = ca @ homography[:2, :2].T + homography[:2, 2]
+    z = ca @ homography[2, :2] + homography[2, 2]
+    if not (z > 0).all():
+        return float("inf")
+    q = q / z[:, None]
+    # (a quarter turn maps each corner onto the next one round the frame)
+    off = min(float(np.linalg.norm(q - np.roll(cb, k, axis=0), axis=1).max()) for k in range(4))
+    return off * min(1.0, max(wa, ha) / max(wb, hb, 1))
 
 
 def frame_share(shape: tuple[int, int], m: np.ndarray, other: tuple[int, int]) -> float:

@@ -461,9 +461,9 @@ def compressed_agreement(
     table, which no blur imitates (:func:`pixel_evidence` tops out at 0.90-0.95 for small
     quality-40-70 re-exports, where second shots of a scene reach 0.95-0.98). Passing
     the aligned larger picture through the same table (8 x 8 blocks on the smaller
-    picture's own grid) makes a true re-export agree again (0.97 and above), while the
+    picture's own grid) makes a true re-export agree again (0.95 and above), while the
     differences of two shots stay (measured with ``bench_duplicates.py``'s transforms,
-    four draws of 75 Holidays scenes a half: every other shot below 0.97). Only the gray
+    draws of 40 and 75 Holidays scenes a half: every other shot at 0.92 or less). Only the gray
     levels are compressed: they are JPEG's luminance channel (the same BT.601 weights,
     :func:`gray_levels`).
 

@@ -162,7 +162,10 @@ def test_related_photos_are_listed_with_their_group(tmp_path, demo_folder, capsy
     """A heavily recompressed copy linked only as a similar shot to a photo of a group of
     identical files is in no group: --json lists it under the group's "related", the text
     says where it is, and past RELATED_SHOWN the text only counts the rest."""
+    import dataclasses
+
     import app.commands.duplicates as cmd
+    import engine.workflows.duplicates as dups
 
     photos = tmp_path / "photos"
     (photos / "exports").mkdir(parents=True)
@@ -172,6 +175,16 @@ def test_related_photos_are_listed_with_their_group(tmp_path, demo_folder, capsy
     index = tmp_path / "idx"
     assert main(["index", str(photos), "--index", str(index), "--json"]) == 0
     capsys.readouterr()
+    # the 3/4-size quality-18 copy keeps its frame: its features 0.47 px off, its pixels
+    # recreated by the compressed-copy test, it is a copy (the group's tier then too) ...
+    out = _run_json(capsys, str(photos), "--index", str(index))
+    (group,) = [g for g in out["groups"] if str(photos / "chelsea_jpeg.jpg") in g["paths"]]
+    assert group["tier"] == "same_photo" and len(group["paths"]) == 3
+    # ... and only a similar shot without the kept frame's looser residual
+    flat = dups.DEFAULT_RULE.same_photo_residual_px
+    rule = dataclasses.replace(dups.DEFAULT_RULE, same_photo_residual_px_frame=flat)
+    monkeypatch.setattr(dups, "DEFAULT_RULE", rule)
+    (index / "cache" / "pair-evidence.npz").unlink()  # (the pairs checked afresh)
     out = _run_json(capsys, str(photos), "--index", str(index))
     group = next(g for g in out["groups"] if g["tier"] == "identical")
     assert [r["path"] for r in group["related"]] == [str(photos / "chelsea_jpeg.jpg")]

@@ -87,3 +87,41 @@ def test_a_looser_residual_needs_a_clean_pixel_agreement():
     assert pair_tier(dataclasses.replace(comp, pixel_disagreement=0.0), r) == "similar_shots"
     far = dataclasses.replace(ev, residual_px=r.same_photo_residual_px_clean + 0.1)
     assert pair_tier(dataclasses.replace(far, pixel_disagreement=0.0), r) == "similar_shots"
+
+
+def test_the_frame_offset_tells_a_picture_kept_in_its_frame():
+    from engine.workflows.framing import frame_offset
+
+    size = (320, 240)
+    assert frame_offset(np.eye(3), size, size) < 1e-9
+    # a whole picture halved: its corners land on the half-size picture's corners
+    half = np.array([[0.5, 0, -0.25], [0, 0.5, -0.25], [0, 0, 1.0]])
+    assert frame_offset(half, size, (160, 120)) < 1e-9
+    # turned by a quarter turn (x, y) -> (h - 1 - y, x): each corner onto the next one
+    turn = np.array([[0, -1.0, 239.0], [1.0, 0, 0], [0, 0, 1.0]])
+    assert frame_offset(turn, size, (240, 320)) < 1e-9
+    # shifted by 6 px (a second shot held nearly still), or a cut: off by that much
+    shift = np.array([[1.0, 0, 6.0], [0, 1.0, 0], [0, 0, 1.0]])
+    assert abs(frame_offset(shift, size, size) - 6.0) < 1e-9
+    assert frame_offset(np.eye(3), (200, 150), size) > 50  # (a cut of the top left)
+    # (in pixels of the smaller picture: 6 px of the double-size one are 3 of it)
+    assert abs(frame_offset(shift @ np.diag([2.0, 2.0, 1.0]), size, (640, 480)) - 3.0) < 1.0
+
+
+def test_a_picture_kept_in_its_frame_may_have_a_looser_residual():
+    """A copy blurred or re-toned in place moves its features by up to 0.7 px, not its
+    frame: its pixels decide as for a copy within the plain residual."""
+    r = DEFAULT_RULE
+    res = 0.5 * (r.same_photo_residual_px + r.same_photo_residual_px_frame)
+    kept = PairEvidence(200, 150, 0.6, 0.7, 0.0005, res, pixel_agreement=0.97,
+                        pixel_disagreement=0.02, frame_offset_px=1.0)  # fmt: skip
+    assert pair_tier(kept) == "same_photo"  # (not clean, yet a copy: the frame is kept)
+    moved = dataclasses.replace(kept, frame_offset_px=r.same_photo_frame_px + 1.0)
+    assert pair_tier(moved) == "similar_shots"  # (another shot: only the plain residual)
+    assert pair_tier(dataclasses.replace(kept, pixel_agreement=0.9)) == "similar_shots"
+    assert pair_tier(dataclasses.replace(kept, pixel_agreement=float("nan"))) == "similar_shots"
+    far = dataclasses.replace(kept, residual_px=r.same_photo_residual_px_frame + 0.05)
+    assert pair_tier(far) == "similar_shots"
+    # within the plain residual, the frame does not matter
+    near = dataclasses.replace(moved, residual_px=r.same_photo_residual_px)
+    assert pair_tier(near) == "same_photo"
