@@ -272,6 +272,10 @@ def pixel_tests(
     out = (lambda *r: r) if disagreement else (lambda *r: r[:2])
     if not (band[0] <= agree < band[1] or moved):
         return out(agree, float("nan"), disagree)
+    if pair.measurable and (not pair.within() or pair.zoomed()):  # (two framings)
+        # (the realigned pair keeps these verdicts, so its evidence would be the same
+        # (0, 1, 1), no better: a refit could not change the outcome)
+        return out(agree, float("nan"), disagree)
     compressed = float("nan")
     if not moved:
         facts = jpeg()
@@ -304,6 +308,7 @@ class _Aligned:
         self._within: bool | None = None
         self._zoomed: bool | None = None
         self._warp: tuple[np.ndarray, np.ndarray] | None = None
+        self._first: tuple[np.ndarray, np.ndarray] | None = None
         self._tiles: tuple[PixelTiles, tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
@@ -337,12 +342,20 @@ class _Aligned:
     def warped(self) -> tuple[np.ndarray, np.ndarray]:
         """(:func:`_refined_warp` of the larger picture onto the smaller, where it lands)."""
         if self._warp is None:
-            self._warp = _refined_warp(self.ga, self.gb, self.m, self.patch)
+            self._warp = _refined_warp(self.ga, self.gb, self.m, self.patch, self.first())
         return self._warp
+
+    def first(self) -> tuple[np.ndarray, np.ndarray]:
+        """(:func:`_warp` of the larger picture onto the smaller by the feature fit,
+        where it lands): where both warps above start, made once."""
+        if self._first is None:
+            h, w = self.gb.shape
+            self._first = _warp(self.ga, self.m, (w, h))
+        return self._first
 
     def realigned(self) -> _Aligned | None:
         """The pair aligned again by :func:`_realigned_warp` (None when it fails)."""
-        warp = _realigned_warp(self.ga, self.gb, self.m, self.patch)
+        warp = _realigned_warp(self.ga, self.gb, self.m, self.patch, self.first())
         if warp is None:
             return None
         again = copy.copy(self)
@@ -384,12 +397,13 @@ def _evidence(pair: _Aligned) -> tuple[float, float, float]:
 
 
 def _refined_warp(
-    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int
+    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, first: tuple | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``ga`` warped onto ``gb`` by ``m``, refined by at most two Lucas-Kanade
-    translations (together at most :data:`PIXEL_SHIFT` px), and where it lands."""
+    translations (together at most :data:`PIXEL_SHIFT` px), and where it lands
+    (``first``: :func:`_warp` of ``ga`` by ``m`` when made already)."""
     h, w = gb.shape
-    warped, inside = _warp(ga, m, (w, h))
+    warped, inside = _warp(ga, m, (w, h)) if first is None else first
     total = np.zeros(2)
     band_b = None
     for _ in range(2):  # (a second step takes out what the first linearised away)
@@ -407,15 +421,15 @@ def _refined_warp(
 
 
 def _realigned_warp(
-    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int
+    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, first: tuple | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """``ga`` warped onto ``gb`` by ``m`` refined by a homography fitted to the pixels
     (:func:`engine.workflows.align.refit_homography`), and where it lands; None when
-    the fit fails."""
+    the fit fails (``first`` as :func:`_refined_warp`)."""
     from engine.workflows.align import refit_homography
 
     h, w = gb.shape
-    warped, inside = _warp(ga, m, (w, h))
+    warped, inside = _warp(ga, m, (w, h)) if first is None else first
     if inside.sum() < 16 * patch * patch:
         return None
     fit = refit_homography(warped, gb, inside)  # (warped(fit x) ~ gb(x))

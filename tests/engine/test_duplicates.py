@@ -196,6 +196,27 @@ def test_pixel_test_matches_blur_and_rejects_another_framing(demo_folder):
     assert pair_tier(ev) != "same_photo" or ev.homography is None
 
 
+def test_two_framings_are_settled_without_aligning_them_again(demo_folder, monkeypatch):
+    """Two framings of a scene (agreement 0) stay two framings under any alignment: the
+    pixels are not aligned again (the costliest step), the answer is the same."""
+    import engine.workflows.align as align
+    from engine.workflows.pixels import pixel_tests
+
+    def refit(*args, **kwargs):
+        raise AssertionError("two framings aligned again")
+
+    monkeypatch.setattr(align, "refit_homography", refit)
+    wide = _gray(demo_folder / "astronaut.jpg")
+    left, right = wide[:, : wide.shape[1] * 7 // 8], wide[:, wide.shape[1] // 8 :]
+    fl, fr = _feats(left), _feats(right)
+    ev = pair_evidence(fl, fr)
+    facts = lambda: (None, None)  # noqa: E731
+    band = (0.8, DEFAULT_RULE.same_photo_pixels)
+    args = (left, right, ev.homography, fl.image_size, fr.image_size, facts, band)
+    agree, compressed, disagree = pixel_tests(*args, disagreement=True)
+    assert (agree, disagree) == (0.0, 1.0) and np.isnan(compressed)
+
+
 # ------------------------------------------------------------------ tiers: a collection
 @pytest.fixture(scope="module")
 def dup_collection(tmp_path_factory, demo_folder):
