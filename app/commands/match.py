@@ -58,7 +58,10 @@ def make_matcher(method: str, n_points: int):
 
     if method == "vocabulary":
         # few points: a shallower tree so leaves still hold several features
-        return PyramidMatch(bins="vocabulary", branching=8, depth=3 if n_points > 200 else 2)
+        # global weights: idf fitted on the two images alone would zero their shared bins
+        return PyramidMatch(
+            bins="vocabulary", weights="global", branching=8, depth=3 if n_points > 200 else 2
+        )
     return PyramidMatch(bins="uniform")
 
 

@@ -231,6 +231,9 @@ def fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int = 
     m.dim = int(nonempty[0].shape[1])
     vocab = PyramidMatch(
         "vocabulary",
+        # the index weighs bins by its own idf (search.fit_key_idf) or by these global
+        # weights; the kernel's default idf weights would cost a pass over every image
+        weights="global",
         branching=10,
         depth=5,
         sample_size=TREE_SAMPLE,

@@ -55,6 +55,7 @@ from engine.kernels.embedding import (
 
 __all__ = [
     "GOLDEN",
+    "IDF_MIN_SETS",
     "Binning",
     "MatchResult",
     "PyramidCodes",
@@ -67,7 +68,12 @@ __all__ = [
 ]
 
 _BINS = ("uniform", "vocabulary")
-_WEIGHTS = ("global", "input_specific")
+#: ``weights="auto"`` gives vocabulary bins idf weights when :meth:`PyramidMatch.fit`
+#: is given at least this many non-empty sets, else the thesis' global weights: the
+#: document frequencies of a handful of sets say little (fitted on the two sets
+#: compared, every bin they share would weigh ``ln(2 / 2) = 0``).
+IDF_MIN_SETS = 10
+_WEIGHTS = ("auto", "global", "input_specific", "idf")
 _NORMALIZE = ("self", "min", "none")
 _INPUT_DISTANCE = ("max", "mean")
 
@@ -112,14 +118,25 @@ class PyramidMatch:
         Uniform randomly shifted grids (chapter 3) or a hierarchical k-means vocabulary
         (chapter 4, :class:`engine.kernels.vocabulary.VocabularyTree`); a fitted or unfitted
         :class:`Binning` instance is used as is (``n_shifts``, ``n_sides`` must then be 1).
-    weights : {"global", "input_specific"}, default "global"
-        Global per-bin weights (``1 / (D f 2**i)`` for uniform bins, Eq. 3.10; the tree's
-        ``exp(-A/sigma)``, Eq. 4.3 (a)) or input-specific ones from the sets' largest
-        distances to the bin centres (Eq. 4.3 (b)): cost ``d_ij(X) + d_ij(Y)``;
+    weights : {"auto", "global", "input_specific", "idf"}, default "auto"
+        ``"auto"``: ``"idf"`` for vocabulary bins (and a Binning whose ``weights`` is
+        ``"idf"``) fitted on at least :data:`IDF_MIN_SETS` non-empty sets, ``"global"``
+        otherwise (the attribute holds the resolved choice, set again by :meth:`fit`).
+        Global per-bin weights (``1 / (D f 2**i)`` for uniform bins, Eq. 3.10; the
+        tree's ``exp(-A/sigma)``, Eq. 4.3 (a)) or
+        input-specific ones from the sets' largest distances to the bin centres
+        (Eq. 4.3 (b)): cost ``d_ij(X) + d_ij(Y)``;
         similarity ``exp(-(d_ij(X) + d_ij(Y)) / sigma)`` when the binning has a
         ``sigma_`` (vocabulary), else ``w_ij exp(-(d_ij(X) + d_ij(Y)) / A_ij)`` with
         ``A_ij`` the bin's cost weight. Input-specific similarity is not guaranteed PSD
-        (section 4.3).
+        (section 4.3). ``"idf"`` (vocabulary bins, or a Binning with a
+        ``fit_document_frequencies`` method; NOT in the thesis): every tree node ``b``
+        weighs its matches by its inverse document frequency ``ln(N / N_b)`` over the
+        ``N`` non-empty sets given to :meth:`fit` (Nistér & Stewénius 2006), i.e. the
+        bin's similarity weight is the sum of the idf on its path to the root. Bins
+        most sets share count little, distinctive ones much. Mercer; it needs at least
+        2 non-empty fit sets and describes the collection fitted on -- fitting on just
+        the two sets compared gives their shared bins idf 0 (use ``"global"`` then).
     input_distance : {"max", "mean"}, default "max"
         Per-bin statistic ``d_ij(X)`` of the set's distances to the bin centre used by
         ``weights="input_specific"``. ``"max"``: the largest distance, as in the thesis
@@ -140,7 +157,7 @@ class PyramidMatch:
         bins is exactly ``P / (w_0 min(|X|, |Y|))``; unmatched extra features cost nothing.
     n_shifts : int, default 2
         ``T`` randomly shifted pyramids; similarities are averaged, costs take the minimum
-        over shifts (section 3.2.2).
+        over shifts (section 3.2.2). Vocabulary bins: ``T`` trees from different seeds.
     n_sides : int, default 2
         Uniform bins: pyramids with several finest side lengths ``f 2**(k / n_sides)``,
         ``k = 0 .. n_sides - 1`` (section 3.2.2: more gradations of match distances),
@@ -158,8 +175,9 @@ class PyramidMatch:
     max_level : int or None, default None
         Count new matches only up to this level (0 = finest): a partial matching limited
         to a distance (Eq. 3.13).
-    branching, depth : int, default 10, 4
-        Vocabulary bins: tree branching ``k`` and levels ``L``.
+    branching, depth : int, default 10, 5
+        Vocabulary bins: tree branching ``k`` and levels ``L`` (counting the root: at
+        most ``k**(L-1)`` leaves).
     max_iter : int, default 10
         Vocabulary bins: Lloyd iterations of the k-means at every level of the tree.
     sample_size : int, default 200_000
@@ -169,10 +187,14 @@ class PyramidMatch:
     Notes
     -----
     Defaults were chosen on UKBench (500 images, <= 500 SIFT each, N-S score of the
-    kernel's ranking; ``tests/benchmarks/bench_pyramid.py``): 8-D PCA, 2 finest sides x 2
-    shifts (4 pyramids) scored about 3.24 with RootSIFT vs about 3.0 for one 10-D
-    pyramid; more pyramids (3 x 3, raw SIFT) reach about 3.40 at 2.25x the cost. The
-    finest side barely matters (0.25-1 x std) as long as all levels are kept.
+    kernel's ranking; ``tests/benchmarks/bench_pyramid.py``) and checked on Holidays and
+    ETH-80. Uniform bins: 8-D PCA, 2 finest sides x 2 shifts (4 pyramids) score 3.27
+    with RootSIFT (3.36 with plain L2-normalised SIFT) vs about 3.0 for one 10-D
+    pyramid; 3 x 3 pyramids add little on RootSIFT (3.28; 3.40 on plain SIFT) at 2.25x
+    the cost. The finest side barely matters (0.25-1 x std) as long as all levels are
+    kept. Vocabulary bins: 2 trees, ``k = 10``, ``L = 5`` with idf weights score 3.51
+    (fit about 2.6 s, encode 0.3 s, kernel 0.15 s) against 2.59 for ``L = 4`` with the
+    thesis' diameter weights (2.88 at ``L = 5``; 3.28 with idf at ``L = 4``).
 
     Cost: encoding is ``O(T m L)`` per set (one sort over all entries of a batch); the
     bulk kernel is one sparse product over the unary coordinates (Eq. 3.15) plus a dense
@@ -192,7 +214,7 @@ class PyramidMatch:
         self,
         bins: str | Binning = "uniform",
         *,
-        weights: str = "global",
+        weights: str = "auto",
         normalize: str = "self",
         n_shifts: int = 2,
         n_sides: int = 2,
@@ -201,7 +223,7 @@ class PyramidMatch:
         pca_dim: int | str | None = "auto",
         max_level: int | None = None,
         branching: int = 10,
-        depth: int = 4,
+        depth: int = 5,
         sample_size: int = 200_000,
         random_state: int = 0,
         input_distance: str = "max",
@@ -212,6 +234,18 @@ class PyramidMatch:
         elif not isinstance(bins, Binning):
             raise ValueError(f"bins must be 'uniform', 'vocabulary' or a Binning, got {bins!r}")
         check_choice(weights, "weights", _WEIGHTS)
+        # (resolved again by fit: idf only with at least IDF_MIN_SETS sets to count in)
+        self._auto_idf = weights == "auto" and isinstance(bins, str) and bins == "vocabulary"
+        if weights == "auto":  # a Binning instance built for idf weights keeps them
+            idf = self._auto_idf or getattr(bins, "weights", None) == "idf"
+            weights = "idf" if idf else "global"
+        if weights == "idf" and not (
+            bins == "vocabulary" or hasattr(bins, "fit_document_frequencies")
+        ):
+            raise ValueError(
+                "weights='idf' needs vocabulary bins (or a Binning with "
+                f"fit_document_frequencies), got bins={bins!r}"
+            )
         check_choice(normalize, "normalize", _NORMALIZE)
         check_choice(input_distance, "input_distance", _INPUT_DISTANCE)
         if int(n_shifts) != n_shifts or n_shifts < 1:
@@ -306,6 +340,14 @@ class PyramidMatch:
         X = np.concatenate(arrays)
         if X.shape[0] == 0:
             raise ValueError("sets contain no points to fit on")
+        n_docs = sum(a.shape[0] > 0 for a in arrays)
+        if self._auto_idf:  # ("auto": the thesis' weights for a handful of sets)
+            self.weights = "idf" if n_docs >= IDF_MIN_SETS else "global"
+        if self.weights == "idf" and n_docs < 2:
+            raise ValueError(
+                "weights='idf' needs at least 2 non-empty fit sets (their document "
+                "frequencies); pass them as a list, or use weights='global'"
+            )
         rng = np.random.default_rng(self.random_state)
         if X.shape[0] > self.sample_size:
             X = X[np.sort(rng.choice(X.shape[0], self.sample_size, replace=False))]
@@ -322,7 +364,16 @@ class PyramidMatch:
             if getattr(b, "n_levels", 0) == 0 or not _is_fitted(b):
                 b = b.fit(X)
             self.binnings_ = [b]
+        if self.weights == "idf":  # every fit set is a document, not just the sample
+            projected = [self.project(a) for a in arrays]
+            for b in self.binnings_:
+                b.fit_document_frequencies(projected)
         return self
+
+    @property
+    def _form(self) -> str:
+        """Bilinear form of the weights: idf weights are global (per-bin) weights."""
+        return "input_specific" if self.weights == "input_specific" else "global"
 
     def _pca_components(self, dim: int) -> int:
         if self.pca_dim is None:
@@ -411,11 +462,11 @@ class PyramidMatch:
             Pairs involving an empty set are 0.
         """
         A, B, split = self._codes_for(sets_a, sets_b)
-        K = bilinear(A, B, "sim", self.weights) / A.n_shifts
+        K = bilinear(A, B, "sim", self._form) / A.n_shifts
         if self.normalize == "none":
             return K if split is None else K[:split, split:]
-        sa = self_similarity(A, self.weights) / A.n_shifts
-        sb = sa if B is None else self_similarity(B, self.weights) / B.n_shifts
+        sa = self_similarity(A, self._form) / A.n_shifts
+        sb = sa if B is None else self_similarity(B, self._form) / B.n_shifts
         if self.normalize == "self":
             den = np.sqrt(np.outer(sa, sb))
         else:
@@ -439,7 +490,7 @@ class PyramidMatch:
         (len(sets_a), len(sets_b)) float64
         """
         A, B, split = self._codes_for(sets_a, sets_b)
-        C = bilinear(A, B, "cost", self.weights, per_shift=True).min(axis=0)
+        C = bilinear(A, B, "cost", self._form, per_shift=True).min(axis=0)
         return C if split is None else C[:split, split:]
 
     def _codes_for(self, sets_a: Any, sets_b: Any) -> tuple[PyramidCodes, Any, int | None]:
@@ -529,7 +580,8 @@ class PyramidMatch:
 
         Coordinates are the unary-encoded bins of all shifts (Eq. 3.15) with value
         ``sqrt((w_bin - w_parent) / T)``; keys are stable hashes of (shift, level, bin,
-        t). Only for ``weights="global"`` (input-specific weights are no inner product).
+        t). Only for ``weights="global"`` or ``"idf"`` (input-specific weights are no
+        inner product).
 
         Parameters
         ----------
@@ -539,8 +591,10 @@ class PyramidMatch:
         -------
         SparseEmbedding
         """
-        if self.weights != "global":
-            raise ValueError("embed() needs weights='global' (input-specific is no dot product)")
+        if self._form != "global":
+            raise ValueError(
+                "embed() needs weights='global' or 'idf' (input-specific is no dot product)"
+            )
         codes = self._as_codes(sets, "sets")
         idx, t = unary(codes.count, np.ones(codes.count.shape[0], bool))
         keys = unary_key(codes.key[idx], t)

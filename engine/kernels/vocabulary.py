@@ -60,7 +60,7 @@ __all__ = [
     "word_counts",
 ]
 
-_WEIGHTS = ("global", "input_specific")
+_WEIGHTS = ("global", "input_specific", "idf")
 # _descend: up to this many points (a query image), each point's candidate centres are
 # gathered (m, k, D) instead of grouping the points by node: fewer, larger numpy calls
 # (one UKBench image: 2.4-3.2 -> 1.0-1.1 ms a tree)
@@ -95,12 +95,14 @@ class VocabularyTree:
         around the sample mean, ``i = L - 1`` the at most ``k**(L - 1)`` leaves; libpmk
         counts the same way). The root level lets every point of the smaller set find
         a match, so pyramid-match costs count all ``min(|X|, |Y|)`` pairs.
-    weights : {"global", "input_specific"}, default "global"
+    weights : {"global", "input_specific", "idf"}, default "global"
         Which weighting of Eq. 4.3 a vocabulary-guided pyramid match built on this tree
         should use; read by :class:`engine.kernels.pyramid.PyramidMatch`. (a) ``"global"``:
         bin diameters, ``exp(-A_ij / sigma)`` as similarity (Mercer); (b)
         ``"input_specific"``: ``d_ij(X) + d_ij(Y)`` from the distances of
-        :meth:`assign`.
+        :meth:`assign`; ``"idf"``: inverse document frequencies
+        ``idf_b = ln(N / N_b)`` of the bins over ``N`` example sets (Nistér & Stewénius
+        2006; :meth:`fit_document_frequencies` computes them), see :meth:`bin_weights`.
     max_iter : int, default 10
         Maximum Lloyd iterations per level.
     tol : float, default 1e-3
@@ -123,6 +125,9 @@ class VocabularyTree:
         Scale used by :meth:`bin_weights`.
     n_leaves : int
         Number of (non-empty) leaves; leaf ids are ``0 .. n_leaves - 1``.
+    n_documents_ : int or None
+        ``N``, number of non-empty sets :meth:`fit_document_frequencies` counted bins over
+        (None before).
 
     Notes
     -----
@@ -188,6 +193,9 @@ class VocabularyTree:
         self.sigma = None if sigma is None else float(sigma)
         self.random_state = int(random_state)
         self._fitted = False
+        self.n_documents_: int | None = None
+        self._df: list[np.ndarray] | None = None  # per level, coarsest first
+        self._idf_path: list[np.ndarray] | None = None
 
     # ------------------------------------------------------------------ fitting
     def fit(self, sample: np.ndarray) -> VocabularyTree:
@@ -264,6 +272,7 @@ class VocabularyTree:
             yield VocabularyProgress(lvl, total, f"level {lvl}/{L - 1}: {n_nodes} bins")
 
         self.dim = dim
+        self.n_documents_, self._df, self._idf_path = None, None, None
         self._set_structure(centers, parents)
         with _single_threaded_blas():
             self._compute_statistics(X, bins, rng)
@@ -338,6 +347,55 @@ class VocabularyTree:
             j = rng.integers(0, X.shape[0], _SIGMA_PAIRS)
             mean = float(np.sqrt(rowwise_sqdist(X[i], X, j)).mean())
             self.sigma_ = mean if mean > 0 else 1.0
+
+    def fit_document_frequencies(self, sets: list[np.ndarray]) -> VocabularyTree:
+        """Count in how many of ``sets`` every bin occurs (the ``"idf"`` weights).
+
+        Parameters
+        ----------
+        sets : list of (M_i, D) float32 arrays
+            Example sets ("documents"), e.g. the sets the tree was fitted on; empty sets
+            are skipped. At least two must be non-empty: with ``N = 1`` every idf is 0.
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        ``N_b`` is the number of non-empty sets with a point in bin ``b``; the root then
+        has ``idf = 0``. Cost: one descent of all the sets' points (as one encoding).
+        """
+        self._check_fitted()
+        arrays = [as_point_set(s, f"sets[{i}]", dim=self.dim) for i, s in enumerate(sets)]
+        arrays = [a for a in arrays if a.shape[0]]
+        n = len(arrays)
+        if n < 2:
+            raise ValueError(
+                f"document frequencies need at least 2 non-empty sets, got {n} "
+                "(with one set every idf is 0)"
+            )
+        owner = np.repeat(np.arange(n, dtype=np.int64), [a.shape[0] for a in arrays])
+        with _single_threaded_blas():
+            bins, _ = self._descend(np.concatenate(arrays), need_dist=False)  # coarsest first
+        df = []
+        for lvl in range(self.levels):
+            n_l = self._centers[lvl].shape[0]
+            present = np.unique(owner * n_l + bins[:, lvl])  # distinct (set, bin) pairs
+            df.append(np.bincount(present % n_l, minlength=n_l).astype(np.int64))
+        self._set_document_frequencies(n, df)
+        return self
+
+    def _set_document_frequencies(self, n: int, df: list[np.ndarray]) -> None:
+        """Store ``N`` and the per-level counts (coarsest first) and the path sums of idf
+        that :meth:`bin_weights` returns."""
+        self.n_documents_ = int(n)
+        self._df = [np.asarray(d, np.int64) for d in df]
+        idf = [np.log(n / np.maximum(d, 1)) for d in self._df]
+        path = [idf[0]]
+        for lvl in range(1, self.levels):
+            path.append(idf[lvl] + path[-1][self._parent[lvl]])
+        self._idf_path = path
 
     # ------------------------------------------------------------------ encoding
     def _check_fitted(self) -> None:
@@ -535,8 +593,24 @@ class VocabularyTree:
         c = self._count[lvl]
         return (c if bins is None else c[self._bins(lvl, bins)]).copy()
 
+    def idf(self, level: int, bins: np.ndarray | None = None) -> np.ndarray:
+        """(n,) float64 inverse document frequencies ``ln(N / N_b)`` at ``level`` (0 =
+        leaves; bins no counted set holds get ``ln N``), from
+        :meth:`fit_document_frequencies`."""
+        lvl = self._level(level)
+        if self._df is None:
+            raise RuntimeError("no document frequencies; call fit_document_frequencies(sets)")
+        d = self._df[lvl] if bins is None else self._df[lvl][self._bins(lvl, bins)]
+        return np.log(self.n_documents_ / np.maximum(d, 1))
+
     def bin_weights(self, level: int, bins: np.ndarray) -> np.ndarray:
         """Global similarity weights ``w_ij = exp(-A_ij / sigma)`` (thesis section 8.2.2).
+
+        With ``weights="idf"``: the sum of the idf (:meth:`idf`) of the bin and all its
+        ancestors, so that ``w_ij - p_ij = idf_ij`` and the pyramid match (Eq. 4.4)
+        becomes the idf-weighted intersection ``sum_b idf_b min(h_X[b], h_Y[b])`` over all
+        tree nodes of Nistér & Stewénius (2006); also never larger at a parent (idf >= 0),
+        hence Mercer.
 
         Parameters
         ----------
@@ -551,6 +625,13 @@ class VocabularyTree:
             In ``(0, 1]``; never larger than the child's weight (``A`` grows towards the
             root), so ``w_ij - p_ij >= 0`` in Eq. 4.4 and the match is a Mercer kernel.
         """
+        if self.weights == "idf":
+            lvl = self._level(level)
+            if self._idf_path is None:
+                raise RuntimeError(
+                    "weights='idf' needs document frequencies; call fit_document_frequencies(sets)"
+                )
+            return self._idf_path[lvl][self._bins(lvl, bins)]
         return np.exp(-self.diameters(level, bins) / self.sigma_)
 
     # ------------------------------------------------------------------ persistence
@@ -576,6 +657,8 @@ class VocabularyTree:
             "count": np.concatenate(self._count),
             "radius": np.concatenate(self._radius),
             "diameter": np.concatenate(self._diameter),
+            "n_documents": -1 if self.n_documents_ is None else self.n_documents_,
+            "df": (np.concatenate(self._df) if self._df is not None else np.zeros(0, np.int64)),
         }
 
     @classmethod
@@ -632,6 +715,13 @@ class VocabularyTree:
         tree._diameter = [d.astype(np.float32) for d in split["diameter"]]
         tree.sigma_ = sigma_
         tree._fitted = True
+        # states written before weights="idf" existed hold no document frequencies
+        n_docs = int(state["n_documents"]) if "n_documents" in state else -1
+        if n_docs >= 0:
+            df = np.asarray(state["df"], np.int64)
+            if df.shape != (total,):
+                raise ValueError(f"state['df'] must have shape ({total},)")
+            tree._set_document_frequencies(n_docs, np.split(df, cuts))
         return tree
 
     def __repr__(self) -> str:

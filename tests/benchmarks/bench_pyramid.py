@@ -92,7 +92,11 @@ CONFIGS = [
     ("uniform PCA-16, T=1", True, dict(pca_dim=16, n_sides=1, n_shifts=1)),
     ("uniform PCA-8, T=1, max_level=3 (Eq. 3.13)", True,
      dict(n_sides=1, n_shifts=1, max_level=3)),
-    ("vocabulary k=10 L=4 (128-D)", True, dict(bins="vocabulary")),
+    ("vocabulary k=10 L=4, global (thesis)", True,
+     dict(bins="vocabulary", depth=4, weights="global")),
+    ("vocabulary k=10 L=5, global", True, dict(bins="vocabulary", weights="global")),
+    ("vocabulary k=10 L=4, idf", True, dict(bins="vocabulary", depth=4)),
+    ("vocabulary k=10 L=5, idf, 2 trees (defaults)", True, dict(bins="vocabulary")),
 ]  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from engine.kernels.binning import Binning, UniformBinning
 from engine.kernels.embedding import SparseEmbedding
 from engine.kernels.optimal import optimal_partial_match
-from engine.kernels.pyramid import PyramidMatch
+from engine.kernels.pyramid import IDF_MIN_SETS, PyramidMatch
 
 FAST = settings(max_examples=25, deadline=None)
 
@@ -409,3 +409,103 @@ def test_stable_keys_are_splitmix64():
     want = mix64(bins.view(np.uint64) * GOLDEN + salt).view(np.int64)
     np.testing.assert_array_equal(level_key(3, 2, bins), want)
     assert level_key(3, 2, bins).dtype == np.int64
+
+
+def _vocab_sets(seed, n=10, m=40, dim=16):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(6, dim)) * 3
+    return [
+        (centres[rng.integers(0, 6, m)] + rng.normal(scale=0.3, size=(m, dim))).astype(np.float32)
+        for _ in range(n)
+    ]
+
+
+def test_vocabulary_idf_weights_are_the_idf_weighted_intersection():
+    pytest.importorskip("engine.kernels.vocabulary")
+    sets = [*_vocab_sets(7), np.zeros((0, 16), np.float32)]
+    pm = PyramidMatch(bins="vocabulary", branching=3, depth=3, n_shifts=1)
+    assert pm.weights == "idf" and pm.depth == 3  # "auto" resolves to idf for vocabulary
+    assert PyramidMatch().weights == "global" and PyramidMatch("vocabulary").depth == 5
+    pm.fit(sets)
+    tree = pm.binnings_[0]
+    n_docs = 10  # non-empty sets
+    assert tree.n_documents_ == n_docs
+    # direct: P(X, Y) = sum over all tree nodes of idf_b min(h_X[b], h_Y[b])
+    hist = []
+    for s in sets:
+        bins = tree.assign(s)[0] if len(s) else np.zeros((0, 3), np.int64)
+        h = {}
+        for lev in range(3):
+            for b in bins[:, lev]:
+                h[(lev, int(b))] = h.get((lev, int(b)), 0) + 1
+        hist.append(h)
+    for lev in range(3):  # idf from the document frequencies of the fit sets
+        for b in range(tree.sizes[lev]):
+            df = sum((lev, b) in h for h in hist)
+            assert tree.idf(lev, np.array([b]))[0] == pytest.approx(np.log(n_docs / max(df, 1)))
+    P = np.zeros((len(sets), len(sets)))
+    for i, hi in enumerate(hist):
+        for j, hj in enumerate(hist):
+            P[i, j] = sum(
+                tree.idf(lev, np.array([b]))[0] * min(c, hj[(lev, b)])
+                for (lev, b), c in hi.items()
+                if (lev, b) in hj
+            )
+    raw = PyramidMatch.from_state({**pm.to_state(), "normalize": "none"})
+    np.testing.assert_allclose(raw.kernel(sets), P, atol=1e-9)
+    K = pm.kernel(sets)
+    d = np.sqrt(np.diag(P)[:10])
+    np.testing.assert_allclose(K[:10, :10], P[:10, :10] / np.outer(d, d), atol=1e-9)
+    assert np.all(K[10] == 0) and np.linalg.eigvalsh(K).min() > -1e-8  # Mercer
+    # the root is shared by every set: idf 0
+    assert tree.idf(2)[0] == 0.0
+    # persistence keeps the document frequencies; the explicit map reproduces the kernel
+    back = PyramidMatch.from_state(pm.to_state())
+    assert back.weights == "idf" and back.binnings_[0].n_documents_ == n_docs
+    np.testing.assert_allclose(back.kernel(sets), K, atol=1e-12)
+    emb = pm.embed(sets)
+    for i, j in [(0, 1), (3, 3), (5, 9)]:
+        assert emb.dot(i, j) == pytest.approx(P[i, j], rel=1e-5)
+
+
+def test_vocabulary_idf_weights_errors_and_old_states():
+    pytest.importorskip("engine.kernels.vocabulary")
+    sets = _vocab_sets(8, n=4)
+    with pytest.raises(ValueError, match="vocabulary bins"):
+        PyramidMatch("uniform", weights="idf")
+    idf = {"weights": "idf", "branching": 3, "depth": 3}
+    with pytest.raises(ValueError, match="at least 2 non-empty"):
+        PyramidMatch("vocabulary", **idf).fit(np.concatenate(sets))
+    with pytest.raises(ValueError, match="at least 2 non-empty"):
+        PyramidMatch("vocabulary", **idf).fit([sets[0], sets[0][:0]])
+    # the default ("auto") falls back to the thesis' weights for a handful of sets: two
+    # sets compared by a tree fitted on them alone still match (idf would make it 0)
+    few = PyramidMatch("vocabulary", branching=3, depth=3).fit(sets[:2])
+    assert few.weights == "global" and few.kernel(sets[:2])[0, 1] > 0
+    assert PyramidMatch("vocabulary", **idf).fit(sets[:2]).kernel(sets[:2])[0, 1] == 0
+    many = [*sets, *_vocab_sets(9, n=6)]
+    assert len(many) >= IDF_MIN_SETS
+    assert PyramidMatch("vocabulary", branching=3, depth=3).fit(many).weights == "idf"
+    assert few.fit(many).weights == "idf"  # (fitted again on a collection: idf)
+    # global weights need no document frequencies; states from before idf still load
+    pmg = PyramidMatch("vocabulary", weights="global", branching=3, depth=3).fit(sets)
+    assert pmg.binnings_[0].n_documents_ is None
+    state = pmg.to_state()
+    old = {k: v for k, v in state.items() if not k.endswith((".n_documents", ".df"))}
+    np.testing.assert_allclose(PyramidMatch.from_state(old).kernel(sets), pmg.kernel(sets))
+    # the tree alone: idf weights before fit_document_frequencies are an error
+    from engine.kernels.vocabulary import VocabularyTree
+
+    tree = VocabularyTree(3, 3, weights="idf").fit(np.concatenate(sets))
+    with pytest.raises(RuntimeError, match="document frequencies"):
+        tree.bin_weights(0, np.array([0]))
+    w = tree.fit_document_frequencies(sets).bin_weights(0, np.arange(tree.sizes[0]))
+    parents = tree.parents(0)
+    np.testing.assert_allclose(
+        w - tree.bin_weights(1, parents), tree.idf(0), atol=1e-12
+    )  # w_b - w_parent(b) = idf_b >= 0
+    assert np.all(tree.idf(0) >= 0)
+    # a tree instance built for idf weights: "auto" keeps them and fit counts the sets
+    pmt = PyramidMatch(VocabularyTree(3, 3, weights="idf"), n_shifts=1, n_sides=1)
+    assert pmt.weights == "idf"
+    assert pmt.fit(sets).binnings_[0].n_documents_ == len(sets)
