@@ -642,13 +642,13 @@ def encode(
     words = words_indptr = sigs = None
     if "words" in parts:
         words, sigs = getattr(codes, "words", None), getattr(codes, "sigs", None)
-        X = None
-        if sets is not None:
+        signed = models.he is not None
+        if sets is not None and (words is None or (sigs is None and signed)):
             X = sets.X if isinstance(sets, StackedSets) else _stack(sets)
-        if words is None and X is not None:
-            words = he_words(models.vocab, X)
-        if words is not None and sigs is None and X is not None and models.he is not None:
-            sigs = models.he.signatures(X, words)
+            if words is None:
+                words = he_words(models.vocab, X)
+            if sigs is None and signed:
+                sigs = models.he.signatures(X, words)
         if words is not None:
             words = _word_dtype(models, words)
             words_indptr = np.zeros(n + 1, np.int64)

@@ -585,9 +585,9 @@ class MappedSegments:
         """
         parts = []
         for k, (st, mem) in enumerate(zip(self.arrays, self.members, strict=True)):
-            if any(key not in st or mem[key].blocks is None for key in WORD_CHECKED):
-                return None
-            if "he.indptr" not in st:
+            if "he.indptr" not in st or any(
+                key not in st or mem[key].blocks is None for key in WORD_CHECKED
+            ):
                 return None
             indptr = self._owned(k, "he.indptr", np.int64)
             words, sigs = st["he.words"], st["he.sigs"]

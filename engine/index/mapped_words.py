@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.index.search import entry_positions
+
 if TYPE_CHECKING:  # pragma: no cover
     from engine.index.block_checks import FileChecks, Member
 
@@ -73,14 +75,12 @@ class SegmentedWords:
         seg, pos = self.seg[rows], self.pos[rows]
         if (seg < 0).any():
             return None
-        starts = np.zeros(rows.shape[0], np.int64)
         lens = np.zeros(rows.shape[0], np.int64)
         chosen = []
         for k in np.unique(seg).tolist():
             sel = np.flatnonzero(seg == k)
             indptr = self.parts[k][0]
-            starts[sel] = indptr[pos[sel]]
-            lens[sel] = indptr[pos[sel] + 1] - starts[sel]
+            lens[sel] = indptr[pos[sel] + 1] - indptr[pos[sel]]
             chosen.append((k, sel))
         out_ptr = np.zeros(rows.shape[0] + 1, np.int64)
         np.cumsum(lens, out=out_ptr[1:])
@@ -88,14 +88,13 @@ class SegmentedWords:
         words = np.empty((int(out_ptr[-1]), t), np.int32)
         sigs = np.empty((int(out_ptr[-1]), t), np.uint64)
         for k, sel in chosen:
-            _, w, g, w_mem, g_mem = self.parts[k]
-            s, n = starts[sel], lens[sel]
+            indptr, w, g, w_mem, g_mem = self.parts[k]
+            p = pos[sel]
             for arr, mem in ((w, w_mem), (g, g_mem)):
                 row_bytes = arr.dtype.itemsize * t
-                self.checks.require_spans(mem, s * row_bytes, (s + n) * row_bytes)
-            first = np.cumsum(n) - n
-            at = np.repeat(s - first, n) + np.arange(int(n.sum()))
-            dest = np.repeat(out_ptr[sel] - first, n) + np.arange(int(n.sum()))
+                self.checks.require_spans(mem, indptr[p] * row_bytes, indptr[p + 1] * row_bytes)
+            at = entry_positions(indptr, p)[1]  # (the rows' entries in the segment)
+            dest = entry_positions(out_ptr, sel)[1]  # (and where they go)
             words[dest] = w[at]
             sigs[dest] = g[at]
         owner = np.repeat(np.arange(rows.shape[0]), lens)

@@ -425,7 +425,7 @@ def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
         or ev.compressed_agreement >= rule.same_photo_compressed
     )
     if ev.residual_px > rule.same_photo_residual_px:  # (then only measured pixels)
-        pixels = pixels and ev.pixel_agreement == ev.pixel_agreement  # (not nan)
+        pixels = pixels and not np.isnan(ev.pixel_agreement)  # (measured)
         if not _kept_frame(ev, rule):  # (and only a clean agreement)
             pixels = (
                 ev.pixel_agreement >= rule.same_photo_pixels
