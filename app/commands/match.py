@@ -60,9 +60,14 @@ def make_matcher(method: str, n_points: int):
         # few points: a shallower tree so leaves still hold several features
         # global weights: idf fitted on the two images alone would zero their shared bins
         return PyramidMatch(
-            bins="vocabulary", weights="global", branching=8, depth=3 if n_points > 200 else 2
+            bins="vocabulary",
+            weights="global",
+            normalize="self",
+            branching=8,
+            depth=3 if n_points > 200 else 2,
         )
-    return PyramidMatch(bins="uniform")
+    # the thesis' settings: idf over two images says nothing (and "auto" would not use it)
+    return PyramidMatch(bins="uniform", weights="global", normalize="self", n_sides=2, n_shifts=2)
 
 
 def run(args: argparse.Namespace) -> int:

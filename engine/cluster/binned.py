@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.validate import check_choice
+from engine.kernels.binning import path_weights
 
 __all__ = [
     "DENSE_LEVEL_BINS",
@@ -324,7 +325,7 @@ class BinnedMatcher:
     ----------
     pyramid : engine.kernels.pyramid.PyramidMatch
         A fitted pyramid match (e.g. the collection's vocabulary-guided one); its
-        projection, first binning, ``n_levels`` and ``bin_weights`` are used.
+        projection, first binning, ``n_levels`` and bin weights (``path_weights``) are used.
     sets : sequence of (m_i, D) float32 arrays or ``Features``
         The images' descriptors (``.descriptors`` is used when present).
     metric : {"l2", "l1"}
@@ -357,10 +358,9 @@ class BinnedMatcher:
             X = np.concatenate([s for s in self.sets if s.shape[0]])
             proj = getattr(pyramid, "projection_", None)
             P = proj.transform(X) if proj is not None else X
-            bins = np.asarray(binning.assign(P)[0][:, :L], dtype=np.int64)
-            w = np.empty(bins.shape, np.float64)
-            for lev in range(L):  # loop over levels only
-                w[:, lev] = binning.bin_weights(lev, bins[:, lev])
+            full = np.asarray(binning.assign(P)[0], dtype=np.int64)
+            bins = full[:, :L]
+            w = path_weights(binning, full, L)  # level by level (idf: whole paths)
         else:
             bins, w = np.zeros((0, L), np.int64), np.zeros((0, L))
         self._bins, self._w, self.n_levels = bins, w, L

@@ -324,7 +324,7 @@ def batch_codes(
 
         if words_level is not None:  # (each tree's descent, done once for both uses)
             lean_bins = [getattr(b, "assign_bins", lambda _: None)(X) for b in pm.binnings_]
-        grouped_ok = not weights or all(isinstance(b, UniformBinning) for b in pm.binnings_)
+        grouped_ok = not weights or all(_level_constant(b, UniformBinning) for b in pm.binnings_)
         if m >= GROUPED_MIN_POINTS and grouped_ok:
             grouped = [
                 nested_groups(b, X, pm.levels_of(b), owner, set_bits, bins_all=lb)
@@ -484,9 +484,10 @@ def _entry_weights(
     """Global weights of the bins of entries (block ``blk``, point ``p``) and of their
     parents (0 above the top level), for :func:`batch_codes` (uniform binnings: by
     block alone, ``p`` is not read)."""
+    from engine.kernels.binning import path_weights
     from engine.kernels.pyramid import UniformBinning
 
-    if all(isinstance(b, UniformBinning) for b in pm.binnings_):
+    if all(_level_constant(b, UniformBinning) for b in pm.binnings_):
         # weights constant per level (Lemma 1): a lookup by block
         lut = np.zeros(len(blocks) + 1)
         for b, (t, lev) in enumerate(blocks):
@@ -496,15 +497,35 @@ def _entry_weights(
         return lut[blk], lut_p[blk]
     w = np.zeros(blk.size)
     wp = np.zeros(blk.size)
+    # idf weights of uniform bins depend on the whole path: every point's weights at
+    # every level, once per binning (engine.kernels.binning.path_weights); other
+    # binnings (the index's vocabulary trees) look up only the entries' bins
+    pw = [
+        path_weights(b, bins, pm.levels_of(b))
+        if bins is not None and hasattr(b, "path_weights")
+        else None
+        for b, bins in zip(pm.binnings_, all_bins, strict=False)
+    ]
     for b, (t, lev) in enumerate(blocks):
         at = np.flatnonzero(blk == b)
         if at.size == 0:
             continue
-        binning, bins = pm.binnings_[t], all_bins[t]
-        w[at] = binning.bin_weights(lev, bins[p[at], lev])
-        if lev + 1 < pm.levels_of(binning):
-            wp[at] = binning.bin_weights(lev + 1, bins[p[at], lev + 1])
+        binning, bins, weights = pm.binnings_[t], all_bins[t], pw[t]
+        parent = lev + 1 < pm.levels_of(binning)
+        if weights is not None:
+            w[at] = weights[p[at], lev]
+            if parent:
+                wp[at] = weights[p[at], lev + 1]
+        else:
+            w[at] = binning.bin_weights(lev, bins[p[at], lev])
+            if parent:
+                wp[at] = binning.bin_weights(lev + 1, bins[p[at], lev + 1])
     return w, wp
+
+
+def _level_constant(binning: Any, uniform: type) -> bool:
+    """Whether ``binning``'s weights are constant per level (uniform bins, global)."""
+    return isinstance(binning, uniform) and getattr(binning, "weights", "global") == "global"
 
 
 def intersection_index(

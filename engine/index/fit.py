@@ -234,6 +234,7 @@ def fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int = 
         # the index weighs bins by its own idf (search.fit_key_idf) or by these global
         # weights; the kernel's default idf weights would cost a pass over every image
         weights="global",
+        normalize="self",
         branching=10,
         depth=5,
         sample_size=TREE_SAMPLE,
@@ -247,7 +248,17 @@ def fit_binnings(sets: Sequence[np.ndarray], n_images: int, random_state: int = 
         n_shifts=VOCAB_TREES,
         pca_dim=TREE_PCA_DIM if m.dim > TREE_PCA_DIM else None,
     )
-    uniform = PyramidMatch("uniform", sample_size=SAMPLE_DESCRIPTORS, random_state=random_state)
+    # the thesis' settings, pinned (the research defaults of PyramidMatch differ: idf
+    # weights and L1 scores, 6 pyramids): the index uses its own weights and measures
+    uniform = PyramidMatch(
+        "uniform",
+        weights="global",
+        normalize="self",
+        n_sides=2,
+        n_shifts=2,
+        sample_size=SAMPLE_DESCRIPTORS,
+        random_state=random_state,
+    )
     # the two fits are independent and mostly numpy work that releases the GIL: on two
     # threads they overlap (indexing cost target: the models are the part beyond the
     # decode + SIFT floor)

@@ -17,9 +17,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from engine.core.blas import single_threaded_blas
-from engine.core.validate import as_point_set, check_positive
+from engine.core.validate import as_point_set, check_choice, check_positive
 
-__all__ = ["Binning", "Projection", "UniformBinning"]
+__all__ = ["Binning", "Projection", "UniformBinning", "path_weights"]
+
+_UNIFORM_WEIGHTS = ("global", "idf")
 
 
 # --------------------------------------------------------------------------- protocol
@@ -36,9 +38,11 @@ class Binning(Protocol):
     -----
     Optional extras read by :class:`engine.kernels.pyramid.PyramidMatch` when present:
     ``bin_costs(level, bins)`` or ``diameters(level, bins)`` -- (n,) float64 distance
-    estimate used as the *cost* weight (default ``1 / bin_weights``), and ``sigma_``
+    estimate used as the *cost* weight (default ``1 / bin_weights``), ``sigma_``
     (float) -- the scale of the input-specific similarity weights
-    ``exp(-(d_X + d_Y) / sigma)``.
+    ``exp(-(d_X + d_Y) / sigma)``, and ``path_weights(bins)`` -- the (M, n_levels)
+    similarity weights of whole paths of bins, for binnings whose weight of a bin cannot
+    be looked up from its id alone (:func:`path_weights` reads it).
     """
 
     n_levels: int
@@ -88,6 +92,11 @@ class UniformBinning:
         Whether :meth:`assign` also returns the L1 distances of the points to their bin
         centres (for input-specific weights).
     random_state : int, default 0
+    weights : {"global", "idf"}, default "global"
+        Similarity weights: ``"global"``, the thesis' ``1 / (D f 2**i)`` (Eq. 3.10);
+        ``"idf"`` (NOT in the thesis; Nistér & Stewénius 2006), a bin's weight is the sum
+        of the inverse document frequencies ``ln(N / N_b)`` on its path to the top, counted
+        by :meth:`fit_document_frequencies` -- read them with :meth:`path_weights`.
 
     Notes
     -----
@@ -98,6 +107,13 @@ class UniformBinning:
     ``sum_k (c_k - c'_k) R_k == 0 (mod 2**64)``, probability about ``2**-64`` per pair
     for random ``R``: with a million occupied bins per level the chance of any collision
     is about ``3e-8``, and a collision merely adds one spurious bin match.
+
+    Hashed ids do not tell a bin's parent, so idf weights are stored only for the bins
+    found in at least 2 fit sets, with their *cumulative* weight (idf summed up the path,
+    from the fit points' nested paths); every other bin has idf ``ln N`` (``N_b <= 1``)
+    and its cumulative weight is ``ln N`` plus its parent's, so :meth:`path_weights`
+    walks a point's path from the top down. Bins of one set only are not stored: memory
+    grows with the bins that sets share, not with the points.
     """
 
     def __init__(
@@ -108,16 +124,23 @@ class UniformBinning:
         shift: bool = True,
         distances: bool = False,
         random_state: int = 0,
+        weights: str = "global",
     ) -> None:
         if finest_side is not None:
             check_positive(finest_side, "finest_side")
         check_positive(finest_scale, "finest_scale")
+        check_choice(weights, "weights", _UNIFORM_WEIGHTS)
         self.finest_side = None if finest_side is None else float(finest_side)
         self.finest_scale = float(finest_scale)
         self.shift = bool(shift)
         self.distances = bool(distances)
         self.random_state = int(random_state)
+        self.weights = weights
         self.n_levels = 0
+        self.n_documents_: int | None = None
+        # per level below the top: sorted ids of the bins of >= 2 fit sets, cumulative idf
+        self._idf_bins: list[np.ndarray] | None = None
+        self._idf_cum: list[np.ndarray] | None = None
 
     # -- fitting
     def fit(self, sample: np.ndarray) -> UniformBinning:
@@ -148,7 +171,75 @@ class UniformBinning:
         self.lo_, self.hi_, self.side_, self.shift_, self.mult_ = lo, hi, f, shift, mult
         self.dim_ = int(X.shape[1])
         self.n_levels = n_levels
+        self.n_documents_, self._idf_bins, self._idf_cum = None, None, None
         return self
+
+    def fit_document_frequencies(self, sets: list[np.ndarray]) -> UniformBinning:
+        """Count in how many of ``sets`` every bin occurs (the ``"idf"`` weights).
+
+        Parameters
+        ----------
+        sets : list of (M_i, D) float32 arrays
+            Example sets ("documents") in the binning's (projected) feature space, e.g.
+            the sets fitted on; empty sets are skipped. At least two must be non-empty.
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        ``N_b`` is the number of the ``N`` non-empty sets with a point in bin ``b``;
+        ``idf_b = ln(N / N_b)`` (the top bin holds every set: idf 0). Stored per level:
+        the bins with ``N_b >= 2`` (sorted int64 ids) and their cumulative weights
+        ``sum of idf_b`` over the bin and its ancestors (float64), non-increasing
+        towards the top since every idf is ``>= 0``. Cost: one :meth:`assign` of all
+        the points plus one sort per level.
+        """
+        self._check_fitted()
+        arrays = [as_point_set(s, f"sets[{i}]", dim=self.dim_) for i, s in enumerate(sets)]
+        arrays = [a for a in arrays if a.shape[0]]
+        n = len(arrays)
+        if n < 2:
+            raise ValueError(
+                f"document frequencies need at least 2 non-empty sets, got {n} "
+                "(with one set every idf is 0)"
+            )
+        owner = np.repeat(np.arange(n, dtype=np.int64), [a.shape[0] for a in arrays])
+        bins = self._bins_only(np.concatenate(arrays))
+        L = self.n_levels
+        ids: list[np.ndarray] = [np.zeros(0, np.int64)] * (L - 1)
+        cum: list[np.ndarray] = [np.zeros(0)] * (L - 1)
+        for lev in range(L - 2, -1, -1):
+            b = bins[:, lev]
+            order = _bin_set_order(b, owner, n)
+            bs, os_ = b[order], owner[order]
+            new_pair = np.ones(bs.shape[0], bool)
+            new_pair[1:] = (bs[1:] != bs[:-1]) | (os_[1:] != os_[:-1])
+            new_bin = np.ones(bs.shape[0], bool)
+            new_bin[1:] = bs[1:] != bs[:-1]
+            starts = np.flatnonzero(new_bin)
+            df = np.add.reduceat(new_pair.astype(np.int64), starts)
+            keep = df >= 2
+            ids[lev] = bs[starts[keep]]  # ascending
+            rep = order[starts[keep]]  # a point of every kept bin, for its parent
+            if lev == L - 2:  # the parent is the top bin: idf ln(N / N) = 0
+                parent = np.zeros(rep.shape[0])
+            else:  # N_parent >= N_b >= 2: stored
+                parent = _lookup(
+                    ids[lev + 1], cum[lev + 1], bins[rep, lev + 1], np.zeros(rep.size)
+                )
+            cum[lev] = np.log(n / df[keep]) + parent
+        self.n_documents_, self._idf_bins, self._idf_cum = n, ids, cum
+        return self
+
+    def _bins_only(self, X: np.ndarray) -> np.ndarray:
+        """(M, n_levels) int64 bins of validated ``X`` without distances."""
+        cells = self.cells(X)
+        bins = np.zeros((X.shape[0], self.n_levels), np.int64)
+        for level in range(self.n_levels - 1):
+            bins[:, level] = (cells >> level) @ self.mult_
+        return bins
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "lo_"):
@@ -206,8 +297,74 @@ class UniformBinning:
 
     def bin_weights(self, level: int, bins: np.ndarray) -> np.ndarray:
         """Similarity weights ``1 / (D f 2**level)`` (thesis section 3.2: the inverse of the
-        largest L1 distance of two points in a bin), constant per level."""
-        return 1.0 / self.bin_costs(level, bins)
+        largest L1 distance of two points in a bin), constant per level.
+
+        With ``weights="idf"`` only bins of at least 2 fit sets (and the top bin) have a
+        weight of their own: any other raises ValueError, use :meth:`path_weights`."""
+        if self.weights != "idf":
+            return 1.0 / self.bin_costs(level, bins)
+        self._check_idf()
+        bins = np.asarray(bins, np.int64)
+        if level >= self.n_levels - 1:
+            return np.zeros(bins.shape[0])
+        nan = np.full(bins.shape[0], np.nan)
+        w = _lookup(self._idf_bins[level], self._idf_cum[level], bins, nan)  # type: ignore[index]
+        if np.isnan(w).any():
+            raise ValueError(
+                "idf weights of bins of fewer than 2 fit sets depend on their parent: "
+                "use path_weights(bins) on whole paths"
+            )
+        return w
+
+    def path_weights(self, bins: np.ndarray) -> np.ndarray:
+        """Similarity weights of whole paths of nested bins.
+
+        Parameters
+        ----------
+        bins : (M, n_levels) int64
+            Every point's bins at every level, finest first (from :meth:`assign`).
+
+        Returns
+        -------
+        (M, n_levels) float64
+            ``"global"``: ``1 / (D f 2**level)`` per column. ``"idf"``: the sum of
+            ``ln(N / N_b)`` over the bin and its ancestors -- the stored cumulative weight
+            of a bin of at least 2 fit sets, else ``ln N`` plus its parent's weight (the
+            top bin weighs 0). Non-increasing along each row, so ``w - w_parent`` is the
+            bin's idf ``>= 0`` and the pyramid match stays a Mercer kernel.
+        """
+        self._check_fitted()
+        bins = np.asarray(bins, np.int64)
+        if bins.ndim != 2 or bins.shape[1] != self.n_levels:
+            raise ValueError(f"bins must have shape (M, {self.n_levels}), got {bins.shape}")
+        L = self.n_levels
+        if self.weights != "idf":
+            lw = 1.0 / (self.dim_ * self.side_ * 2.0 ** np.arange(L))
+            return np.broadcast_to(lw, bins.shape).copy()
+        self._check_idf()
+        w = np.zeros(bins.shape)
+        log_n = math.log(self.n_documents_)  # type: ignore[arg-type]
+        # the child of a bin of at most one fit set has at most one too: only points whose
+        # parent bin is stored need a look-up (top-down, fewer at every level)
+        stored = np.arange(bins.shape[0])
+        for lev in range(L - 2, -1, -1):
+            w[:, lev] = w[:, lev + 1] + log_n
+            ids, cum = self._idf_bins[lev], self._idf_cum[lev]  # type: ignore[index]
+            if stored.size == 0 or ids.size == 0:
+                stored = stored[:0]
+                continue
+            pos = np.minimum(np.searchsorted(ids, bins[stored, lev]), ids.shape[0] - 1)
+            hit = ids[pos] == bins[stored, lev]
+            stored = stored[hit]
+            w[stored, lev] = cum[pos[hit]]
+        return w
+
+    def _check_idf(self) -> None:
+        self._check_fitted()
+        if self._idf_bins is None:
+            raise RuntimeError(
+                "weights='idf' needs document frequencies; call fit_document_frequencies(sets)"
+            )
 
     def bin_costs(self, level: int, bins: np.ndarray) -> np.ndarray:
         """Cost weights ``D f 2**level``: the L1 diameter of a bin (Lemma 1)."""
@@ -228,6 +385,12 @@ class UniformBinning:
             "side": float(self.side_),
             "shift_vec": self.shift_,
             "mult": self.mult_,
+            "weights": self.weights,
+            "n_documents": -1 if self.n_documents_ is None else self.n_documents_,
+            # per level below the top: how many bins, their ids and cumulative idf
+            "idf_sizes": np.array([b.shape[0] for b in self._idf_bins or []], np.int64),
+            "idf_bins": _cat(self._idf_bins, np.int64),
+            "idf_cum": _cat(self._idf_cum, np.float64),
         }
 
     @classmethod
@@ -238,6 +401,8 @@ class UniformBinning:
             shift=bool(state["shift"]),
             distances=bool(state["distances"]),
             random_state=int(state["random_state"]),
+            # states written before idf weights existed are global
+            weights=str(np.asarray(state["weights"])) if "weights" in state else "global",
         )
         self.lo_ = np.asarray(state["lo"], np.float64)
         self.hi_ = np.asarray(state["hi"], np.float64)
@@ -246,12 +411,80 @@ class UniformBinning:
         self.mult_ = np.asarray(state["mult"], np.int64)
         self.dim_ = int(self.lo_.shape[0])
         self.n_levels = int(state["n_levels"])
+        n_docs = int(state["n_documents"]) if "n_documents" in state else -1
+        if n_docs >= 0:
+            sizes = np.asarray(state["idf_sizes"], np.int64)
+            ids = np.asarray(state["idf_bins"], np.int64)
+            cum = np.asarray(state["idf_cum"], np.float64)
+            total = (int(sizes.sum()),)
+            if sizes.shape != (self.n_levels - 1,) or ids.shape != total or cum.shape != total:
+                raise ValueError("uniform binning state: inconsistent idf arrays")
+            cuts = np.cumsum(sizes)[:-1]
+            self.n_documents_ = n_docs
+            self._idf_bins, self._idf_cum = np.split(ids, cuts), np.split(cum, cuts)
         return self
 
     def __repr__(self) -> str:
         if hasattr(self, "side_"):
             return f"UniformBinning(side={self.side_:.4g}, n_levels={self.n_levels})"
         return f"UniformBinning(finest_side={self.finest_side})"
+
+
+def _cat(parts: list[np.ndarray] | None, dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+
+def _bin_set_order(b: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Order of points grouping them by bin ``b`` (ascending) then set ``owner``
+    (ascending): one argsort of the bin ids with their low bits replaced by the set,
+    checked (two bins equal but for those bits: the exact two-key sort)."""
+    bits = max(1, int(n - 1).bit_length())
+    if bits <= 24:
+        mask = np.int64((1 << bits) - 1)
+        order = np.argsort((b & ~mask) | owner)
+        bs = b[order]
+        high = bs & ~mask
+        if not np.any((high[1:] == high[:-1]) & (bs[1:] != bs[:-1])):
+            return order
+    return np.lexsort((owner, b))
+
+
+def _lookup(ids: np.ndarray, values: np.ndarray, b: np.ndarray, default: np.ndarray) -> np.ndarray:
+    """``values`` of ``b`` (M,) int64 in the sorted ``ids``; ``default`` (M,) where absent."""
+    if ids.shape[0] == 0:
+        return default
+    pos = np.minimum(np.searchsorted(ids, b), ids.shape[0] - 1)
+    return np.where(ids[pos] == b, values[pos], default)
+
+
+def path_weights(binning: Binning, bins: np.ndarray, n_levels: int | None = None) -> np.ndarray:
+    """Similarity weights of every point's bins at every level, finest first.
+
+    Parameters
+    ----------
+    binning : Binning
+        Fitted. Its ``path_weights(bins)`` is used when it has one (weights that depend
+        on the bin's ancestors, e.g. :class:`UniformBinning` with idf weights), else
+        ``bin_weights`` level by level.
+    bins : (M, binning.n_levels) int64
+        Every point's nested bins from ``binning.assign`` (all levels).
+    n_levels : int or None
+        Return the first ``n_levels`` levels only (default: all).
+
+    Returns
+    -------
+    (M, n_levels) float64
+        Non-increasing along each row.
+    """
+    bins = np.asarray(bins, np.int64)
+    L = bins.shape[1] if n_levels is None else int(n_levels)
+    fn = getattr(binning, "path_weights", None)
+    if fn is not None:
+        return np.asarray(fn(bins), np.float64)[:, :L]
+    w = np.empty((bins.shape[0], L))
+    for lev in range(L):
+        w[:, lev] = binning.bin_weights(lev, bins[:, lev])
+    return w
 
 
 # --------------------------------------------------------------------------- small PCA

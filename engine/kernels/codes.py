@@ -8,7 +8,9 @@ set's distances to its centre. Kernel and cost matrices of two batches are then 
 forms over those entries (:func:`bilinear`): with the unary encoding of Eq. 3.15,
 ``min(a, b) = sum_{t >= 1} [a >= t] [b >= t]``, so each form is one sparse matrix
 product (SciPy CSR @ CSR.T in C), plus a dense ``min`` for the few coarse bins shared
-by most sets.
+by most sets. The L1-normalised intersection of real-valued weighted pyramids
+(:func:`l1_intersection`, ``PyramidMatch(normalize="l1")``) pairs the entries of every
+bin instead.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from engine.kernels.binning import path_weights
 from engine.kernels.embedding import level_key
 
 __all__ = [
     "PyramidCodes",
     "bilinear",
     "encode_points",
+    "l1_intersection",
+    "l1_masses",
     "self_similarity",
     "terms",
     "unary",
@@ -198,6 +203,7 @@ def _pyramid_entries(
     lean = None if need_d else getattr(binning, "assign_bins", None)
     # global weights need no distances: the tree's distance-free descent
     bins, dist = (lean(X), None) if lean is not None else binning.assign(X)
+    weights = path_weights(binning, bins, L)  # (N, L): whole paths (idf: cumulative)
     bins = bins[:, :L]
     if need_d:
         if dist is None:
@@ -209,9 +215,9 @@ def _pyramid_entries(
     c = np.empty((N, L + 1))
     w[:, L] = 0.0
     c[:, L] = 0.0
+    w[:, :L] = weights
     for lev in range(L):
         keys[:, lev] = level_key(t, lev, bins[:, lev])
-        w[:, lev] = binning.bin_weights(lev, bins[:, lev])
         c[:, lev] = _bin_costs(binning, lev, bins[:, lev], w[:, lev])
     flat_key = keys.ravel()  # entry p * L + lev
     order, ks, os_ = _group_order(flat_key, owner, L, n)
@@ -474,3 +480,113 @@ def _dense_min_terms(
         m = np.minimum(Ha[:, k, None], Hb[None, :, k])
         out += m * np.outer(Ua[:, k], Vb[:, k])
     return out
+
+
+# --------------------------------------------------------------------------- L1 scores
+_PAIR_CHUNK = 1 << 22  # (entry a, entry b) pairs per bincount of l1_intersection
+_L1_DENSE_SHARE = 0.01  # bins shared by more than this fraction of pairs: dense
+
+
+def l1_masses(codes: PyramidCodes) -> np.ndarray:
+    """(n,) float64 L1 mass ``sum_b (w_b - w_parent) h[b]`` of every set's weighted
+    histograms over all pyramids (the unnormalised ``P(X, X)`` of global weights)."""
+    return self_similarity(codes, "global")
+
+
+def l1_intersection(A: PyramidCodes, B: PyramidCodes | None = None) -> np.ndarray:
+    """Histogram intersection of L1-normalised weighted pyramids, for all pairs.
+
+    ``K[i, j] = sum_b min(x_i[b], x_j[b])`` over every (pyramid, level, bin), with
+    ``x_i[b] = (w_b - w_parent(b)) h_i[b] / m_i`` and ``m_i`` the set's mass
+    (:func:`l1_masses`), so ``sum_b x_i[b] = 1`` and ``K = 1 - ||x_i - x_j||_1 / 2``
+    (Nistér & Stewénius 2006). Real-valued, so no unary encoding: bins most pairs
+    share are compared densely (``min`` on an (na, nb) grid per bin), the others pair
+    by pair (every pair of entries of a bin: ``sum_b df_a[b] df_b[b]`` pairs, fine bins
+    hold few sets). Exact; Mercer (the intersection of non-negative vectors is).
+
+    Parameters
+    ----------
+    A : PyramidCodes
+        Global (or idf) weights.
+    B : PyramidCodes or None
+        None: ``A`` against itself.
+
+    Returns
+    -------
+    (len(A), len(B)) float64
+        Rows or columns of empty sets are 0; the diagonal of ``A`` against itself is 1
+        for non-empty sets.
+    """
+    same = B is None
+    B = A if same else B
+    na, nb = len(A), len(B)
+    out = np.zeros((na, nb))
+    xa, xb = _l1_values(A), None if same else _l1_values(B)
+    xb = xa if xb is None else xb
+    if same:
+        col_a, col_b, ncol = A.col, A.col, A.n_cols
+    else:
+        ukeys, inv = np.unique(np.concatenate([A.key, B.key]), return_inverse=True)
+        inv = inv.ravel()
+        col_a, col_b, ncol = inv[: A.key.shape[0]], inv[A.key.shape[0] :], ukeys.shape[0]
+    ka, kb = np.flatnonzero(xa > 0), np.flatnonzero(xb > 0)  # idf 0 bins add nothing
+    df_a = np.bincount(col_a[ka], minlength=ncol)
+    df_b = df_a if same else np.bincount(col_b[kb], minlength=ncol)
+    # dense bins cost ~0.6 ns per (a, b) cell, listed pairs ~60 ns per pair
+    heavy = df_a.astype(np.float64) * df_b > _L1_DENSE_SHARE * na * nb
+    hidx = np.flatnonzero(heavy)
+    if hidx.size:  # one (na, nb) minimum per bin, bins in rows (contiguous)
+        remap = np.full(ncol, -1, np.int64)
+        remap[hidx] = np.arange(hidx.size)
+        ha = ka[heavy[col_a[ka]]]
+        Ha = np.zeros((hidx.size, na))
+        Ha[remap[col_a[ha]], A.row[ha]] = xa[ha]
+        if same:
+            Hb = Ha
+        else:
+            hb = kb[heavy[col_b[kb]]]
+            Hb = np.zeros((hidx.size, nb))
+            Hb[remap[col_b[hb]], B.row[hb]] = xb[hb]
+        tmp = np.empty((na, nb))
+        for k in range(hidx.size):
+            np.minimum(Ha[k][:, None], Hb[k][None, :], out=tmp)
+            out += tmp
+    # light bins: every pair of entries sharing a bin (against itself: each pair once)
+    lb = kb[~heavy[col_b[kb]]]
+    lb = lb[np.argsort(col_b[lb], kind="stable")]
+    start_b = np.concatenate([[0], np.cumsum(np.bincount(col_b[lb], minlength=ncol))])
+    if same:
+        la = lb
+        first = np.arange(la.shape[0])  # partners: this entry and the later ones of its bin
+        n_partners = start_b[col_a[la] + 1] - first
+    else:
+        la = ka[~heavy[col_a[ka]]]
+        first = start_b[col_a[la]]
+        n_partners = start_b[col_a[la] + 1] - first
+    light = np.zeros(na * nb)
+    ends = np.cumsum(n_partners)
+    s = 0
+    while s < la.shape[0]:
+        e = max(
+            int(np.searchsorted(ends, (ends[s - 1] if s else 0) + _PAIR_CHUNK, "right")), s + 1
+        )
+        cnt = n_partners[s:e]
+        ia = np.repeat(la[s:e], cnt)
+        ib = lb[np.arange(ia.shape[0]) + np.repeat(first[s:e] - (np.cumsum(cnt) - cnt), cnt)]
+        light += np.bincount(
+            A.row[ia] * nb + B.row[ib], np.minimum(xa[ia], xb[ib]), minlength=na * nb
+        )
+        s = e
+    light = light.reshape(na, nb)
+    out += light + light.T if same else light
+    if same:  # exactly 1 (sum_b x_i[b]), up to rounding otherwise
+        np.fill_diagonal(out, (l1_masses(A) > 0).astype(np.float64))
+    return out
+
+
+def _l1_values(codes: PyramidCodes) -> np.ndarray:
+    """(G,) float64 ``(w - w_parent) count / mass`` of every entry (0 in empty sets)."""
+    mass = l1_masses(codes)
+    u = np.maximum(codes.w - codes.wp, 0.0) * codes.count
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(mass[codes.row] > 0, u / mass[codes.row], 0.0)

@@ -36,11 +36,12 @@ from typing import Any
 import numpy as np
 
 from engine.core.validate import as_point_set, check_choice, check_positive
-from engine.kernels.binning import Binning, Projection, UniformBinning
+from engine.kernels.binning import Binning, Projection, UniformBinning, path_weights
 from engine.kernels.codes import (
     PyramidCodes,
     bilinear,
     encode_points,
+    l1_intersection,
     self_similarity,
     unary,
 )
@@ -68,13 +69,14 @@ __all__ = [
 ]
 
 _BINS = ("uniform", "vocabulary")
-#: ``weights="auto"`` gives vocabulary bins idf weights when :meth:`PyramidMatch.fit`
-#: is given at least this many non-empty sets, else the thesis' global weights: the
+#: ``weights="auto"`` gives uniform and vocabulary bins idf weights when
+#: :meth:`PyramidMatch.fit` is given at least this many non-empty sets, else the
+#: thesis' global weights (and ``"auto"`` normalisation, sides, PCA follow): the
 #: document frequencies of a handful of sets say little (fitted on the two sets
 #: compared, every bin they share would weigh ``ln(2 / 2) = 0``).
 IDF_MIN_SETS = 10
 _WEIGHTS = ("auto", "global", "input_specific", "idf")
-_NORMALIZE = ("self", "min", "none")
+_NORMALIZE = ("auto", "self", "min", "none", "l1")
 _INPUT_DISTANCE = ("max", "mean")
 
 
@@ -119,9 +121,10 @@ class PyramidMatch:
         (chapter 4, :class:`engine.kernels.vocabulary.VocabularyTree`); a fitted or unfitted
         :class:`Binning` instance is used as is (``n_shifts``, ``n_sides`` must then be 1).
     weights : {"auto", "global", "input_specific", "idf"}, default "auto"
-        ``"auto"``: ``"idf"`` for vocabulary bins (and a Binning whose ``weights`` is
-        ``"idf"``) fitted on at least :data:`IDF_MIN_SETS` non-empty sets, ``"global"``
-        otherwise (the attribute holds the resolved choice, set again by :meth:`fit`).
+        ``"auto"``: ``"idf"`` for uniform and vocabulary bins (and a Binning whose
+        ``weights`` is ``"idf"``) fitted on at least :data:`IDF_MIN_SETS` non-empty sets,
+        ``"global"`` otherwise (the attribute holds the resolved choice, set again by
+        :meth:`fit`).
         Global per-bin weights (``1 / (D f 2**i)`` for uniform bins, Eq. 3.10; the
         tree's ``exp(-A/sigma)``, Eq. 4.3 (a)) or
         input-specific ones from the sets' largest distances to the bin centres
@@ -129,11 +132,12 @@ class PyramidMatch:
         similarity ``exp(-(d_ij(X) + d_ij(Y)) / sigma)`` when the binning has a
         ``sigma_`` (vocabulary), else ``w_ij exp(-(d_ij(X) + d_ij(Y)) / A_ij)`` with
         ``A_ij`` the bin's cost weight. Input-specific similarity is not guaranteed PSD
-        (section 4.3). ``"idf"`` (vocabulary bins, or a Binning with a
-        ``fit_document_frequencies`` method; NOT in the thesis): every tree node ``b``
-        weighs its matches by its inverse document frequency ``ln(N / N_b)`` over the
-        ``N`` non-empty sets given to :meth:`fit` (Nistér & Stewénius 2006), i.e. the
-        bin's similarity weight is the sum of the idf on its path to the root. Bins
+        (section 4.3). ``"idf"`` (uniform or vocabulary bins, or a Binning with a
+        ``fit_document_frequencies`` method; NOT in the thesis): every bin ``b`` (tree
+        node, grid cell) weighs its matches by its inverse document frequency
+        ``ln(N / N_b)`` over the ``N`` non-empty sets given to :meth:`fit` (Nistér &
+        Stewénius 2006), i.e. the bin's similarity weight is the sum of the idf on its
+        path to the root (grid cells of at most one fit set: ``ln N``). Bins
         most sets share count little, distinctive ones much. Mercer; it needs at least
         2 non-empty fit sets and describes the collection fitted on -- fitting on just
         the two sets compared gives their shared bins idf 0 (use ``"global"`` then).
@@ -150,18 +154,26 @@ class PyramidMatch:
         estimate, not a bound on every match, and far less sensitive to one outlying
         point: on ETH-80 SIFT its cost ranking follows the optimal matching much more
         closely (Spearman 0.955 vs 0.875 at 128-D, ``tests/benchmarks/bench_spearman.py``).
-    normalize : {"self", "min", "none"}, default "self"
+    normalize : {"auto", "self", "min", "none", "l1"}, default "auto"
+        ``"auto"``: ``"l1"`` for uniform bins with idf weights, ``"self"`` otherwise
+        (resolved again by :meth:`fit`, like ``weights``).
         ``"self"``: Eq. 3.12, ``P(X,Y) / sqrt(P(X,X) P(Y,Y))`` -- a Mercer kernel with
         self-similarity 1. ``"min"``: Eq. 3.11, the partial match normalised by the
         smaller set -- implemented as ``P(X,Y) / min(P(X,X), P(Y,Y))``, which for uniform
         bins is exactly ``P / (w_0 min(|X|, |Y|))``; unmatched extra features cost nothing.
+        ``"l1"`` (NOT in the thesis; the L1 score of Nistér & Stewénius 2006): every
+        set's weighted histogram over all pyramids and levels, ``(w_b - w_parent) h[b]``,
+        is scaled to unit L1 mass before the intersection, so ``K = sum_b min(x_X[b],
+        x_Y[b]) = 1 - ||x_X - x_Y||_1 / 2``; Mercer, self-similarity 1
+        (:func:`engine.kernels.codes.l1_intersection`). Not with input-specific weights.
     n_shifts : int, default 2
         ``T`` randomly shifted pyramids; similarities are averaged, costs take the minimum
         over shifts (section 3.2.2). Vocabulary bins: ``T`` trees from different seeds.
-    n_sides : int, default 2
+    n_sides : int or "auto", default "auto"
         Uniform bins: pyramids with several finest side lengths ``f 2**(k / n_sides)``,
         ``k = 0 .. n_sides - 1`` (section 3.2.2: more gradations of match distances),
-        each with ``n_shifts`` shifts; combined like the shifts.
+        each with ``n_shifts`` shifts; combined like the shifts. "auto": 3 with idf
+        weights, else 2 (resolved again by :meth:`fit`; 1 for a Binning instance).
     finest_side : float or None, default None
         Uniform bins: side ``f`` of the finest bins in (projected) feature units;
         None = ``finest_scale`` x mean per-dimension std of the fit sample.
@@ -169,9 +181,10 @@ class PyramidMatch:
         See ``finest_side``.
     pca_dim : int, "auto" or None, default "auto"
         Project features to this many principal components learned in :meth:`fit`.
-        "auto": 8 for uniform bins when ``D > 16`` (uniform grids degrade with dimension,
-        thesis Fig. 6-6; the thesis used 10-D PCA-SIFT, 8 ranked slightly better on
-        UKBench), none for vocabulary bins.
+        "auto": for uniform bins when ``D > 16``, 8 with global weights (uniform grids
+        degrade with dimension, thesis Fig. 6-6; the thesis used 10-D PCA-SIFT, 8 ranked
+        slightly better on UKBench) and 12 with idf weights (see Notes); none for
+        vocabulary bins.
     max_level : int or None, default None
         Count new matches only up to this level (0 = finest): a partial matching limited
         to a distance (Eq. 3.13).
@@ -186,19 +199,31 @@ class PyramidMatch:
 
     Notes
     -----
-    Defaults were chosen on UKBench (500 images, <= 500 SIFT each, N-S score of the
-    kernel's ranking; ``tests/benchmarks/bench_pyramid.py``) and checked on Holidays and
-    ETH-80. Uniform bins: 8-D PCA, 2 finest sides x 2 shifts (4 pyramids) score 3.27
-    with RootSIFT (3.36 with plain L2-normalised SIFT) vs about 3.0 for one 10-D
-    pyramid; 3 x 3 pyramids add little on RootSIFT (3.28; 3.40 on plain SIFT) at 2.25x
-    the cost. The finest side barely matters (0.25-1 x std) as long as all levels are
-    kept. Vocabulary bins: 2 trees, ``k = 10``, ``L = 5`` with idf weights score 3.51
-    (fit about 2.6 s, encode 0.3 s, kernel 0.15 s) against 2.59 for ``L = 4`` with the
-    thesis' diameter weights (2.88 at ``L = 5``; 3.28 with idf at ``L = 4``).
+    Defaults were chosen on the mean over three dev tasks (RootSIFT, <= 500 per image):
+    UKBench N-S (500 images, fitted on them; ``tests/benchmarks/bench_pyramid.py``),
+    Holidays mAP (421-image dev subset, 149 queries) and N-S on UKBench of a model
+    fitted on Holidays (unseen photos). Thesis-style uniform bins (Eqs. 3.10, 3.12:
+    global weights, 8-D PCA, 2 finest sides x 2 shifts) score 3.27 / 0.531 / 3.24 (3.36
+    UKBench with plain SIFT; about 3.0 for one 10-D pyramid; 3 x 3 pyramids 3.28). The
+    uniform defaults for a collection (idf weights, Nistér & Stewénius 2006; their L1
+    score, ``normalize="l1"``; 12-D PCA; 3 sides x 2 shifts) score 3.48 / 0.673 / 3.45
+    (seeds 0-2: UKBench 3.46-3.49, Holidays 0.650-0.673, cross 3.45-3.48) at about
+    2x the encoding + kernel cost (500 x 500: fit 0.8-1.7 s, encode 1.45 s, kernel 0.7 s
+    against 0.2-0.5, 0.35-0.55, 0.5). Same pyramids with global weights: 3.21 / 0.552 /
+    3.19; idf with Eq. 3.12: 3.41 / 0.676 / 3.40 -- idf gives most of the gain, L1 adds
+    on UKBench. With idf, finer bins pay: 8-D PCA 3.41 / 0.627 / 3.42, 16-D 3.46 / 0.64
+    / 3.48 (2 seeds); 2 x 2 pyramids 3.41 / 0.64 / 3.39, 3 x 3 3.50 / 0.678 / 3.48 at
+    1.5x the cost. Below :data:`IDF_MIN_SETS` fit sets every ``"auto"`` gives the
+    thesis-style settings. Vocabulary bins: 2 trees, ``k = 10``, ``L = 5`` with idf
+    weights score 3.51 / 0.664 / 3.34 (fit about 2.6 s, encode 0.3 s, kernel 0.15 s)
+    against 2.59 UKBench for ``L = 4`` with the thesis' diameter weights (2.88 at
+    ``L = 5``; 3.28 with idf at ``L = 4``); ``normalize="l1"`` gives them 3.58 / 0.651 /
+    3.40 at 2.5x the kernel time (not the default).
 
     Cost: encoding is ``O(T m L)`` per set (one sort over all entries of a batch); the
     bulk kernel is one sparse product over the unary coordinates (Eq. 3.15) plus a dense
-    ``min`` for the few coarse bins shared by most sets.
+    ``min`` for the few coarse bins shared by most sets (``"l1"``: real-valued, so the
+    pairs of entries of every bin, and a dense ``min`` for the bins most pairs share).
 
     Examples
     --------
@@ -215,9 +240,9 @@ class PyramidMatch:
         bins: str | Binning = "uniform",
         *,
         weights: str = "auto",
-        normalize: str = "self",
+        normalize: str = "auto",
         n_shifts: int = 2,
-        n_sides: int = 2,
+        n_sides: int | str = "auto",
         finest_side: float | None = None,
         finest_scale: float = 0.25,
         pca_dim: int | str | None = "auto",
@@ -235,23 +260,31 @@ class PyramidMatch:
             raise ValueError(f"bins must be 'uniform', 'vocabulary' or a Binning, got {bins!r}")
         check_choice(weights, "weights", _WEIGHTS)
         # (resolved again by fit: idf only with at least IDF_MIN_SETS sets to count in)
-        self._auto_idf = weights == "auto" and isinstance(bins, str) and bins == "vocabulary"
+        self._auto_idf = weights == "auto" and isinstance(bins, str)
         if weights == "auto":  # a Binning instance built for idf weights keeps them
             idf = self._auto_idf or getattr(bins, "weights", None) == "idf"
             weights = "idf" if idf else "global"
         if weights == "idf" and not (
-            bins == "vocabulary" or hasattr(bins, "fit_document_frequencies")
+            isinstance(bins, str) or hasattr(bins, "fit_document_frequencies")
         ):
             raise ValueError(
-                "weights='idf' needs vocabulary bins (or a Binning with "
+                "weights='idf' needs uniform or vocabulary bins (or a Binning with "
                 f"fit_document_frequencies), got bins={bins!r}"
             )
         check_choice(normalize, "normalize", _NORMALIZE)
+        self._auto_norm = normalize == "auto"  # (resolved again by fit, like weights)
+        if normalize == "auto":
+            normalize = _default_normalize(bins, weights)
+        if normalize == "l1" and weights == "input_specific":
+            raise ValueError("normalize='l1' needs global or idf weights, not input_specific")
         check_choice(input_distance, "input_distance", _INPUT_DISTANCE)
         if int(n_shifts) != n_shifts or n_shifts < 1:
             raise ValueError(f"n_shifts must be an integer >= 1, got {n_shifts!r}")
-        if int(n_sides) != n_sides or n_sides < 1:
-            raise ValueError(f"n_sides must be an integer >= 1, got {n_sides!r}")
+        self._auto_sides = n_sides == "auto"
+        if n_sides == "auto":
+            n_sides = _default_sides(bins, weights)
+        elif isinstance(n_sides, str) or int(n_sides) != n_sides or n_sides < 1:
+            raise ValueError(f"n_sides must be an integer >= 1 or 'auto', got {n_sides!r}")
         if not isinstance(bins, str) and (n_shifts != 1 or n_sides != 1):
             raise ValueError("n_shifts and n_sides must be 1 when bins is a Binning instance")
         if finest_side is not None:
@@ -304,6 +337,7 @@ class PyramidMatch:
                 finest_scale=self.finest_scale * factor,
                 distances=self.weights == "input_specific",
                 random_state=seed,
+                weights="idf" if self.weights == "idf" else "global",
             )
         if self.bins == "vocabulary":
             from engine.kernels.vocabulary import VocabularyTree  # lazy: optional heavy module
@@ -343,6 +377,10 @@ class PyramidMatch:
         n_docs = sum(a.shape[0] > 0 for a in arrays)
         if self._auto_idf:  # ("auto": the thesis' weights for a handful of sets)
             self.weights = "idf" if n_docs >= IDF_MIN_SETS else "global"
+        if self._auto_norm:
+            self.normalize = _default_normalize(self.bins, self.weights)
+        if self._auto_sides:
+            self.n_sides = _default_sides(self.bins, self.weights)
         if self.weights == "idf" and n_docs < 2:
             raise ValueError(
                 "weights='idf' needs at least 2 non-empty fit sets (their document "
@@ -378,8 +416,10 @@ class PyramidMatch:
     def _pca_components(self, dim: int) -> int:
         if self.pca_dim is None:
             return 0
-        if self.pca_dim == "auto":
-            return 8 if (self.kind == "uniform" and dim > 16) else 0
+        if self.pca_dim == "auto":  # (idf weights gain from finer, more distinctive bins)
+            if self.kind != "uniform" or dim <= 16:
+                return 0
+            return 12 if self.weights == "idf" else 8
         if self.pca_dim > dim:
             raise ValueError(f"pca_dim={self.pca_dim} exceeds the feature dimension {dim}")
         return int(self.pca_dim)
@@ -462,6 +502,9 @@ class PyramidMatch:
             Pairs involving an empty set are 0.
         """
         A, B, split = self._codes_for(sets_a, sets_b)
+        if self.normalize == "l1":
+            K = l1_intersection(A, B)
+            return K if split is None else K[:split, split:]
         K = bilinear(A, B, "sim", self._form) / A.n_shifts
         if self.normalize == "none":
             return K if split is None else K[:split, split:]
@@ -561,9 +604,7 @@ class PyramidMatch:
         L = self.n_levels
         bins_a = binning.assign(pa)[0][:, :L] if a.shape[0] else np.zeros((0, L), np.int64)
         bins_b = binning.assign(pb)[0][:, :L] if b.shape[0] else np.zeros((0, L), np.int64)
-        wa = np.empty(bins_a.shape)
-        for lev in range(L):
-            wa[:, lev] = binning.bin_weights(lev, bins_a[:, lev])
+        wa = path_weights(binning, binning.assign(pa)[0], L) if a.shape[0] else np.zeros((0, L))
         pairs, level, weight = correspondences(bins_a, bins_b, a, b, wa, metric=metric)
         return MatchResult(
             score=score,
@@ -687,6 +728,19 @@ class PyramidMatch:
 
 
 # --------------------------------------------------------------------------- helpers
+def _default_sides(bins: Any, weights: str) -> int:
+    """``n_sides="auto"``: 3 finest sides for uniform bins with idf weights, else 2 (1 for
+    other bins)."""
+    if bins != "uniform":
+        return 1 if not isinstance(bins, str) else 2
+    return 3 if weights == "idf" else 2
+
+
+def _default_normalize(bins: Any, weights: str) -> str:
+    """``normalize="auto"``: L1 scores for uniform bins with idf weights, else Eq. 3.12."""
+    return "l1" if bins == "uniform" and weights == "idf" else "self"
+
+
 def _is_fitted(b: Any) -> bool:
     try:
         b.bin_weights(0, np.zeros(0, np.int64))

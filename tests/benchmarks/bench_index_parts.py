@@ -59,7 +59,15 @@ def _parts(index: str, reps: int) -> dict[str, float]:
         )
 
     vocab = tree(C.TREE_ITERATIONS).fit(sample)
-    uniform = PyramidMatch("uniform", sample_size=C.SAMPLE_DESCRIPTORS, random_state=0)
+    uniform = PyramidMatch(  # as engine.index.fit pins it
+        "uniform",
+        weights="global",
+        normalize="self",
+        n_sides=2,
+        n_shifts=2,
+        sample_size=C.SAMPLE_DESCRIPTORS,
+        random_state=0,
+    )
     uniform.fit(sample)
 
     def uniform_general(sets):

@@ -76,27 +76,37 @@ def best_time(fn, repeat: int) -> tuple[float, object]:
     return best, out
 
 
+# the thesis' weights and normalisation, pinned (the defaults are idf + L1 scores)
+G = dict(weights="global", normalize="self")
+
 CONFIGS = [
     # (label, features, PyramidMatch kwargs)
-    ("uniform PCA-10, T=1 (plain)", True, dict(pca_dim=10, n_sides=1, n_shifts=1)),
-    ("uniform PCA-10, T=1, raw SIFT", False, dict(pca_dim=10, n_sides=1, n_shifts=1)),
-    ("uniform PCA-8, T=1", True, dict(n_sides=1, n_shifts=1)),
-    ("uniform PCA-8, T=1, raw SIFT", False, dict(n_sides=1, n_shifts=1)),
-    ("uniform PCA-10, T=3", True, dict(pca_dim=10, n_sides=1, n_shifts=3)),
-    ("uniform PCA-8, 2 sides x T=2 (defaults)", True, dict()),
-    ("uniform PCA-8, 2 sides x T=2, raw", False, dict(pca_dim=8, n_sides=2, n_shifts=2)),
-    ("uniform PCA-8, 3 sides x T=3, raw", False, dict(pca_dim=8, n_sides=3, n_shifts=3)),
+    ("uniform PCA-10, T=1 (plain)", True, dict(pca_dim=10, n_sides=1, n_shifts=1, **G)),
+    ("uniform PCA-10, T=1, raw SIFT", False, dict(pca_dim=10, n_sides=1, n_shifts=1, **G)),
+    ("uniform PCA-8, T=1", True, dict(n_sides=1, n_shifts=1, pca_dim=8, **G)),
+    ("uniform PCA-8, T=1, raw SIFT", False, dict(n_sides=1, n_shifts=1, pca_dim=8, **G)),
+    ("uniform PCA-10, T=3", True, dict(pca_dim=10, n_sides=1, n_shifts=3, **G)),
+    ("uniform PCA-8, 2 sides x T=2 (thesis-style)", True, dict(pca_dim=8, n_sides=2, **G)),
+    ("uniform PCA-8, 2 sides x T=2, raw", False, dict(pca_dim=8, n_sides=2, n_shifts=2, **G)),
+    ("uniform PCA-8, 3 sides x T=3, raw", False, dict(pca_dim=8, n_sides=3, n_shifts=3, **G)),
     ("uniform PCA-8, 2 sides x T=2, raw, f x2", False,
-     dict(pca_dim=8, n_sides=2, n_shifts=2, finest_scale=0.5)),
-    ("uniform PCA-8, 2x2, normalize=min (Eq. 3.11)", True, dict(normalize="min")),
-    ("uniform PCA-16, T=1", True, dict(pca_dim=16, n_sides=1, n_shifts=1)),
+     dict(pca_dim=8, n_sides=2, n_shifts=2, finest_scale=0.5, **G)),
+    ("uniform PCA-8, 2x2, normalize=min (Eq. 3.11)", True,
+     dict(pca_dim=8, n_sides=2, weights="global", normalize="min")),
+    ("uniform PCA-16, T=1", True, dict(pca_dim=16, n_sides=1, n_shifts=1, **G)),
     ("uniform PCA-8, T=1, max_level=3 (Eq. 3.13)", True,
-     dict(n_sides=1, n_shifts=1, max_level=3)),
+     dict(n_sides=1, n_shifts=1, max_level=3, pca_dim=8, **G)),
+    ("uniform PCA-8, 2x2, idf, self (Eq. 3.12)", True,
+     dict(pca_dim=8, n_sides=2, weights="idf", normalize="self")),
+    ("uniform PCA-8, 2x2, idf, L1", True, dict(pca_dim=8, n_sides=2, normalize="l1")),
+    ("uniform PCA-8, 3x2, idf, L1", True, dict(pca_dim=8, n_sides=3, normalize="l1")),
+    ("uniform idf, L1 (defaults)", True, dict()),
     ("vocabulary k=10 L=4, global (thesis)", True,
      dict(bins="vocabulary", depth=4, weights="global")),
     ("vocabulary k=10 L=5, global", True, dict(bins="vocabulary", weights="global")),
     ("vocabulary k=10 L=4, idf", True, dict(bins="vocabulary", depth=4)),
     ("vocabulary k=10 L=5, idf, 2 trees (defaults)", True, dict(bins="vocabulary")),
+    ("vocabulary k=10 L=5, idf, L1", True, dict(bins="vocabulary", normalize="l1")),
 ]  # fmt: skip
 
 

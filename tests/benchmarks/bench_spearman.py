@@ -369,7 +369,12 @@ def main() -> None:
         out = {"d": d}
         t0 = time.perf_counter()
         uni = PyramidMatch(  # one pyramid (no extra shifts / side lengths), as in Fig. 6-6
-            bins="uniform", pca_dim=None, n_shifts=1, n_sides=1, random_state=args.seed
+            bins="uniform",
+            weights="global",
+            pca_dim=None,
+            n_shifts=1,
+            n_sides=1,
+            random_state=args.seed,
         ).fit(tr)
         c = uni.cost_matrix(te)
         out["uniform"] = spearman(c / pairs_norm, opt, c, opt_raw)

@@ -83,7 +83,7 @@ def test_uniform_bins_are_nested():
     [dict(), dict(n_shifts=2, n_sides=2), dict(max_level=2), dict(finest_scale=2.0)],
 )
 def test_bulk_kernel_equals_eq_3_10(sets, kw):
-    pm = PyramidMatch(normalize="none", **kw).fit(sets)
+    pm = PyramidMatch(weights="global", normalize="none", **kw).fit(sets)
     K = pm.kernel(sets)
     for i, j in [(1, 2), (3, 3), (4, 7), (10, 5), (0, 11)]:
         assert K[i, j] == pytest.approx(naive_pm(pm, sets[i], sets[j]), rel=1e-9, abs=1e-12)
@@ -109,7 +109,7 @@ def test_many_sets_dense_bins_path():
     # 60 sets sharing their coarse bins: exercises the dense min path for heavy bins
     rng = np.random.default_rng(5)
     sets = [rng.normal(size=(30, 3)).astype(np.float32) for _ in range(60)]
-    pm = PyramidMatch(normalize="none").fit(sets)
+    pm = PyramidMatch(weights="global", normalize="none").fit(sets)
     K = pm.kernel(sets)
     for i, j in [(0, 1), (17, 42), (59, 59)]:
         assert K[i, j] == pytest.approx(naive_pm(pm, sets[i], sets[j]), rel=1e-9)
@@ -425,7 +425,9 @@ def test_vocabulary_idf_weights_are_the_idf_weighted_intersection():
     sets = [*_vocab_sets(7), np.zeros((0, 16), np.float32)]
     pm = PyramidMatch(bins="vocabulary", branching=3, depth=3, n_shifts=1)
     assert pm.weights == "idf" and pm.depth == 3  # "auto" resolves to idf for vocabulary
-    assert PyramidMatch().weights == "global" and PyramidMatch("vocabulary").depth == 5
+    assert PyramidMatch("vocabulary").depth == 5 and pm.normalize == "self"
+    # uniform bins resolve "auto" to idf too (fit may fall back to global)
+    assert PyramidMatch().weights == "idf" and PyramidMatch(weights="global").weights == "global"
     pm.fit(sets)
     tree = pm.binnings_[0]
     n_docs = 10  # non-empty sets
@@ -471,8 +473,10 @@ def test_vocabulary_idf_weights_are_the_idf_weighted_intersection():
 def test_vocabulary_idf_weights_errors_and_old_states():
     pytest.importorskip("engine.kernels.vocabulary")
     sets = _vocab_sets(8, n=4)
-    with pytest.raises(ValueError, match="vocabulary bins"):
-        PyramidMatch("uniform", weights="idf")
+    from engine.kernels.spatial import SpatialPyramidBinning
+
+    with pytest.raises(ValueError, match="vocabulary bins"):  # no document frequencies
+        PyramidMatch(SpatialPyramidBinning(), weights="idf", n_shifts=1, n_sides=1)
     idf = {"weights": "idf", "branching": 3, "depth": 3}
     with pytest.raises(ValueError, match="at least 2 non-empty"):
         PyramidMatch("vocabulary", **idf).fit(np.concatenate(sets))
