@@ -20,6 +20,32 @@ def as_point_set(x: object, name: str, *, dim: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def as_documents(sets: object, *, dim: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The non-empty sets of ``sets`` (each validated by :func:`as_point_set`) as the
+    "documents" that document frequencies count bins over.
+
+    Returns
+    -------
+    points : (P, dim) float32
+        Their points, stacked.
+    owner : (P,) int64
+        The document (0 .. n - 1) of every point.
+    n : int
+        Number of non-empty sets; at least 2, else ``ValueError`` (with one set every
+        idf is 0).
+    """
+    arrays = [as_point_set(s, f"sets[{i}]", dim=dim) for i, s in enumerate(sets)]
+    arrays = [a for a in arrays if a.shape[0]]
+    n = len(arrays)
+    if n < 2:
+        raise ValueError(
+            f"document frequencies need at least 2 non-empty sets, got {n} "
+            "(with one set every idf is 0)"
+        )
+    owner = np.repeat(np.arange(n, dtype=np.int64), [a.shape[0] for a in arrays])
+    return np.concatenate(arrays), owner, n
+
+
 def check_positive(value: float, name: str) -> None:
     if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from engine.core.blas import single_threaded_blas
-from engine.core.validate import as_point_set, check_choice, check_positive
+from engine.core.validate import as_documents, as_point_set, check_choice, check_positive
 
 __all__ = ["Binning", "Projection", "UniformBinning", "path_weights"]
 
@@ -197,16 +197,8 @@ class UniformBinning:
         the points plus one sort per level.
         """
         self._check_fitted()
-        arrays = [as_point_set(s, f"sets[{i}]", dim=self.dim_) for i, s in enumerate(sets)]
-        arrays = [a for a in arrays if a.shape[0]]
-        n = len(arrays)
-        if n < 2:
-            raise ValueError(
-                f"document frequencies need at least 2 non-empty sets, got {n} "
-                "(with one set every idf is 0)"
-            )
-        owner = np.repeat(np.arange(n, dtype=np.int64), [a.shape[0] for a in arrays])
-        bins = self._bins_only(np.concatenate(arrays))
+        points, owner, n = as_documents(sets, dim=self.dim_)
+        bins = self._bins_only(points)
         L = self.n_levels
         ids: list[np.ndarray] = [np.zeros(0, np.int64)] * (L - 1)
         cum: list[np.ndarray] = [np.zeros(0)] * (L - 1)

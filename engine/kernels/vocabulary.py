@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.core.blas import single_threaded_blas as _single_threaded_blas
-from engine.core.validate import as_point_set, check_choice, check_positive
+from engine.core.validate import as_documents, as_point_set, check_choice, check_positive
 from engine.kernels.kmeans import (
     kmeans_level,
     rowwise_sqdist,
@@ -367,17 +367,9 @@ class VocabularyTree:
         has ``idf = 0``. Cost: one descent of all the sets' points (as one encoding).
         """
         self._check_fitted()
-        arrays = [as_point_set(s, f"sets[{i}]", dim=self.dim) for i, s in enumerate(sets)]
-        arrays = [a for a in arrays if a.shape[0]]
-        n = len(arrays)
-        if n < 2:
-            raise ValueError(
-                f"document frequencies need at least 2 non-empty sets, got {n} "
-                "(with one set every idf is 0)"
-            )
-        owner = np.repeat(np.arange(n, dtype=np.int64), [a.shape[0] for a in arrays])
+        points, owner, n = as_documents(sets, dim=self.dim)
         with _single_threaded_blas():
-            bins, _ = self._descend(np.concatenate(arrays), need_dist=False)  # coarsest first
+            bins, _ = self._descend(points, need_dist=False)  # coarsest first
         df = []
         for lvl in range(self.levels):
             n_l = self._centers[lvl].shape[0]
