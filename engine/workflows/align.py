@@ -23,13 +23,24 @@ weighted error ends a stage. OpenCV's
 ``findTransformECC`` (the same model on every pixel) took 5-10 times as long (16-34 ms
 against 2-6 ms on 300-512 pixel demo pairs, one run on a loaded machine) and found 4
 more copies of the 345 of ``tests/benchmarks/bench_duplicates.py``'s held-out halves.
+
+:func:`translation_step` is the pixel test's first alignment: a Lucas-Kanade step of one
+translation, which it takes twice.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ALIGN_BLURS", "ALIGN_ITERATIONS", "ALIGN_POINTS", "refit_homography"]
+from engine.core.arrays import median_of
+
+__all__ = [
+    "ALIGN_BLURS",
+    "ALIGN_ITERATIONS",
+    "ALIGN_POINTS",
+    "refit_homography",
+    "translation_step",
+]
 
 #: Sample points of :func:`refit_homography` (evenly spread where the pictures overlap).
 ALIGN_POINTS = 4000
@@ -132,7 +143,7 @@ def _gauss_newton(moving, fixed, ys, xs, points, c, warp) -> np.ndarray | None:
         if not cost < best_cost:  # (no better than the last step: the best one is kept)
             break
         best, best_cost = warp, cost
-        scale = 4.685 * 1.4826 * float(np.median(np.abs(error))) + 1e-6
+        scale = 4.685 * 1.4826 * float(median_of(np.abs(error))) + 1e-6
         weight = np.clip(1 - (error / scale) ** 2, 0, None) ** 2
         wsd = sd * weight[:, None]
         try:
@@ -161,3 +172,38 @@ def _sample(x: np.ndarray, mx: np.ndarray, my: np.ndarray) -> np.ndarray:
         borderMode=cv2.BORDER_REPLICATE,
     )  # fmt: skip
     return out.reshape(-1)[:n].astype(np.float64)
+
+
+def translation_step(ba: np.ndarray, bb: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """(dx, dy) such that ``b(x) ~ a(x - d)`` over ``inside``, from the band-passed
+    pictures ``ba``, ``bb`` (float32, both already aligned but for a sub-pixel shift):
+    one Lucas-Kanade step, each scaled to unit energy (brightness and contrast edits do
+    not count); (0, 0) for an ill-conditioned system. The duplicate pixel test's
+    first alignment (:func:`engine.workflows.pixels.pixel_evidence`) takes two."""
+    import cv2
+
+    # (the arithmetic of ``ba / (sum(ba * ba * w) / n) ** 0.5``, ``sobel / 8 * w`` ...
+    # step by step, in place: the same numbers with fewer arrays made)
+    w = inside.astype(np.float32)
+    n = max(float(w.sum()), 1.0)
+    tmp = np.multiply(ba, ba)
+    tmp *= w
+    ba = ba / (float(tmp.sum() / n) ** 0.5 + 1e-6)
+    np.multiply(bb, bb, out=tmp)
+    tmp *= w
+    bb = bb / (float(tmp.sum() / n) ** 0.5 + 1e-6)
+    np.add(ba, bb, out=tmp)
+    tmp /= 2
+    gx = cv2.Sobel(tmp, cv2.CV_32F, 1, 0, ksize=3)
+    gx /= 8
+    gx *= w
+    gy = cv2.Sobel(tmp, cv2.CV_32F, 0, 1, ksize=3)
+    gy /= 8
+    gy *= w
+    it = np.subtract(bb, ba, out=ba)
+    it *= w
+    gxy = (gx * gy).sum()
+    g = np.array([[(gx * gx).sum(), gxy], [gxy, (gy * gy).sum()]], np.float64)
+    if not np.isfinite(g).all() or np.linalg.cond(g) > 1e4:
+        return np.zeros(2)
+    return np.linalg.solve(g, -np.array([(gx * it).sum(), (gy * it).sum()], np.float64))

@@ -83,6 +83,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.core.arrays import median_of
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
 from engine.workflows.appearance import appearance_links
 from engine.workflows.dup_candidates import neighbour_blocks
@@ -341,7 +342,7 @@ def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
     side_b = float(max(fb.image_size)) if fb.image_size else float(np.ptp(fb.xy, axis=0).max())
     if h is None or not np.isfinite(h).all() or abs(np.linalg.det(h)) < 1e-12:
         return PairEvidence(len(v.pairs), n, score, score, float("inf"))
-    err = float(np.median(np.linalg.norm(_apply(h, pa) - pb, axis=1)))
+    err = float(median_of(np.linalg.norm(_apply(h, pa) - pb, axis=1)))
     residual = err / max(side_b, 1.0)
     side_a = float(max(fa.image_size)) if fa.image_size else side_b
     residual_px = err * min(1.0, side_a / max(side_b, 1.0))

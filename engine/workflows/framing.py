@@ -77,9 +77,19 @@ def frame_offset(
     if not (z > 0).all():
         return float("inf")
     q = q / z[:, None]
-    # (a quarter turn maps each corner onto the next one round the frame)
-    off = min(float(np.linalg.norm(q - np.roll(cb, k, axis=0), axis=1).max()) for k in range(4))
+    # (a quarter turn maps each corner onto the next one round the frame: turn k puts
+    # corner i on cb[i - k], np.roll(cb, k); the four turns' distances at once, the
+    # same numbers as np.linalg.norm's sqrt(dx * dx + dy * dy))
+    d = q - cb[_TURNS]  # (4 turns, 4 corners, 2)
+    d *= d
+    far = np.sqrt(d[..., 0] + d[..., 1]).max(axis=1)
+    off = min(float(far[k]) for k in range(4))
     return off * min(1.0, max(wa, ha) / max(wb, hb, 1))
+
+
+#: ``_TURNS[k, i]``: the corner of the other frame that corner ``i`` meets under the
+#: ``k``-th quarter turn (``np.roll(corners, k, axis=0)[i]``).
+_TURNS = (np.arange(4)[None, :] - np.arange(4)[:, None]) % 4
 
 
 def frame_share(shape: tuple[int, int], m: np.ndarray, other: tuple[int, int]) -> float:

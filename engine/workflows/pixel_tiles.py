@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from engine.core.arrays import median_of
+
 __all__ = [
     "PIXEL_BLURS",
     "PIXEL_DISAGREE",
@@ -91,8 +93,14 @@ class PixelTiles:
 
     def __init__(self, inside: np.ndarray, patch: int) -> None:
         h, w = inside.shape
+        self.shape = (h, w)
         self.th, self.tw, self.patch = h // patch, w // patch, patch
         self.ok = self.cut(inside.astype(np.float32)).min(axis=1) > 0
+        # (the positions of the inside tiles' pixels in a picture of this shape, tile by
+        # tile: one gather gives ``cut(x)[ok]`` for every picture the pair compares)
+        ti, tj = np.divmod(np.flatnonzero(self.ok), self.tw)
+        rows = (np.arange(patch)[:, None] * w + np.arange(patch)[None, :]).reshape(1, -1)
+        self._at = (ti * (patch * w) + tj * patch)[:, None] + rows
 
     def cut(self, x: np.ndarray) -> np.ndarray:
         """(tiles, patch * patch) pixels of ``x`` tile by tile."""
@@ -103,7 +111,10 @@ class PixelTiles:
     def side(self, hp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the tiles inside of the high-passed picture ``hp``, less their means; their
         norms)."""
-        u = self.cut(hp)[self.ok]
+        if hp.shape == self.shape and hp.flags.c_contiguous:
+            u = np.take(hp.reshape(-1), self._at)  # (= self.cut(hp)[self.ok])
+        else:
+            u = self.cut(hp)[self.ok]
         u = u - u.mean(axis=1, keepdims=True)
         return u, np.linalg.norm(u, axis=1)
 
@@ -127,14 +138,14 @@ class PixelTiles:
         ncc = (u * v).sum(axis=1)[good] / (su * sv)[good]
         ratio = np.maximum(su, sv)[good] / t
         # (tile norms: root mean square times the tile side)
-        half = t >= np.median(t)
+        half = t >= median_of(t)
         keep = half & (t >= PIXEL_TEXTURE_FLOOR * np.sqrt(u.shape[1]))
         if keep.sum() < max(4.0, PIXEL_TEXTURE_KEEP * half.sum()):  # (mostly noise)
             keep = half
         ncc, ratio = ncc[keep], ratio[keep]
         low = ncc < PIXEL_DISAGREE
         return TileAgreement(
-            np.median(ncc), np.mean(low), np.mean(low & (ratio < PIXEL_MOVED_RATIO))
+            median_of(ncc), np.mean(low), np.mean(low & (ratio < PIXEL_MOVED_RATIO))
         )
 
 
@@ -195,6 +206,7 @@ def matched_agreement(
     gb: np.ndarray,
     side_b: tuple[np.ndarray, np.ndarray] | None,
     highpass: Callable[[np.ndarray], np.ndarray],
+    blurred: Callable[[np.ndarray, float], np.ndarray] | None = None,
 ) -> TileAgreement:
     """:meth:`PixelTiles.agreement` of two aligned pictures (``warped`` onto ``gb``,
     ``inside`` where it lands) at the best of :data:`PIXEL_BLURS` of the sharper one:
@@ -210,6 +222,10 @@ def matched_agreement(
         ``tiles.side(highpass(gb))`` when known.
     highpass : callable
         The detail the tiles compare (:func:`engine.workflows.pixels.pixel_evidence`).
+    blurred : callable, optional
+        ``blurred(x, sigma)``: ``highpass`` of ``x``'s Gaussian blur of ``sigma``, the
+        same numbers (e.g. remembered for a picture compared with several neighbours);
+        None: worked out here.
 
     Returns
     -------
@@ -226,10 +242,12 @@ def matched_agreement(
     # (the sharper picture: more high-pass energy where they overlap; the other
     # picture's tiles are the same at every try)
     sharp_a = np.mean(hp_w[inside] ** 2) >= np.mean(hp_b[inside] ** 2) if inside.any() else True
+    if blurred is None:
+        blurred = lambda x, sigma: highpass(cv2.GaussianBlur(x, (0, 0), sigma))  # noqa: E731
     last = best
     for sigma in PIXEL_BLURS:
-        blurred = tiles.side(highpass(cv2.GaussianBlur(warped if sharp_a else gb, (0, 0), sigma)))
-        score = tiles.agreement(blurred, side_b) if sharp_a else tiles.agreement(side_w, blurred)
+        side = tiles.side(blurred(warped if sharp_a else gb, sigma))
+        score = tiles.agreement(side, side_b) if sharp_a else tiles.agreement(side_w, side)
         if not score[0] > last[0] - 1e-3:
             break
         best, last = (score if score[0] > best[0] else best), score

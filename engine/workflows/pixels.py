@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.core.arrays import median_of
+from engine.workflows.align import translation_step
 from engine.workflows.framing import zoomed_shot
 from engine.workflows.pixel_tiles import (
     PIXEL_BLURS,
@@ -385,12 +387,12 @@ def _evidence(pair: _Aligned) -> tuple[float, float, float]:
         return 0.0, 1.0, 1.0
     warped, inside = pair.warped()
     tiles, side_b = pair.tiles()
-    best = matched_agreement(tiles, inside, warped, pair.gb, side_b, _highpass)
+    best = matched_agreement(tiles, inside, warped, pair.gb, side_b, _highpass, _blurred)
     if moved_evidence(best):
         for w, b in ((tone_mapped(warped, pair.gb, inside), pair.gb),
                      (warped, tone_mapped(pair.gb, warped, inside))):  # fmt: skip
             known = side_b if b is pair.gb else None
-            again = matched_agreement(tiles, inside, w, b, known, _highpass)
+            again = matched_agreement(tiles, inside, w, b, known, _highpass, _blurred)
             if again[1] <= PIXEL_CLEAN_SHARE:  # (the tone explains every disagreement)
                 return again
     return best
@@ -411,7 +413,7 @@ def _refined_warp(
             break
         if band_b is None:
             band_b = _band(gb)
-        d = _translation_of(_band(warped), band_b, inside)
+        d = translation_step(_band(warped), band_b, inside)
         if not np.isfinite(d).all() or np.hypot(*(total + d)) > PIXEL_SHIFT:
             break
         total += d
@@ -621,9 +623,17 @@ def _highpass(x: np.ndarray) -> np.ndarray:
     return _memo(x, "highpass", lambda x: x - cv2.GaussianBlur(x, (0, 0), 2.0))
 
 
+def _blurred(x: np.ndarray, sigma: float) -> np.ndarray:
+    """:func:`_highpass` of ``x``'s Gaussian blur of ``sigma`` (remembered as it is)."""
+    import cv2
+
+    return _memo(x, f"blurred{sigma}", lambda x: _highpass(cv2.GaussianBlur(x, (0, 0), sigma)))
+
+
 #: Read-only pictures (as :class:`engine.workflows.dup_verify.PairContext` hands them
 #: out) whose derived arrays are kept, at most this many bytes of them in all: a photo
-#: compared with several neighbours is high-passed once, not once per pair.
+#: compared with several neighbours is high-passed (and, as the sharper picture of a
+#: pair, blurred by each of :data:`PIXEL_BLURS`) once, not once per pair.
 PIXEL_MEMO_BYTES = 96 * 2**20
 _MEMO: OrderedDict[int, tuple[np.ndarray, dict[str, Any]]] = OrderedDict()
 _MEMO_SIZE = [0]
@@ -720,7 +730,7 @@ def _textured(hp: np.ndarray, patch: int) -> np.ndarray:
     th, tw = hp.shape[0] // patch, hp.shape[1] // patch
     energy = (hp[: th * patch, : tw * patch] ** 2).reshape(th, patch, tw, patch).mean((1, 3))
     pos = energy[energy > 0]
-    ys, xs = np.nonzero(energy >= 0.25 * np.median(pos)) if pos.size else ([], [])
+    ys, xs = np.nonzero(energy >= 0.25 * median_of(pos)) if pos.size else ([], [])
     if len(xs) == 0:
         return np.zeros((0, 2))
     return (np.stack([xs, ys], 1).astype(np.float64) + 0.5) * patch - 0.5
@@ -757,42 +767,10 @@ def _warp(ga: np.ndarray, m: np.ndarray, size: tuple[int, int]):
 
 
 def _band(x: np.ndarray) -> np.ndarray:
-    """``x`` band-passed for :func:`_translation_of` (difference of Gaussians)."""
+    """``x`` band-passed for :func:`engine.workflows.align.translation_step` (difference
+    of Gaussians)."""
     import cv2
 
     return _memo(
         x, "band", lambda x: cv2.GaussianBlur(x, (0, 0), 0.7) - cv2.GaussianBlur(x, (0, 0), 3.0)
     )
-
-
-def _translation_of(ba: np.ndarray, bb: np.ndarray, inside: np.ndarray) -> np.ndarray:
-    """(dx, dy) such that ``b(x) ~ a(x - d)`` over ``inside``, from the band-passed
-    pictures ``ba``, ``bb`` (:func:`_band`): one Lucas-Kanade step, each scaled to unit
-    energy (brightness and contrast edits do not count)."""
-    import cv2
-
-    # (the arithmetic of ``ba / (sum(ba * ba * w) / n) ** 0.5``, ``sobel / 8 * w`` ...
-    # step by step, in place: the same numbers with fewer arrays made)
-    w = inside.astype(np.float32)
-    n = max(float(w.sum()), 1.0)
-    tmp = np.multiply(ba, ba)
-    tmp *= w
-    ba = ba / (float(tmp.sum() / n) ** 0.5 + 1e-6)
-    np.multiply(bb, bb, out=tmp)
-    tmp *= w
-    bb = bb / (float(tmp.sum() / n) ** 0.5 + 1e-6)
-    np.add(ba, bb, out=tmp)
-    tmp /= 2
-    gx = cv2.Sobel(tmp, cv2.CV_32F, 1, 0, ksize=3)
-    gx /= 8
-    gx *= w
-    gy = cv2.Sobel(tmp, cv2.CV_32F, 0, 1, ksize=3)
-    gy /= 8
-    gy *= w
-    it = np.subtract(bb, ba, out=ba)
-    it *= w
-    gxy = (gx * gy).sum()
-    g = np.array([[(gx * gx).sum(), gxy], [gxy, (gy * gy).sum()]], np.float64)
-    if not np.isfinite(g).all() or np.linalg.cond(g) > 1e4:
-        return np.zeros(2)
-    return np.linalg.solve(g, -np.array([(gx * it).sum(), (gy * it).sum()], np.float64))
