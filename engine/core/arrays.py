@@ -28,6 +28,40 @@ def unique_values(x: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))]
 
 
+def key_owner_order(key: np.ndarray, owner: np.ndarray, n_owners: int) -> np.ndarray:
+    """Order that sorts entries by ``key``, then by ``owner``: every key's entries
+    contiguous, and within them every owner's.
+
+    Fast path: one unstable argsort of the key with its low bits replaced by the owner.
+    Two different keys that share their other bits (about ``U**2 / 2**(65 - bits)`` for
+    ``U`` distinct random 64-bit keys) would interleave; that is detected and the exact
+    two-key sort is used.
+
+    Parameters
+    ----------
+    key : (E,) int64
+        E.g. bin ids (hashed: their low bits are as random as the others).
+    owner : (E,) int64
+        In ``0 .. n_owners - 1`` (e.g. the set of every entry).
+    n_owners : int
+
+    Returns
+    -------
+    (E,) int64
+        ``key[order]`` ascending; ``owner[order]`` ascending within each key. Ties
+        (same key and owner) in no particular order.
+    """
+    bits = max(1, int(n_owners - 1).bit_length())
+    if bits <= 24:
+        mask = np.int64((1 << bits) - 1)
+        order = np.argsort((key & ~mask) | owner)
+        ks = key[order]
+        high = ks & ~mask
+        if not np.any((high[1:] == high[:-1]) & (ks[1:] != ks[:-1])):
+            return order
+    return np.lexsort((owner, key))
+
+
 def median_of(x: np.ndarray) -> np.floating:
     """``np.median(x)`` of a 1-D float array, the same number, without its general
     machinery (axes, ``out``, masked arrays): a few microseconds instead of ~15, for the

@@ -320,11 +320,9 @@ def batch_codes(
     lean_bins: list[np.ndarray | None] = [None] * len(pm.binnings_)
     if m:
         X = pm.project(X)
-        from engine.kernels.pyramid import UniformBinning
-
         if words_level is not None:  # (each tree's descent, done once for both uses)
             lean_bins = [getattr(b, "assign_bins", lambda _: None)(X) for b in pm.binnings_]
-        grouped_ok = not weights or all(_level_constant(b, UniformBinning) for b in pm.binnings_)
+        grouped_ok = not weights or all(_level_constant(b) for b in pm.binnings_)
         if m >= GROUPED_MIN_POINTS and grouped_ok:
             grouped = [
                 nested_groups(b, X, pm.levels_of(b), owner, set_bits, bins_all=lb)
@@ -485,9 +483,8 @@ def _entry_weights(
     parents (0 above the top level), for :func:`batch_codes` (uniform binnings: by
     block alone, ``p`` is not read)."""
     from engine.kernels.binning import path_weights
-    from engine.kernels.pyramid import UniformBinning
 
-    if all(_level_constant(b, UniformBinning) for b in pm.binnings_):
+    if all(_level_constant(b) for b in pm.binnings_):
         # weights constant per level (Lemma 1): a lookup by block
         lut = np.zeros(len(blocks) + 1)
         for b, (t, lev) in enumerate(blocks):
@@ -523,9 +520,11 @@ def _entry_weights(
     return w, wp
 
 
-def _level_constant(binning: Any, uniform: type) -> bool:
+def _level_constant(binning: Any) -> bool:
     """Whether ``binning``'s weights are constant per level (uniform bins, global)."""
-    return isinstance(binning, uniform) and getattr(binning, "weights", "global") == "global"
+    from engine.kernels.binning import UniformBinning
+
+    return isinstance(binning, UniformBinning) and binning.weights == "global"
 
 
 def intersection_index(

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from engine.core.arrays import key_owner_order
 from engine.core.blas import single_threaded_blas
 from engine.core.validate import as_documents, as_point_set, check_choice, check_positive
 
@@ -198,13 +199,13 @@ class UniformBinning:
         """
         self._check_fitted()
         points, owner, n = as_documents(sets, dim=self.dim_)
-        bins = self._bins_only(points)
+        bins = self.assign(points)[0]
         L = self.n_levels
         ids: list[np.ndarray] = [np.zeros(0, np.int64)] * (L - 1)
         cum: list[np.ndarray] = [np.zeros(0)] * (L - 1)
         for lev in range(L - 2, -1, -1):
             b = bins[:, lev]
-            order = _bin_set_order(b, owner, n)
+            order = key_owner_order(b, owner, n)
             bs, os_ = b[order], owner[order]
             new_pair = np.ones(bs.shape[0], bool)
             new_pair[1:] = (bs[1:] != bs[:-1]) | (os_[1:] != os_[:-1])
@@ -224,14 +225,6 @@ class UniformBinning:
             cum[lev] = np.log(n / df[keep]) + parent
         self.n_documents_, self._idf_bins, self._idf_cum = n, ids, cum
         return self
-
-    def _bins_only(self, X: np.ndarray) -> np.ndarray:
-        """(M, n_levels) int64 bins of validated ``X`` without distances."""
-        cells = self.cells(X)
-        bins = np.zeros((X.shape[0], self.n_levels), np.int64)
-        for level in range(self.n_levels - 1):
-            bins[:, level] = (cells >> level) @ self.mult_
-        return bins
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "lo_"):
@@ -424,21 +417,6 @@ class UniformBinning:
 
 def _cat(parts: list[np.ndarray] | None, dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-
-
-def _bin_set_order(b: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
-    """Order of points grouping them by bin ``b`` (ascending) then set ``owner``
-    (ascending): one argsort of the bin ids with their low bits replaced by the set,
-    checked (two bins equal but for those bits: the exact two-key sort)."""
-    bits = max(1, int(n - 1).bit_length())
-    if bits <= 24:
-        mask = np.int64((1 << bits) - 1)
-        order = np.argsort((b & ~mask) | owner)
-        bs = b[order]
-        high = bs & ~mask
-        if not np.any((high[1:] == high[:-1]) & (bs[1:] != bs[:-1])):
-            return order
-    return np.lexsort((owner, b))
 
 
 def _lookup(ids: np.ndarray, values: np.ndarray, b: np.ndarray, default: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.core.arrays import key_owner_order
 from engine.kernels.binning import path_weights
 from engine.kernels.embedding import level_key
 
@@ -261,26 +262,12 @@ def _pyramid_entries(
 def _group_order(
     flat_key: np.ndarray, owner: np.ndarray, L: int, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Order of the (point, level) entries grouping them by (bin key, set).
-
-    Fast path: one unstable argsort of the key with its low bits replaced by the set
-    index, so equal (key, set) entries end up adjacent. If two different keys share the
-    truncated bits (probability ~ U^2 / 2^(65 - bits) for U distinct bins) the groups
-    would mix; that is detected and the exact stable sort on the full key is used
-    (entries are set-major, so stability keeps each bin's entries ordered by set).
-    """
-    bits = max(1, int(n - 1).bit_length())
-    if bits <= 24:
-        mask = np.int64((1 << bits) - 1)
-        packed = (flat_key & ~mask) | owner[np.arange(flat_key.shape[0]) // L]
-        order = np.argsort(packed)
-        ks = flat_key[order]
-        ps = packed[order]
-        same_pack = ps[1:] == ps[:-1]
-        if not np.any(same_pack & (ks[1:] != ks[:-1])):
-            return order, ks, ps & mask
-    order = np.argsort(flat_key, kind="stable")
-    return order, flat_key[order], owner[order // L]
+    """Order of the (point, level) entries grouping them by bin key, then set
+    (:func:`engine.core.arrays.key_owner_order`: every key's entries contiguous, so
+    each key gets one column); the sorted keys and the sets of the sorted entries."""
+    set_of = owner[np.arange(flat_key.shape[0]) // L]
+    order = key_owner_order(flat_key, set_of, n)
+    return order, flat_key[order], set_of[order]
 
 
 def _bin_costs(binning: Any, level: int, bins: np.ndarray, w: np.ndarray) -> np.ndarray:

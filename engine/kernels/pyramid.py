@@ -602,9 +602,10 @@ class PyramidMatch:
         pa, pb = self.project(a), self.project(b)
         binning = self.binnings_[0]
         L = self.n_levels
-        bins_a = binning.assign(pa)[0][:, :L] if a.shape[0] else np.zeros((0, L), np.int64)
+        full_a = binning.assign(pa)[0] if a.shape[0] else np.zeros((0, binning.n_levels), np.int64)
+        bins_a = full_a[:, :L]
         bins_b = binning.assign(pb)[0][:, :L] if b.shape[0] else np.zeros((0, L), np.int64)
-        wa = path_weights(binning, binning.assign(pa)[0], L) if a.shape[0] else np.zeros((0, L))
+        wa = path_weights(binning, full_a, L)  # (whole paths: idf weights need them)
         pairs, level, weight = correspondences(bins_a, bins_b, a, b, wa, metric=metric)
         return MatchResult(
             score=score,

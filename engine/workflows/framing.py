@@ -82,8 +82,7 @@ def frame_offset(
     # same numbers as np.linalg.norm's sqrt(dx * dx + dy * dy))
     d = q - cb[_TURNS]  # (4 turns, 4 corners, 2)
     d *= d
-    far = np.sqrt(d[..., 0] + d[..., 1]).max(axis=1)
-    off = min(float(far[k]) for k in range(4))
+    off = float(np.sqrt(d[..., 0] + d[..., 1]).max(axis=1).min())
     return off * min(1.0, max(wa, ha) / max(wb, hb, 1))
 
 

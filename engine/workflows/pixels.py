@@ -399,13 +399,13 @@ def _evidence(pair: _Aligned) -> tuple[float, float, float]:
 
 
 def _refined_warp(
-    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, first: tuple | None = None
+    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, first: tuple
 ) -> tuple[np.ndarray, np.ndarray]:
     """``ga`` warped onto ``gb`` by ``m``, refined by at most two Lucas-Kanade
     translations (together at most :data:`PIXEL_SHIFT` px), and where it lands
-    (``first``: :func:`_warp` of ``ga`` by ``m`` when made already)."""
+    (``first``: :func:`_warp` of ``ga`` by ``m``, where it lands)."""
     h, w = gb.shape
-    warped, inside = _warp(ga, m, (w, h)) if first is None else first
+    warped, inside = first
     total = np.zeros(2)
     band_b = None
     for _ in range(2):  # (a second step takes out what the first linearised away)
@@ -423,7 +423,7 @@ def _refined_warp(
 
 
 def _realigned_warp(
-    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, first: tuple | None = None
+    ga: np.ndarray, gb: np.ndarray, m: np.ndarray, patch: int, first: tuple
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """``ga`` warped onto ``gb`` by ``m`` refined by a homography fitted to the pixels
     (:func:`engine.workflows.align.refit_homography`), and where it lands; None when
@@ -431,7 +431,7 @@ def _realigned_warp(
     from engine.workflows.align import refit_homography
 
     h, w = gb.shape
-    warped, inside = _warp(ga, m, (w, h)) if first is None else first
+    warped, inside = first
     if inside.sum() < 16 * patch * patch:
         return None
     fit = refit_homography(warped, gb, inside)  # (warped(fit x) ~ gb(x))
