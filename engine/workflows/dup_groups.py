@@ -5,7 +5,17 @@ Each photo is in one group at most:
 
 1. components over the ``identical`` and ``same_photo`` links (union-find); a component
    whose members are all linked by identical files alone is an ``identical`` group, any
-   other a ``same_photo`` group;
+   other a ``same_photo`` group. When the search also knows pairs that are *not* copies
+   (``conflicts``: their pixels were compared and disagree, or their capture times
+   differ), the links are joined strongest first (identical files, then by score), and a
+   link that would join two sets of photos with more such pairs between them than links,
+   one of them of two pictures of one size, is left out (it becomes a ``similar_shots``
+   link; so is one that would join them with as many, one of which is sure: capture
+   times that differ; see :func:`conflict_levels`). A crop of one shot lies within a
+   second shot from the same spot and matches it as a copy would; the original and the
+   other copies of that shot do not: the second shot stays out. Copies that fail with
+   one another (a heavily recompressed copy and a re-toned one; a crop and a reduced
+   copy) still join their original;
 2. ``similar_shots`` groups are the components of the ``similar_shots`` links among the
    photos left out of step 1 (a photo already in a group of copies is not listed again
    among shots: a clean-up acts on each group's copies, and a photo in two groups could
@@ -21,11 +31,25 @@ group and never acted on by its clean-up.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["TIERS", "DuplicateGroup", "group_links"]
+__all__ = [
+    "CONFLICT_ONE_SIZE",
+    "CONFLICT_SURE",
+    "CONFLICT_WEAK",
+    "TIERS",
+    "DuplicateGroup",
+    "conflict_levels",
+    "consistent_links",
+    "group_links",
+]
+
+#: How much a pair known not to be copies weighs (:func:`conflict_levels`): pictures of
+#: two sizes, of one size, and two shots for sure.
+CONFLICT_WEAK, CONFLICT_ONE_SIZE, CONFLICT_SURE = 0, 1, 2
 
 #: The tiers, strictest first.
 TIERS: tuple[str, str, str] = ("identical", "same_photo", "similar_shots")
@@ -58,7 +82,9 @@ class DuplicateGroup:
 
 
 def group_links(
-    links: dict[tuple[int, int], tuple[str, float]], paths: Sequence[Path]
+    links: dict[tuple[int, int], tuple[str, float]],
+    paths: Sequence[Path],
+    conflicts: Mapping[tuple[int, int], int] | None = None,
 ) -> list[DuplicateGroup]:
     """Groups of rows from tiered links (the module docstring's two steps), with the
     related photos of the copy groups.
@@ -69,6 +95,14 @@ def group_links(
         ``(i, j) -> (tier, score)`` for rows i < j, tier one of :data:`TIERS`.
     paths : sequence of Path
         Path of each row.
+    conflicts : mapping, optional
+        ``(i, j) -> level`` (:func:`conflict_levels`) for rows i < j known not to be
+        copies of one photo (not linked as copies: their pixels were compared and
+        disagree, or their capture times differ). A copy link between two sets of linked
+        photos is left out (made a ``similar_shots`` link) when the sets have more
+        conflicting pairs between them than copy links, one of them of one size, or as
+        many with a sure one (:func:`consistent_links`). None: the components of the
+        links as they are.
 
     Returns
     -------
@@ -77,6 +111,9 @@ def group_links(
     """
     n = len(paths)
     copy_links = {p: v for p, v in links.items() if v[0] != "similar_shots"}
+    if conflicts:
+        copy_links, left_out = consistent_links(copy_links, conflicts)
+        links = {**links, **{p: ("similar_shots", links[p][1]) for p in left_out}}
     strict = _components({p for p, v in links.items() if v[0] == "identical"}, n)
     strict_sets = {frozenset(c) for c in strict}
     copies, grouped = [], {}
@@ -102,6 +139,117 @@ def group_links(
         out.append(_group(members, own, paths, "similar_shots"))
     out.sort(key=lambda g: (TIERS.index(g.tier), -len(g.paths), str(g.paths[0])))
     return out
+
+
+def conflict_levels(
+    conflicts: Mapping[tuple[int, int], Any],
+    links: Mapping[tuple[int, int], tuple[str, float]],
+    size_of: Callable[[int], tuple[int, int] | None],
+) -> dict[tuple[int, int], int]:
+    """How much each pair known not to be copies weighs against joining its photos
+    (:func:`group_links`).
+
+    Parameters
+    ----------
+    conflicts : mapping
+        ``(i, j) -> PairEvidence`` (:class:`~engine.workflows.duplicates.PairEvidence`)
+        of pairs not linked as copies whose pixels were compared and failed the
+        same-photo test, or whose capture times differ.
+    links : mapping
+        The tiered links (:func:`group_links`): only pairs of rows that both have copy
+        links are kept (the others cannot join a group of copies).
+    size_of : callable
+        ``size_of(row) -> (width, height)`` of the row's picture, or None.
+
+    Returns
+    -------
+    dict
+        ``(i, j) -> level``: :data:`CONFLICT_SURE` for capture times that differ (two
+        shots for certain); :data:`CONFLICT_ONE_SIZE` for pictures of one size (either
+        way round) whose pixels disagree, or that are other framings (agreement 0);
+        :data:`CONFLICT_WEAK` for pictures of two sizes (a crop and a reduced copy of
+        one photo fail with each other: the crop holds detail the reduced copy lost).
+        Other framings of one size are not sure: two cuts of one photo exported at one
+        size are that too (the 10,000-photo library's views, 320x240 each: making them
+        sure split the views of a photo into more groups, ``bench_duplicates.py``,
+        seventh round).
+    """
+    copied = {r for p, (t, _s) in links.items() if t != "similar_shots" for r in p}
+    out = {p: ev for p, ev in conflicts.items() if p[0] in copied and p[1] in copied}
+    sizes = {r: size_of(r) for r in {r for p, ev in out.items() if not ev.taken_differ for r in p}}
+
+    def level(i: int, j: int, ev: Any) -> int:
+        a, b = sizes[i], sizes[j]
+        if ev.taken_differ:
+            return CONFLICT_SURE
+        return CONFLICT_ONE_SIZE if a and b and sorted(a) == sorted(b) else CONFLICT_WEAK
+
+    return {p: level(*p, ev) for p, ev in out.items()}
+
+
+def consistent_links(
+    links: Mapping[tuple[int, int], tuple[str, float]],
+    conflicts: Mapping[tuple[int, int], int],
+) -> tuple[dict[tuple[int, int], tuple[str, float]], set[tuple[int, int]]]:
+    """The copy links kept and those left out, given pairs known not to be copies.
+
+    The links are taken strongest first: ``identical`` ones (the same bytes: always
+    kept), then by score, highest first (then by pair). Each joins two sets of rows
+    (union-find); it is left out when between the two sets there are more conflicting
+    pairs than links (of all ``links``, this one included) and one of them is of two
+    pictures of one size, or as many with a sure one (:func:`conflict_levels`). Links
+    within one set are kept. A greedy correlation clustering: on the duplicate
+    benchmark's development draws (``tests/benchmarks/bench_duplicates.py``, seventh
+    round) it kept every true copy link and left out every crop of one shot that
+    matched a second shot.
+
+    Parameters
+    ----------
+    links : mapping
+        ``(i, j) -> (tier, score)`` of the copy links (tier ``identical`` or
+        ``same_photo``), rows i < j.
+    conflicts : mapping
+        ``(i, j) -> level`` (:func:`conflict_levels`).
+
+    Returns
+    -------
+    kept : dict
+        The links kept, as given.
+    left_out : set of (int, int)
+    """
+    adj: dict[int, set[int]] = {}
+    bad: dict[int, dict[int, int]] = {}
+    for i, j in links:
+        adj.setdefault(i, set()).add(j)
+        adj.setdefault(j, set()).add(i)
+    for (i, j), level in conflicts.items():
+        if i in adj and j in adj:  # (only rows with copy links can be joined)
+            bad.setdefault(i, {})[j] = int(level)
+            bad.setdefault(j, {})[i] = int(level)
+    root = {r: r for r in adj}
+    members = {r: [r] for r in adj}
+    order = sorted(links, key=lambda p: (links[p][0] != "identical", -links[p][1], p))
+    kept, left_out = {}, set()
+    for i, j in order:
+        ri, rj = root[i], root[j]
+        if ri != rj and links[(i, j)][0] != "identical":
+            small, big = (ri, rj) if len(members[ri]) <= len(members[rj]) else (rj, ri)
+            pos = sum(root[y] == big for x in members[small] for y in adj[x])
+            against = [s for x in members[small] for y, s in bad.get(x, {}).items()
+                       if root[y] == big]  # fmt: skip
+            most = max(against, default=CONFLICT_WEAK)
+            if (len(against) > pos and most >= CONFLICT_ONE_SIZE) or (
+                against and len(against) == pos and most == CONFLICT_SURE
+            ):
+                left_out.add((i, j))
+                continue
+        if ri != rj:
+            small, big = (ri, rj) if len(members[ri]) <= len(members[rj]) else (rj, ri)
+            for x in members[small]:
+                root[x] = big
+            members[big] += members.pop(small)
+        kept[(i, j)] = links[(i, j)]
+    return kept, left_out
 
 
 def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:

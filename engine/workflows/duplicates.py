@@ -55,7 +55,9 @@ How groups are built. Each photo is in one group at most:
 
 1. components over the identical and same_photo links (union-find); a component whose
    members are all linked by identical files alone is an ``identical`` group, any other
-   a ``same_photo`` group;
+   a ``same_photo`` group. A link that would join photos the search found not to be
+   copies (pixels compared and disagreeing, capture times differing) more often than
+   linked is left out (:func:`engine.workflows.dup_groups.consistent_links`);
 2. ``similar_shots`` groups are the components of the similar_shots links among the
    photos left out of step 1 (a photo already in a group of copies is not listed again
    among shots).
@@ -87,7 +89,7 @@ from engine.core.arrays import median_of
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
 from engine.workflows.appearance import appearance_links
 from engine.workflows.dup_candidates import neighbour_blocks
-from engine.workflows.dup_groups import TIERS, DuplicateGroup, group_links
+from engine.workflows.dup_groups import TIERS, DuplicateGroup, conflict_levels, group_links
 from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
 from engine.workflows.framing import frame_offset
 from engine.workflows.keeper import (
@@ -533,10 +535,13 @@ def find_duplicates(
         evidence = neighbour_evidence(
             searcher, skip=identical, cancel=cancel, progress=progress, pixel_rule=rule
         )
+        conflicts: dict[tuple[int, int], PairEvidence] = {}
         for pair, ev in evidence.items():
             tier = pair_tier(ev, rule)
             if tier is not None:
                 links[pair] = (tier, ev.score)
+            if tier != "same_photo" and (ev.taken_differ or ev.pixel_agreement <= 1.0):
+                conflicts[pair] = ev  # (not copies: the pixels disagree, or the times)
         found = looks.result()
     except BaseException:
         stop.set()  # (the thread stops at its next pair; nobody waits for it)
@@ -552,7 +557,10 @@ def find_duplicates(
         if pair not in links or links[pair][0] == "similar_shots":
             ev = evidence.get(pair)
             links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
-    groups = [g for g in group_links(links, paths) if g.tier in want]
+    ids = searcher.ensure()[1].ids
+    size = lambda r: (rec := searcher.store.record(int(ids[r]))) and (rec.width, rec.height)  # noqa: E731
+    conflicts = conflict_levels(conflicts, links, size)
+    groups = [g for g in group_links(links, paths, conflicts) if g.tier in want]
     if "similar_shots" not in want:  # (the related photos are similar shots)
         groups = [dataclasses.replace(g, related=[]) for g in groups]
     return groups

@@ -1,0 +1,129 @@
+"""Groups of copies when the search also knows pairs that are not copies
+(:func:`engine.workflows.dup_groups.consistent_links`, :func:`conflict_levels`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.workflows.dup_groups import (
+    CONFLICT_ONE_SIZE,
+    CONFLICT_SURE,
+    CONFLICT_WEAK,
+    conflict_levels,
+    consistent_links,
+    group_links,
+)
+from engine.workflows.duplicates import PairEvidence
+
+PATHS = [Path(f"/p/{c}.jpg") for c in "ABCDE"]
+
+
+def _got(groups):
+    return [(g.tier, sorted(p.stem for p in g.paths)) for g in groups]
+
+
+def test_a_crop_that_matches_a_second_shot_does_not_bring_it_into_the_group():
+    # A, its crop B and its contrast edit C; D another shot of the scene (the size of A),
+    # within which the crop lies: B ~ D pass as copies, A ~ D and C ~ D were compared and
+    # disagree
+    links = {
+        (0, 1): ("same_photo", 0.9),
+        (0, 2): ("same_photo", 0.8),
+        (1, 3): ("same_photo", 0.6),
+    }
+    conflicts = {(0, 3): CONFLICT_ONE_SIZE, (2, 3): CONFLICT_ONE_SIZE}
+    assert _got(group_links(links, PATHS)) == [("same_photo", ["A", "B", "C", "D"])]
+    groups = group_links(links, PATHS, conflicts)
+    assert _got(groups) == [("same_photo", ["A", "B", "C"])]
+    assert groups[0].related == [(PATHS[3], 0.6)]  # (shown beside the group, never acted on)
+    kept, left_out = consistent_links(links, conflicts)
+    assert left_out == {(1, 3)} and set(kept) == {(0, 1), (0, 2)}
+    # conflicts only between pictures of two sizes do not outweigh the link
+    weak = {p: CONFLICT_WEAK for p in conflicts}
+    assert _got(group_links(links, PATHS, weak)) == [("same_photo", ["A", "B", "C", "D"])]
+
+
+def test_copies_that_fail_with_each_other_stay_with_their_original():
+    # B (heavily recompressed) and C (re-toned), both copies of A of its size, too far
+    # apart to pass as copies of each other: as many links as conflicts, none sure
+    links = {(0, 1): ("same_photo", 0.9), (0, 2): ("same_photo", 0.8)}
+    groups = group_links(links, PATHS, {(1, 2): CONFLICT_ONE_SIZE})
+    assert _got(groups) == [("same_photo", ["A", "B", "C"])]
+
+
+def test_a_reduced_copy_failing_with_a_crop_and_a_warp_joins_its_original():
+    # the demo folder's grass: A, its crop B and warp C link with one another; D, a
+    # reduced copy, links to A only and fails with B and C (two sizes each time)
+    links = {
+        (0, 1): ("same_photo", 0.39),
+        (0, 2): ("same_photo", 0.43),
+        (0, 3): ("same_photo", 0.35),
+        (1, 2): ("same_photo", 0.30),
+    }
+    conflicts = {(1, 3): CONFLICT_WEAK, (2, 3): CONFLICT_WEAK}
+    assert _got(group_links(links, PATHS, conflicts)) == [("same_photo", ["A", "B", "C", "D"])]
+
+
+def test_a_sure_conflict_settles_a_tie():
+    # A and its crop B; C another shot the crop matches; A ~ C disagree: one link (B ~ C)
+    # against one conflict. Unsure (pixels that disagree), the link stays; sure (capture
+    # times that differ), C is left out
+    links = {(0, 1): ("same_photo", 0.9), (1, 2): ("same_photo", 0.7)}
+    unsure = group_links(links, PATHS, {(0, 2): CONFLICT_ONE_SIZE})
+    assert _got(unsure) == [("same_photo", ["A", "B", "C"])]
+    groups = group_links(links, PATHS, {(0, 2): CONFLICT_SURE})
+    assert _got(groups) == [("same_photo", ["A", "B"])]
+    assert groups[0].related == [(PATHS[2], 0.7)]
+
+
+def test_links_are_taken_strongest_first():
+    # the weaker of the two links is the one left out, whichever order they come in
+    links = {(1, 2): ("same_photo", 0.5), (0, 1): ("same_photo", 0.9)}
+    _kept, left_out = consistent_links(links, {(0, 2): CONFLICT_SURE})
+    assert left_out == {(1, 2)}
+    links = {(1, 2): ("same_photo", 0.95), (0, 1): ("same_photo", 0.9)}
+    _kept, left_out = consistent_links(links, {(0, 2): CONFLICT_SURE})
+    assert left_out == {(0, 1)}
+
+
+def test_identical_files_are_never_split():
+    links = {(0, 1): ("identical", 1.0), (0, 2): ("identical", 1.0)}
+    groups = group_links(links, PATHS, {(1, 2): CONFLICT_SURE})
+    assert _got(groups) == [("identical", ["A", "B", "C"])]
+
+
+def test_conflicts_between_photos_without_copy_links_change_nothing():
+    links = {(0, 1): ("same_photo", 0.9), (2, 3): ("similar_shots", 0.4)}
+    conflicts = {(2, 3): CONFLICT_SURE, (1, 4): CONFLICT_SURE}
+    assert _got(group_links(links, PATHS, conflicts)) == _got(group_links(links, PATHS))
+
+
+def test_conflict_levels_weigh_sizes_and_capture_times():
+    links = {p: ("same_photo", 0.7) for p in [(0, 1), (1, 2), (1, 3)]}
+    nan = float("nan")
+    framing = PairEvidence(40, 30, 0.5, 0.6, 0.001, 0.2, pixel_agreement=0.0)
+    fails = PairEvidence(40, 30, 0.5, 0.6, 0.001, 0.2, pixel_agreement=0.9)
+    times = PairEvidence(40, 30, 0.5, 0.6, 0.001, 0.2, pixel_agreement=nan, taken_differ=True)
+    sizes = {0: (325, 243), 1: (200, 150), 2: (243, 325), 3: (640, 480), 4: (325, 243)}
+    conflicts = {
+        (0, 2): framing,  # one size (turned), other framings: not sure (two cuts of a photo)
+        (0, 3): framing,  # two sizes: weak
+        (1, 3): fails,  # two sizes: weak
+        (1, 2): times,  # capture times: sure
+        (0, 4): fails,  # row 4 has no copy link: left out
+    }
+    asked = []
+
+    def size_of(r):
+        asked.append(r)
+        return sizes[r]
+
+    got = conflict_levels(conflicts, links, size_of)
+    assert got == {
+        (0, 2): CONFLICT_ONE_SIZE,
+        (0, 3): CONFLICT_WEAK,
+        (1, 3): CONFLICT_WEAK,
+        (1, 2): CONFLICT_SURE,
+    }
+    assert sorted(asked) == [0, 1, 2, 3]  # (once each)
+    assert conflict_levels({(0, 2): fails}, links, lambda r: None) == {(0, 2): CONFLICT_WEAK}
