@@ -157,7 +157,8 @@ def conflict_levels(
         same-photo test, or whose capture times differ.
     links : mapping
         The tiered links (:func:`group_links`): only pairs of rows that both have copy
-        links are kept (the others cannot join a group of copies).
+        links are kept (the others cannot join a group of copies), and not a pair
+        linked as copies after all (by its appearance, or a RAW file and its JPEG).
     size_of : callable
         ``size_of(row) -> (width, height)`` of the row's picture, or None.
 
@@ -175,7 +176,13 @@ def conflict_levels(
         seventh round).
     """
     copied = {r for p, (t, _s) in links.items() if t != "similar_shots" for r in p}
-    out = {p: ev for p, ev in conflicts.items() if p[0] in copied and p[1] in copied}
+    out = {
+        p: ev
+        for p, ev in conflicts.items()
+        if p[0] in copied
+        and p[1] in copied
+        and links.get(p, ("similar_shots",))[0] == "similar_shots"
+    }
     sizes = {r: size_of(r) for r in {r for p, ev in out.items() if not ev.taken_differ for r in p}}
 
     def level(i: int, j: int, ev: Any) -> int:

@@ -99,7 +99,7 @@ def test_conflicts_between_photos_without_copy_links_change_nothing():
 
 
 def test_conflict_levels_weigh_sizes_and_capture_times():
-    links = {p: ("same_photo", 0.7) for p in [(0, 1), (1, 2), (1, 3)]}
+    links = {p: ("same_photo", 0.7) for p in [(0, 1), (2, 3)]}
     nan = float("nan")
     framing = PairEvidence(40, 30, 0.5, 0.6, 0.001, 0.2, pixel_agreement=0.0)
     fails = PairEvidence(40, 30, 0.5, 0.6, 0.001, 0.2, pixel_agreement=0.9)
@@ -127,3 +127,5 @@ def test_conflict_levels_weigh_sizes_and_capture_times():
     }
     assert sorted(asked) == [0, 1, 2, 3]  # (once each)
     assert conflict_levels({(0, 2): fails}, links, lambda r: None) == {(0, 2): CONFLICT_WEAK}
+    # a pair linked as copies after all (its appearance, a RAW and its JPEG) is no conflict
+    assert conflict_levels({(0, 1): fails, (2, 3): times}, links, sizes.get) == {}
