@@ -100,6 +100,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _members(tier: str) -> str:
+    """What a group's members are called in its header: shots are not copies."""
+    return "shots" if tier == "similar_shots" else "copies"
+
+
 def _related_html(group, groups=()) -> str:
     """The line of a group's header naming its related photos (similar shots of a copy
     outside the group, :attr:`engine.workflows.duplicates.DuplicateGroup.related`), each
@@ -381,7 +386,7 @@ class _Card(QFrame):
             "suggested": "★ Suggested",
             "kept": "✓ Keep (your choice)",
             "discard": "✕ Discard",
-            "copy": "Copy",
+            "copy": "Other shot" if tier == "similar_shots" else "Copy",
         }[state]
         badge = QLabel(badge_text)
         badge.setObjectName("bestBadge" if state in ("suggested", "kept") else "")
@@ -997,8 +1002,8 @@ class DuplicatesView(QWidget):
             self.group_header.setText(
                 f"<b>Group {row + 1} of {len(self.groups)}</b> · "
                 f"<span style='color:{_TIER_COLOURS.get(tier, '#aaa')}'>"
-                f"{TIER_LABELS.get(tier, tier)}</span> · {n} copies — {TIER_HINTS.get(tier, '')}"
-                + _related_html(g, self.groups)
+                f"{TIER_LABELS.get(tier, tier)}</span> · {n} {_members(tier)} — "
+                f"{TIER_HINTS.get(tier, '')}" + _related_html(g, self.groups)
             )
         self._focus = min(self._focus, max(0, len(infos) - 1))
         self._show_focus()

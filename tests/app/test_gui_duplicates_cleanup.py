@@ -542,3 +542,32 @@ def test_a_shot_of_a_copy_in_no_group_is_named_with_the_group(
     steps = [s.path for s in dialog.plan().steps]
     assert steps == [str(folder / "exports" / "chelsea copy.jpg")]
     dialog.reject()
+
+
+def test_a_group_of_shots_is_not_called_copies(qtbot, window, tmp_path, demo_folder):
+    """Similar shots are other photos, not copies: their group's header counts shots and
+    their cards say "Other shot" (seen in the real window: "3 copies", "Copy")."""
+    from PySide6.QtWidgets import QLabel
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("rocket", "rocket_crop", "rocket_perspective", "astronaut", "astronaut_light"):
+        shutil.copy(demo_folder / f"{name}.jpg", folder / f"{name}.jpg")
+    open_and_wait(qtbot, window, folder, tmp_path / "index")
+    find(qtbot, window)
+    view = window.dup_view
+    tiers = [g.tier for g in view.groups]
+    assert "similar_shots" in tiers and "same_photo" in tiers
+
+    def badges() -> list[str]:
+        cards = [view.cards.itemAt(i).widget() for i in range(view.cards.count())]
+        return [next(lb.text() for lb in c.findChildren(QLabel) if lb.text()) for c in cards]
+
+    for row, tier in enumerate(tiers):
+        view.group_list.setCurrentRow(row)
+        n = len(view.groups[row].paths)
+        noun = "shots" if tier == "similar_shots" else "copies"
+        qtbot.waitUntil(lambda n=n, noun=noun: f"{n} {noun} —" in view.group_header.text())
+        qtbot.waitUntil(lambda n=n: len(badges()) == n)
+        others = badges()[1:]
+        assert others == ["Other shot" if tier == "similar_shots" else "Copy"] * (n - 1)
