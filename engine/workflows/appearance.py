@@ -26,7 +26,16 @@ How (:func:`appearance_links`):
    detail correlated tile by tile, blur matched, framing checked) decides with the
    same threshold (:attr:`TierRule.same_photo_pixels`). A second shot of a starry sky
    or of the moon moments later has the same coarse look but other noise, other stars
-   and a moved disc: its fine detail does not agree.
+   and a moved disc: its fine detail does not agree;
+4. a candidate whose pixels do not agree enough (a re-toned or blurred copy of haze, a
+   night sky or the moon: its fine detail is mostly noise), and whose signatures differ
+   in at most :data:`APPEARANCE_LOW_HAMMING` bits, is a copy too when SIFT
+   features detected at a much lower contrast threshold (:func:`low_contrast_features`:
+   faint detail, stars, JPEG noise in black; hundreds of them) agree under one
+   homography (:func:`low_contrast_agreement`: at least :data:`APPEARANCE_MIN_INLIERS`,
+   within the same-photo rule's feature residual). A copy keeps them; another shot of a
+   night sky or the moon shares none, of a hazy view from a plane some, but not to a
+   fraction of a pixel.
 
 Cost: only the low-feature photos are read (once: their signatures are cached), and
 their pairs are compared as 64-bit words, a block at a time (``L`` low-feature photos:
@@ -46,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.core.blas import single_threaded_opencv
+from engine.features.keypoints import Features
 from engine.index.files import atomic_write
 from engine.workflows.pixels import (
     PIXEL_SIDE,
@@ -59,8 +69,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.index.searcher import Searcher
 
 __all__ = [
+    "APPEARANCE_CONTRAST",
     "APPEARANCE_FEATURES",
     "APPEARANCE_HAMMING",
+    "APPEARANCE_LOW_FEATURES",
+    "APPEARANCE_LOW_HAMMING",
+    "APPEARANCE_MIN_INLIERS",
     "APPEARANCE_SIDE",
     "CACHE_FILE",
     "appearance_agreement",
@@ -68,6 +82,8 @@ __all__ = [
     "appearance_links",
     "appearance_tests",
     "load_gray",
+    "low_contrast_agreement",
+    "low_contrast_features",
     "orientations",
     "signature",
 ]
@@ -78,6 +94,20 @@ APPEARANCE_FEATURES = 25
 APPEARANCE_SIDE = 32
 #: Most differing sign bits (of 63) of a candidate pair's signatures.
 APPEARANCE_HAMMING = 16
+#: OpenCV's SIFT contrast threshold for the features of a candidate pair whose pixels
+#: disagree (its default is 0.04: haze, a night sky or JPEG noise in black then have
+#: almost none; at 0.001 they have hundreds, which a copy keeps and another shot does not).
+APPEARANCE_CONTRAST = 0.001
+#: Most of those features kept per picture (the strongest).
+APPEARANCE_LOW_FEATURES = 500
+#: Most differing signature bits of a candidate asked that test (a re-toned or blurred
+#: copy: 0-5; of the 2,209 candidates of the 100,000-photo library, views cut and turned
+#: differently, 59 have 8 or fewer): it costs two SIFT extractions and a robust fit.
+APPEARANCE_LOW_HAMMING = 8
+#: Fewest of those features one homography must explain for a copy (another shot of a
+#: night sky or the moon: 0-6; of a hazy view from a plane: 36-83, with a residual of
+#: 1.05-1.7 px, above the same-photo rule's).
+APPEARANCE_MIN_INLIERS = 25
 #: Longest side (pixels) of the pictures the ECC refinement works on.
 APPEARANCE_ECC_SIDE = 128
 #: Where the signatures are cached in an index folder.
@@ -333,6 +363,74 @@ def _norm(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / (x.std() + 1e-6)
 
 
+def low_contrast_features(gray: np.ndarray) -> Features:
+    """SIFT features of a picture with almost none at the usual contrast threshold.
+
+    Parameters
+    ----------
+    gray : (H, W) float32
+        Gray levels 0-255 (:func:`load_gray`).
+
+    Returns
+    -------
+    Features
+        At most :data:`APPEARANCE_LOW_FEATURES` RootSIFT features, strongest first,
+        detected with OpenCV's contrast threshold :data:`APPEARANCE_CONTRAST`: the faint
+        detail of haze, the stars of a night sky, the JPEG noise of a black sky. A copy
+        keeps them where it keeps the pixels (resized, turned, re-toned, lightly
+        blurred); another shot moments later has other noise and moved stars.
+    """
+    import cv2
+
+    from engine.features.dense import SIFT_DIM, SIFT_WINDOW_PER_SIZE, normalise_sift
+
+    g = np.clip(np.asarray(gray, np.float32) + 0.5, 0, 255).astype(np.uint8)
+    sift = cv2.SIFT_create(
+        nfeatures=APPEARANCE_LOW_FEATURES, contrastThreshold=APPEARANCE_CONTRAST
+    )
+    kps, desc = sift.detectAndCompute(g, None)
+    size = (g.shape[1], g.shape[0])
+    if not kps or desc is None:
+        empty = np.empty(0, np.float32)
+        return Features(np.empty((0, SIFT_DIM), np.float32), np.empty((0, 2), np.float32),
+                        empty, empty, size, "sift")  # fmt: skip
+    xy = cv2.KeyPoint_convert(kps).reshape(-1, 2).astype(np.float32)
+    n = len(kps)
+    scale = np.fromiter((k.size for k in kps), np.float32, n) * SIFT_WINDOW_PER_SIZE
+    angle = np.fromiter((k.angle for k in kps), np.float32, n)
+    response = np.fromiter((k.response for k in kps), np.float32, n)
+    order = np.lexsort((angle, scale, xy[:, 0], xy[:, 1], -response))[:APPEARANCE_LOW_FEATURES]
+    return Features(normalise_sift(desc[order], True), xy[order], scale[order],
+                    np.mod(angle[order], 360.0), size, "sift")  # fmt: skip
+
+
+def low_contrast_agreement(
+    fa: Features, fb: Features, residual_px: float, evidence: Callable[[Features, Features], Any]
+) -> float | None:
+    """Whether two pictures' low-contrast features (:func:`low_contrast_features`) show
+    one photo: at least :data:`APPEARANCE_MIN_INLIERS` of them agree under one
+    homography, to a median of ``residual_px`` (pixels of the smaller picture) or less.
+
+    Parameters
+    ----------
+    fa, fb : Features
+    residual_px : float
+    evidence : callable
+        :func:`engine.workflows.duplicates.pair_evidence` (given, not imported: that
+        module imports this one).
+
+    Returns
+    -------
+    float or None
+        The share of the features where the pictures overlap that agree (the
+        evidence's ``overlap_fraction``), or None when they do not agree.
+    """
+    ev = evidence(fa, fb)
+    if ev.n_inliers >= APPEARANCE_MIN_INLIERS and ev.residual_px <= residual_px:
+        return float(ev.overlap_fraction)
+    return None
+
+
 # ------------------------------------------------------------------ the search step
 def load_gray(path: str | os.PathLike, max_side: int = PIXEL_SIDE) -> np.ndarray:
     """The photo at ``path`` in gray levels, (H, W) float32, longest side at most
@@ -405,6 +503,7 @@ def appearance_links(
     *,
     compressed: tuple[float, float] | None = None,
     cancel: threading.Event | None = None,
+    low_contrast: tuple[float, Callable[[Features, Features], Any]] | None = None,
 ) -> dict[tuple[int, int], tuple[str, float]]:
     """``same_photo`` links between photos with too few features, found and tested by
     their appearance (the module docstring).
@@ -425,12 +524,19 @@ def appearance_links(
         :attr:`TierRule.same_photo_compressed`). None: the pixel agreement alone.
     cancel : threading.Event, optional
         Checked between pairs; when set, :class:`InterruptedError`.
+    low_contrast : (float, callable), optional
+        ``(residual_px, evidence)``: a pair whose pixels disagree is a copy too when its
+        low-contrast features agree under one homography to ``residual_px`` (the
+        same-photo rule's :attr:`TierRule.same_photo_residual_px`), ``evidence`` being
+        :func:`engine.workflows.duplicates.pair_evidence`
+        (:func:`low_contrast_agreement`). None: not asked.
 
     Returns
     -------
     dict
         ``(i, j) -> ("same_photo", agreement)`` for rows i < j (the compressed-copy
-        agreement for a pair it made a copy).
+        agreement for a pair it made a copy, the share of low-contrast features that
+        agree for a pair they made one).
     """
     store = searcher.store
     _, data = searcher.ensure()
@@ -443,11 +549,11 @@ def appearance_links(
     if len(rows) < 2:
         return {}
     with single_threaded_opencv():  # (small pictures: OpenCV's threads only cost CPU)
-        return _links(searcher, rows, linked, pixels, compressed, cancel)
+        return _links(searcher, rows, linked, pixels, compressed, cancel, low_contrast)
 
 
 def _links(
-    searcher, rows, linked, pixels, compressed, cancel
+    searcher, rows, linked, pixels, compressed, cancel, low_contrast
 ) -> dict[tuple[int, int], tuple[str, float]]:
     """:func:`appearance_links` of the photos of ``rows``, with few features."""
     store = searcher.store
@@ -462,7 +568,16 @@ def _links(
             grays[r] = load_gray(paths[r])
         return grays[r]
 
-    for a, b, k in appearance_candidates(np.stack([sigs[r] for r in rows])):
+    lows: dict[int, Features] = {}
+
+    def low(r: int) -> Features:
+        if r not in lows:
+            lows[r] = low_contrast_features(gray(r))
+        return lows[r]
+
+    stacked = np.stack([sigs[r] for r in rows])
+    words = _bits(np.stack([orientations(s) for s in stacked]))  # (L, 4)
+    for a, b, k in appearance_candidates(stacked):
         if cancel is not None and cancel.is_set():
             raise InterruptedError("the duplicate search was cancelled")
         i, j = rows[a], rows[b]
@@ -483,4 +598,10 @@ def _links(
             out[(i, j)] = ("same_photo", float(agree))
         elif compressed is not None and comp >= compressed[1]:
             out[(i, j)] = ("same_photo", float(comp))
+        elif low_contrast is not None and (
+            _popcount(words[a, k] ^ words[b, 0]) <= APPEARANCE_LOW_HAMMING
+        ):
+            score = low_contrast_agreement(low(i), low(j), *low_contrast)
+            if score is not None:
+                out[(i, j)] = ("same_photo", score)
     return out

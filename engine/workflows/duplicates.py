@@ -529,8 +529,9 @@ def find_duplicates(
     pixels = rule.same_photo_pixels
     compressed = (COMPRESSED_FLOOR, rule.same_photo_compressed)
     looks = pool.submit(
-        appearance_links, searcher, dict(links), pixels, compressed=compressed, cancel=stop
-    )
+        appearance_links, searcher, dict(links), pixels, compressed=compressed, cancel=stop,
+        low_contrast=(rule.same_photo_residual_px, pair_evidence),
+    )  # fmt: skip
     try:
         evidence = neighbour_evidence(
             searcher, skip=identical, cancel=cancel, progress=progress, pixel_rule=rule

@@ -16,7 +16,7 @@ from engine.workflows.appearance import (
     orientations,
     signature,
 )
-from engine.workflows.duplicates import DEFAULT_RULE
+from engine.workflows.duplicates import DEFAULT_RULE, pair_evidence
 from engine.workflows.pixels import (
     PIXEL_CLEAN_BONUS,
     PIXEL_CLEAN_SHARE,
@@ -251,3 +251,47 @@ def test_find_duplicates_links_a_turned_recompressed_haze(tmp_path, demo_folder)
     assert [(g.tier, sorted(p.name for p in g.paths)) for g in groups] == [
         ("same_photo", ["haze turned.jpg", "haze.jpg"])
     ]
+
+
+def test_low_contrast_features_find_the_detail_the_usual_threshold_misses():
+    from engine.features.keypoints import extract_features
+    from engine.workflows.appearance import APPEARANCE_LOW_FEATURES, low_contrast_features
+
+    sky = _night_sky(9)
+    hazy = 128 + 0.15 * (sky - sky.mean())  # (the same detail at a seventh of the contrast)
+    usual = extract_features(np.clip(hazy, 0, 255).astype(np.uint8), "sift")
+    low = low_contrast_features(hazy)
+    assert len(usual) < 25 and 100 <= len(low) <= APPEARANCE_LOW_FEATURES
+    assert low.image_size == (320, 240) and low.descriptors.dtype == np.float32
+    norms = np.linalg.norm(low.descriptors, axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5)
+    assert len(low_contrast_features(np.full((240, 320), 40, np.float32))) == 0  # flat
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: _jpeg(np.clip(0.6 * s + 50, 0, 255), 90),  # re-toned (contrast down)
+        lambda s: _jpeg(cv2.GaussianBlur(s, (0, 0), 1.0), 90),  # blurred
+        lambda s: np.rot90(_jpeg(s, 95), -1).copy(),  # turned
+    ],
+    ids=["re-toned", "blurred", "turned"],
+)
+def test_a_copy_of_a_faint_picture_agrees_by_its_low_contrast_features(make):
+    from engine.workflows.appearance import low_contrast_agreement, low_contrast_features
+
+    sky = _night_sky(10, moon=(150, 110))
+    a, b = low_contrast_features(sky), low_contrast_features(make(sky))
+    rule = DEFAULT_RULE.same_photo_residual_px
+    share = low_contrast_agreement(a, b, rule, pair_evidence)
+    assert share is not None and 0 < share <= 1
+    assert low_contrast_agreement(a, b, 0.0, pair_evidence) is None  # (the residual gate)
+
+
+def test_another_shot_of_a_faint_picture_shares_no_low_contrast_features():
+    from engine.workflows.appearance import low_contrast_agreement, low_contrast_features
+
+    first = low_contrast_features(_night_sky(6, moon=(150, 110)))
+    second = low_contrast_features(_night_sky(7, moon=(153, 108)))
+    rule = DEFAULT_RULE.same_photo_residual_px
+    assert low_contrast_agreement(first, second, rule, pair_evidence) is None
