@@ -142,7 +142,11 @@ class Features:
 
 
 def _sift_keypoints(
-    gray: np.ndarray, max_features: int | None, rootsift: bool, mask: np.ndarray | None = None
+    gray: np.ndarray,
+    max_features: int | None,
+    rootsift: bool,
+    mask: np.ndarray | None = None,
+    contrast_threshold: float = 0.04,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     import cv2
 
@@ -151,7 +155,8 @@ def _sift_keypoints(
     # (OpenCV keeps its nfeatures strongest before it applies the mask: with a mask, all
     # are detected and the strongest inside are kept below)
     n = 0 if max_features is None or mask is not None else int(max_features)
-    kps, desc = cv2.SIFT_create(nfeatures=n).detectAndCompute(gray, mask)
+    sift = cv2.SIFT_create(nfeatures=n, contrastThreshold=contrast_threshold)
+    kps, desc = sift.detectAndCompute(gray, mask)
     if not kps or desc is None:
         empty = np.empty(0, np.float32)
         return np.empty((0, SIFT_DIM), np.float32), np.empty((0, 2), np.float32), empty, empty
@@ -227,6 +232,7 @@ def extract_features(
     append_xy: bool = False,
     xy_weight: float = 1.0,
     within: tuple[float, float, float, float] | None = None,
+    contrast_threshold: float = 0.04,
 ) -> Features:
     """Extract a set of local features from an image.
 
@@ -264,6 +270,10 @@ def extract_features(
         ``max_features`` strongest of *those* (a region described as fully as a whole
         image; search by region, :mod:`engine.index.region`). Descriptors still see the
         pixels around their keypoint; positions stay in the whole (loaded) image.
+    contrast_threshold : float, optional
+        ``"sift"`` only: OpenCV's contrast threshold of the detector (0.04, Lowe's; lower
+        keeps fainter extrema: the haze, stars or JPEG noise of a photo that has almost
+        no features otherwise, :func:`engine.workflows.appearance.low_contrast_features`).
 
     Returns
     -------
@@ -278,7 +288,7 @@ def extract_features(
         If a path / bytes input cannot be loaded.
     ValueError
         For an unknown ``kind`` or a non-positive ``step``, ``patch_size``,
-        ``max_features`` or a bad image array.
+        ``max_features``, ``contrast_threshold`` or a bad image array.
 
     Notes
     -----
@@ -305,6 +315,8 @@ def extract_features(
         raise ValueError(f"max_features must be a positive integer or None, got {max_features!r}")
     if not np.isfinite(xy_weight):
         raise ValueError(f"xy_weight must be finite, got {xy_weight!r}")
+    if not (np.isfinite(contrast_threshold) and contrast_threshold > 0):
+        raise ValueError(f"contrast_threshold must be positive, got {contrast_threshold!r}")
     if within is not None and (
         kind != "sift" or len(within) != 4 or not np.isfinite(np.asarray(within, float)).all()
     ):
@@ -323,7 +335,9 @@ def extract_features(
             x0, x1 = max(0, int(np.floor(left * w))), min(w, int(np.ceil(right * w)))
             y0, y1 = max(0, int(np.floor(top * h))), min(h, int(np.ceil(bottom * h)))
             mask[y0:y1, x0:x1] = 255
-        desc, xy, scale, angle = _sift_keypoints(gray, max_features, rootsift, mask)
+        desc, xy, scale, angle = _sift_keypoints(
+            gray, max_features, rootsift, mask, contrast_threshold
+        )
     else:
         if kind == "dense_sift":
             desc, xy = _dense_sift(gray, int(step), int(patch_size), rootsift)

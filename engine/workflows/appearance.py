@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.core.blas import single_threaded_opencv
-from engine.features.keypoints import Features
+from engine.features.keypoints import Features, extract_features
 from engine.index.files import atomic_write
 from engine.workflows.pixels import (
     PIXEL_SIDE,
@@ -380,28 +380,14 @@ def low_contrast_features(gray: np.ndarray) -> Features:
         keeps them where it keeps the pixels (resized, turned, re-toned, lightly
         blurred); another shot moments later has other noise and moved stars.
     """
-    import cv2
-
-    from engine.features.dense import SIFT_DIM, SIFT_WINDOW_PER_SIZE, normalise_sift
-
     g = np.clip(np.asarray(gray, np.float32) + 0.5, 0, 255).astype(np.uint8)
-    sift = cv2.SIFT_create(
-        nfeatures=APPEARANCE_LOW_FEATURES, contrastThreshold=APPEARANCE_CONTRAST
+    return extract_features(
+        g,
+        "sift",
+        max_features=APPEARANCE_LOW_FEATURES,
+        max_side=None,
+        contrast_threshold=APPEARANCE_CONTRAST,
     )
-    kps, desc = sift.detectAndCompute(g, None)
-    size = (g.shape[1], g.shape[0])
-    if not kps or desc is None:
-        empty = np.empty(0, np.float32)
-        return Features(np.empty((0, SIFT_DIM), np.float32), np.empty((0, 2), np.float32),
-                        empty, empty, size, "sift")  # fmt: skip
-    xy = cv2.KeyPoint_convert(kps).reshape(-1, 2).astype(np.float32)
-    n = len(kps)
-    scale = np.fromiter((k.size for k in kps), np.float32, n) * SIFT_WINDOW_PER_SIZE
-    angle = np.fromiter((k.angle for k in kps), np.float32, n)
-    response = np.fromiter((k.response for k in kps), np.float32, n)
-    order = np.lexsort((angle, scale, xy[:, 0], xy[:, 1], -response))[:APPEARANCE_LOW_FEATURES]
-    return Features(normalise_sift(desc[order], True), xy[order], scale[order],
-                    np.mod(angle[order], 360.0), size, "sift")  # fmt: skip
 
 
 def low_contrast_agreement(

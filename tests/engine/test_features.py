@@ -271,6 +271,9 @@ def test_errors(tmp_path, img):
         extract_features(img, "patch", patch_size=-3)
     with pytest.raises(ValueError, match="max_features"):
         extract_features(img, "sift", max_features=0)
+    for bad in (0.0, -0.01, float("nan")):
+        with pytest.raises(ValueError, match="contrast_threshold"):
+            extract_features(img, "sift", contrast_threshold=bad)
     with pytest.raises(ValueError, match="image must"):
         extract_features(np.zeros((4, 4, 2), np.uint8))
     with pytest.raises(ValueError, match="dtype"):
@@ -412,3 +415,11 @@ def test_demo_views_match_their_homographies(demo_folder, view):
     p = np.c_[a.xy[pairs[:, 0]], np.ones(len(pairs))] @ H.T
     err = np.linalg.norm(p[:, :2] / p[:, 2:] - b.xy[pairs[:, 1]], axis=1)
     assert np.mean(err < 3.0) > 0.85
+
+
+def test_a_lower_contrast_threshold_keeps_fainter_features(img):
+    faint = (128 + (img.astype(np.float32) - 128) * 0.1).astype(np.uint8)
+    usual = extract_features(faint, "sift", max_features=None)
+    low = extract_features(faint, "sift", max_features=None, contrast_threshold=0.004)
+    assert len(low) > len(usual)
+    assert len(extract_features(faint, "sift", contrast_threshold=0.004, max_features=7)) == 7
