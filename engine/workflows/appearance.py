@@ -45,6 +45,7 @@ one pixel test (tens of milliseconds).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import zipfile
@@ -75,6 +76,7 @@ __all__ = [
     "APPEARANCE_LOW_FEATURES",
     "APPEARANCE_LOW_HAMMING",
     "APPEARANCE_MIN_INLIERS",
+    "APPEARANCE_REMEMBER",
     "APPEARANCE_SIDE",
     "CACHE_FILE",
     "appearance_agreement",
@@ -108,6 +110,9 @@ APPEARANCE_LOW_HAMMING = 8
 #: night sky or the moon: 0-6; of a hazy view from a plane: 36-83, with a residual of
 #: 1.05-1.7 px, above the same-photo rule's).
 APPEARANCE_MIN_INLIERS = 25
+#: Pictures (and their low-contrast features) the search keeps for the candidates that
+#: follow (a 1024 x 768 picture is 3 MB: about 400 MB at most; they were all kept before).
+APPEARANCE_REMEMBER = 128
 #: Longest side (pixels) of the pictures the ECC refinement works on.
 APPEARANCE_ECC_SIDE = 128
 #: Where the signatures are cached in an index folder.
@@ -198,9 +203,16 @@ def appearance_candidates(
         turns is compared with picture j (the k with the fewest differing bits; the
         distance is the same from j's side, turned back).
     """
-    n = len(sigs)
-    if n < 2:
+    if len(sigs) < 2:
         return []
+    return [(i, j, k) for i, j, k, _bits_apart in _candidates(sigs, max_bits, block_words)]
+
+
+def _candidates(
+    sigs: np.ndarray, max_bits: int, block_words: int
+) -> list[tuple[int, int, int, int]]:
+    """:func:`appearance_candidates` with how many bits apart each pair is."""
+    n = len(sigs)
     words = _bits(np.stack([orientations(s) for s in sigs]))  # (L, 4)
     base = words[:, 0]
     block = max(1, min(n, block_words // (4 * n)))
@@ -212,7 +224,7 @@ def appearance_candidates(
         best = d.min(axis=1)
         ii, jj = np.nonzero(best <= max_bits)
         out.extend(
-            (s0 + a, j, int(k[a, j]))
+            (s0 + a, j, int(k[a, j]), int(best[a, j]))
             for a, j in zip(ii.tolist(), jj.tolist(), strict=True)
             if s0 + a < j
         )
@@ -547,23 +559,16 @@ def _links(
     sigs = _signatures(store.index_dir, searcher.data_keys, rows, paths)
     rows = [r for r in rows if r in sigs]
     out: dict[tuple[int, int], tuple[str, float]] = {}
-    grays: dict[int, np.ndarray] = {}
-
-    def gray(r: int) -> np.ndarray:
-        if r not in grays:
-            grays[r] = load_gray(paths[r])
-        return grays[r]
-
-    lows: dict[int, Features] = {}
-
-    def low(r: int) -> Features:
-        if r not in lows:
-            lows[r] = low_contrast_features(gray(r))
-        return lows[r]
-
-    stacked = np.stack([sigs[r] for r in rows])
-    words = _bits(np.stack([orientations(s) for s in stacked]))  # (L, 4)
-    for a, b, k in appearance_candidates(stacked):
+    # (pictures and their low-contrast features remembered for the next pairs, a bounded
+    # number: a folder of thousands of night skies must not hold them all)
+    gray = functools.lru_cache(maxsize=APPEARANCE_REMEMBER)(lambda r: load_gray(paths[r]))
+    low = functools.lru_cache(maxsize=APPEARANCE_REMEMBER)(
+        lambda r: low_contrast_features(gray(r))
+    )
+    if len(rows) < 2:
+        return out
+    candidates = _candidates(np.stack([sigs[r] for r in rows]), APPEARANCE_HAMMING, 1 << 21)
+    for a, b, k, bits_apart in candidates:
         if cancel is not None and cancel.is_set():
             raise InterruptedError("the duplicate search was cancelled")
         i, j = rows[a], rows[b]
@@ -578,16 +583,14 @@ def _links(
                 agree, comp = appearance_tests(
                     gray(i), gray(j), k, facts, band, enough=compressed[1]
                 )
+            if agree >= pixels:
+                out[(i, j)] = ("same_photo", float(agree))
+            elif compressed is not None and comp >= compressed[1]:
+                out[(i, j)] = ("same_photo", float(comp))
+            elif low_contrast is not None and bits_apart <= APPEARANCE_LOW_HAMMING:
+                score = low_contrast_agreement(low(i), low(j), *low_contrast)
+                if score is not None:
+                    out[(i, j)] = ("same_photo", score)
         except Exception:  # a file gone or unreadable since indexing
             continue
-        if agree >= pixels:
-            out[(i, j)] = ("same_photo", float(agree))
-        elif compressed is not None and comp >= compressed[1]:
-            out[(i, j)] = ("same_photo", float(comp))
-        elif low_contrast is not None and (
-            _popcount(words[a, k] ^ words[b, 0]) <= APPEARANCE_LOW_HAMMING
-        ):
-            score = low_contrast_agreement(low(i), low(j), *low_contrast)
-            if score is not None:
-                out[(i, j)] = ("same_photo", score)
     return out

@@ -239,19 +239,18 @@ def consistent_links(
     kept, left_out = {}, set()
     for i, j in order:
         ri, rj = root[i], root[j]
-        if ri != rj and links[(i, j)][0] != "identical":
-            small, big = (ri, rj) if len(members[ri]) <= len(members[rj]) else (rj, ri)
-            pos = sum(root[y] == big for x in members[small] for y in adj[x])
-            against = [s for x in members[small] for y, s in bad.get(x, {}).items()
-                       if root[y] == big]  # fmt: skip
-            most = max(against, default=CONFLICT_WEAK)
-            if (len(against) > pos and most >= CONFLICT_ONE_SIZE) or (
-                against and len(against) == pos and most == CONFLICT_SURE
-            ):
-                left_out.add((i, j))
-                continue
         if ri != rj:
             small, big = (ri, rj) if len(members[ri]) <= len(members[rj]) else (rj, ri)
+            if links[(i, j)][0] != "identical":
+                pos = sum(root[y] == big for x in members[small] for y in adj[x])
+                against = [s for x in members[small] for y, s in bad.get(x, {}).items()
+                           if root[y] == big]  # fmt: skip
+                most = max(against, default=CONFLICT_WEAK)
+                if (len(against) > pos and most >= CONFLICT_ONE_SIZE) or (
+                    against and len(against) == pos and most == CONFLICT_SURE
+                ):
+                    left_out.add((i, j))
+                    continue
             for x in members[small]:
                 root[x] = big
             members[big] += members.pop(small)

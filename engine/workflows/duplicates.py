@@ -515,7 +515,7 @@ def find_duplicates(
     if not want or want - set(TIERS):
         raise ValueError(f"tiers must be a non-empty subset of {TIERS}, got {sorted(want)}")
     rule = (rule or DEFAULT_RULE).with_threshold(threshold)
-    searcher.ensure()  # (row_paths are those of the current search data)
+    ids = searcher.ensure()[1].ids  # (row_paths are those of the current search data)
     paths = searcher.row_paths
     identical = identical_pairs(searcher)
     links: dict[tuple[int, int], tuple[str, float]] = {p: ("identical", 1.0) for p in identical}
@@ -558,7 +558,6 @@ def find_duplicates(
         if pair not in links or links[pair][0] == "similar_shots":
             ev = evidence.get(pair)
             links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
-    ids = searcher.ensure()[1].ids
     size = lambda r: (rec := searcher.store.record(int(ids[r]))) and (rec.width, rec.height)  # noqa: E731
     conflicts = conflict_levels(conflicts, links, size)
     groups = [g for g in group_links(links, paths, conflicts) if g.tier in want]
