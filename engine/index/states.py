@@ -24,7 +24,7 @@ import uuid
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from engine.index.store_errors import IndexCorruptError
 __all__ = [
     "SEGMENTS_KEY",
     "damaged_file",
+    "header_retried",
     "live_masks",
     "load_array",
     "load_state_files",
@@ -53,6 +54,24 @@ SEGMENTS_KEY = "__segments__"
 
 # what reading a damaged npz raises: a bad zip (or CRC), a truncated member, a bad header
 NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError)
+
+
+T = TypeVar("T")
+
+
+def header_retried(read: Callable[[], T]) -> T:
+    """``read()`` again (at most twice more) when CPython raises its spurious
+    ``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905,
+    seen on 3.11.7): numpy parses every ``.npy`` header with ``ast.literal_eval``, and
+    threads reading an index at once (the app's readers during an update) hit it now and
+    then. Any other error is raised at once."""
+    for attempt in range(3):
+        try:
+            return read()
+        except SystemError as exc:
+            if "recursion depth mismatch" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def save_array(arrays: Path, name: str, arr: np.ndarray) -> None:
@@ -77,7 +96,9 @@ def load_array(arrays: Path, name: str, *, mmap: bool = True) -> np.ndarray:
     check_name(name)
     path = arrays / f"{name}.npy"
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return header_retried(
+            lambda: np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        )
     except FileNotFoundError:
         raise KeyError(f"no array {name!r} in index {arrays.parent}") from None
     except (ValueError, OSError, EOFError) as exc:
@@ -239,7 +260,7 @@ def read_arrays(
                         continue
                     if k in arrays or k in taken:
                         raise ValueError(f"array {k!r} is stored twice")
-                    arrays[k] = data[k]
+                    arrays[k] = header_retried(lambda k=k: data[k])
         except NPZ_ERRORS as exc:
             raise damaged_file(states, name, file, exc) from exc
     return arrays
