@@ -194,7 +194,9 @@ def run(args: argparse.Namespace) -> int:
     out = []
     if not tty and groups:
         progress.say(f"simile: duplicates: choosing the copy to keep in {len(groups):,} groups")
-    keepers = suggest_keepers([g.paths for g in groups], reference=args.reference)
+    keepers = suggest_keepers(
+        [g.paths for g in groups], reference=args.reference, tiers=[g.tier for g in groups]
+    )
     for g, keeper in zip(groups, keepers, strict=True):
         reason = None if keeper is None else keeper.reason
         out.append({

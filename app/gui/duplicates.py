@@ -142,10 +142,10 @@ def find_groups(collection, threshold, *, cancel=None, progress=None) -> list:
     return collection.duplicates(threshold, cancel=cancel, progress=progress)
 
 
-def _suggest(paths, stats=None, reference=()):
+def _suggest(paths, stats=None, reference=(), tier=None):
     from engine.workflows.duplicates import suggest_keeper
 
-    return suggest_keeper(paths, stats, reference=tuple(reference))
+    return suggest_keeper(paths, stats, reference=tuple(reference), tier=tier)
 
 
 def _short(name: str, most: int = 18) -> str:
@@ -169,7 +169,7 @@ def suggest_keepers(groups, chosen=None, *, reference=(), cancel=None, progress=
         if i in chosen:
             out.append(chosen[i])
         else:
-            k = _suggest([str(p) for p in g.paths], reference=reference)
+            k = _suggest([str(p) for p in g.paths], reference=reference, tier=tier_of(g))
             out.append(None if k is None else k.index)
         if progress is not None:
             progress(i + 1, len(groups))
@@ -223,11 +223,12 @@ def _date_taken(path) -> str | None:
         return None
 
 
-def describe_copies(paths, scores=None, reference=()) -> tuple[list[CopyInfo], int]:
+def describe_copies(paths, scores=None, reference=(), tier=None) -> tuple[list[CopyInfo], int]:
     """Worker side: size, resolution and sharpness of each copy, loaded at
     :data:`engine.workflows.duplicates.KEEPER_SIDE` pixels
     (:func:`engine.workflows.duplicates.copy_stats`), and the one to keep
-    (:func:`engine.workflows.duplicates.suggest_keeper`, as ``simile duplicates``)."""
+    (:func:`engine.workflows.duplicates.suggest_keeper` for the group's ``tier``, as
+    ``simile duplicates``)."""
     from engine.workflows.duplicates import CopyStats, copy_stats
 
     infos, stats = [], []
@@ -247,7 +248,7 @@ def describe_copies(paths, scores=None, reference=()) -> tuple[list[CopyInfo], i
         stats.append(st)
         infos.append(CopyInfo(st.path, st.width, st.height, st.file_size, st.sharpness, score,
                               image, st.error, mtime, taken=_date_taken(p)))  # fmt: skip
-    keeper = _suggest([str(p) for p in paths], stats, reference=reference)
+    keeper = _suggest([str(p) for p in paths], stats, reference=reference, tier=tier)
     best = -1 if keeper is None else int(keeper.index)
     if keeper is not None:
         infos[best].reason = str(getattr(keeper, "reason", "") or "")

@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 from app.commands._collection import disk_full
 from app.gui import workers
 from app.gui.dialogs import AboutDialog, ImageViewer, ProblemsPanel
-from app.gui.duplicates import DuplicatesView, describe_copies, find_groups
+from app.gui.duplicates import DuplicatesView, describe_copies, find_groups, tier_of
 from app.gui.feedback import save_mark
 from app.gui.grid import PhotoGridView
 from app.gui.info_panel import InfoPanel
@@ -1820,7 +1820,8 @@ class MainWindow(QMainWindow):
         token = s.begin("copies")
         self.run_worker(
             describe_copies, list(g.paths), list(getattr(g, "scores", []) or []),
-            self.dup_view.reference_folders(), token=token, context="Comparing copies failed",
+            self.dup_view.reference_folders(), tier_of(g), token=token,
+            context="Comparing copies failed",
             connect={"returned": lambda res: s.duplicates.set_copies(*res)},
         )  # fmt: skip
 

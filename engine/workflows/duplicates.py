@@ -68,7 +68,7 @@ are built by :func:`engine.workflows.dup_groups.group_links`.
 
 Which copy of a group to keep is suggested by :func:`suggest_keeper` (the app's
 Duplicates view and ``simile duplicates`` both ask it); see :func:`best_copy` for the
-rule. Both live in :mod:`engine.workflows.keeper` and are re-exported here.
+rule (``best_shot`` for similar shots). They live in :mod:`engine.workflows.keeper`.
 """
 
 from __future__ import annotations

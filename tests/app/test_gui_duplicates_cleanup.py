@@ -571,3 +571,42 @@ def test_a_group_of_shots_is_not_called_copies(qtbot, window, tmp_path, demo_fol
         qtbot.waitUntil(lambda n=n: len(badges()) == n)
         others = badges()[1:]
         assert others == ["Other shot" if tier == "similar_shots" else "Copy"] * (n - 1)
+
+
+def test_a_burst_suggests_its_sharp_frame_not_the_first_taken(qtbot, window, tmp_path):
+    """Of a group of similar shots the suggested card is the best shot (here the sharp
+    frame of a burst, taken second), with the shot rule's reason, not the copies' rule
+    ("original: taken ..., the other was taken later": the shaken first frame)."""
+    import cv2
+    import numpy as np
+    from PIL import Image
+    from PySide6.QtWidgets import QLabel
+
+    from engine.workflows.duplicates import DuplicateGroup
+
+    rng = np.random.default_rng(5)
+    scene = cv2.GaussianBlur((rng.random((480, 640, 3)) * 255).astype(np.uint8), (0, 0), 1.5)
+    folder = tmp_path / "burst"
+    folder.mkdir()
+    paths = [folder / "IMG_0001.jpg", folder / "IMG_0002.jpg"]
+    for path, pixels, second in ((paths[0], cv2.blur(scene, (11, 1)), 0), (paths[1], scene, 1)):
+        exif = Image.Exif()
+        exif.get_ifd(0x8769)[0x9003] = f"2024:05:01 10:00:0{second}"
+        Image.fromarray(pixels).save(path, quality=92, exif=exif)
+    window.show_view("duplicates")
+    view = window.dup_view
+    window.session.duplicates.set_groups([DuplicateGroup(paths, [1.0, 0.5], "similar_shots")])
+    view.group_list.setCurrentRow(0)
+
+    def cards():
+        return [view.cards.itemAt(i).widget() for i in range(view.cards.count())]
+
+    def texts(card) -> list[str]:
+        return [lb.text() for lb in card.findChildren(QLabel)]
+
+    qtbot.waitUntil(lambda: any(t.startswith("Why: ") for c in cards() for t in texts(c)))
+    suggested = [c for c in cards() if any(t.startswith("Why: ") for t in texts(c))]
+    assert len(suggested) == 1
+    why = next(t for t in texts(suggested[0]) if t.startswith("Why: "))
+    assert why.startswith("Why: sharpest ("), why
+    assert "IMG_0002.jpg" in " ".join([*texts(suggested[0]), suggested[0].toolTip()])

@@ -393,7 +393,8 @@ def test_keeper_reads_headers_and_decodes_only_the_copy_it_keeps(tmp_path, monke
     cv2.imwrite(str(tmp_path / "mid.jpg"), cv2.resize(img, (600, 450)))
     for name in ("big.jpg", "small.jpg", "mid.jpg"):
         full, head = copy_stats(tmp_path / name)[0], keeper.header_stats(tmp_path / name)
-        assert dataclasses.replace(head, sharpness=full.sharpness) == full
+        pixels = {"sharpness": full.sharpness, "brightness": full.brightness}
+        assert dataclasses.replace(head, **pixels) == full
     data = (tmp_path / "big.jpg").read_bytes()
     (tmp_path / "big.jpg").write_bytes(data[: len(data) // 3])  # (its header still reads)
     assert keeper.header_stats(tmp_path / "big.jpg").error is None
