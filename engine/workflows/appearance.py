@@ -35,12 +35,20 @@ How (:func:`appearance_links`):
    homography (:func:`low_contrast_agreement`: at least :data:`APPEARANCE_MIN_INLIERS`,
    within the same-photo rule's feature residual). A copy keeps them; another shot of a
    night sky or the moon shares none, of a hazy view from a plane some, but not to a
-   fraction of a pixel.
+   fraction of a pixel;
+5. a photo with fewer features than the geometric check needs
+   (:data:`APPEARANCE_FEATURELESS`: it can never be verified otherwise) is asked that
+   test with all its candidates, and also with its :data:`APPEARANCE_NEAREST` nearest
+   signatures up to :data:`APPEARANCE_FAR` bits (:func:`nearest_candidates`): a cropped
+   or slightly turned copy changes the signature by more (19-27 bits on the Holidays
+   dev photos), and those pairs are asked the low-contrast test only (a crop does not
+   keep the frame the pixel test's alignment assumes).
 
 Cost: only the low-feature photos are read (once: their signatures are cached), and
 their pairs are compared as 64-bit words, a block at a time (``L`` low-feature photos:
 ``2 L^2`` word comparisons, a few milliseconds for thousands); each candidate pair costs
-one pixel test (tens of milliseconds).
+one pixel test (tens of milliseconds); step 5 at most :data:`APPEARANCE_NEAREST` tests
+of low-contrast features per featureless photo (81 of the 100,000-photo library).
 """
 
 from __future__ import annotations
@@ -71,11 +79,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "APPEARANCE_CONTRAST",
+    "APPEARANCE_FAR",
+    "APPEARANCE_FEATURELESS",
     "APPEARANCE_FEATURES",
     "APPEARANCE_HAMMING",
     "APPEARANCE_LOW_FEATURES",
     "APPEARANCE_LOW_HAMMING",
     "APPEARANCE_MIN_INLIERS",
+    "APPEARANCE_NEAREST",
     "APPEARANCE_REMEMBER",
     "APPEARANCE_SIDE",
     "CACHE_FILE",
@@ -86,6 +97,7 @@ __all__ = [
     "load_gray",
     "low_contrast_agreement",
     "low_contrast_features",
+    "nearest_candidates",
     "orientations",
     "signature",
 ]
@@ -110,6 +122,13 @@ APPEARANCE_LOW_HAMMING = 8
 #: night sky or the moon: 0-6; of a hazy view from a plane: 36-83, with a residual of
 #: 1.05-1.7 px, above the same-photo rule's).
 APPEARANCE_MIN_INLIERS = 25
+#: Photos with fewer features than this (the geometric check's least number of inliers,
+#: :data:`engine.index.verify.VERIFY_MIN_INLIERS`) also ask their nearest signatures.
+APPEARANCE_FEATURELESS = 8
+#: How many nearest signatures (beyond :data:`APPEARANCE_HAMMING` bits) each asks.
+APPEARANCE_NEAREST = 3
+#: Most differing bits of those (a crop or a turn by a few degrees: 19-27).
+APPEARANCE_FAR = 30
 #: Pictures (and their low-contrast features) the search keeps for the candidates that
 #: follow (a 1024 x 768 picture is 3 MB: about 400 MB at most; they were all kept before).
 APPEARANCE_REMEMBER = 128
@@ -229,6 +248,63 @@ def _candidates(
             if s0 + a < j
         )
     return out
+
+
+def nearest_candidates(
+    sigs: np.ndarray,
+    asking: np.ndarray,
+    *,
+    nearest: int = APPEARANCE_NEAREST,
+    beyond: int = APPEARANCE_HAMMING,
+    most: int = APPEARANCE_FAR,
+    block_words: int = 1 << 21,
+) -> list[tuple[int, int, int, int]]:
+    """The nearest signatures of some pictures, beyond the candidates' limit.
+
+    Parameters
+    ----------
+    sigs : (L, 8, 8) float32
+        :func:`signature` of each picture.
+    asking : (L,) bool
+        The pictures that ask for their nearest (the others can be found).
+    nearest : int
+        Nearest signatures each asks for.
+    beyond, most : int
+        Only signatures more than ``beyond`` (those are candidates already) and at most
+        ``most`` bits apart, under the quarter turn that brings them closest.
+    block_words : int
+        Word comparisons held in memory at a time.
+
+    Returns
+    -------
+    list of (i, j, k, bits)
+        i < j (positions in ``sigs``), each pair once; k, the quarter turn of i that is
+        compared with j (as :func:`appearance_candidates`); ``bits`` apart.
+    """
+    n = len(sigs)
+    ask = np.flatnonzero(np.asarray(asking, bool))
+    if n < 2 or len(ask) == 0 or nearest < 1:
+        return []
+    words = _bits(np.stack([orientations(s) for s in sigs]))  # (L, 4)
+    block = max(1, min(len(ask), block_words // (4 * n)))
+    out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+    for s0 in range(0, len(ask), block):
+        rows = ask[s0 : s0 + block]
+        d = _popcount(words[rows][:, :, None] ^ words[None, :, 0][:, None, :])  # (b, 4, L)
+        best = d.min(axis=1).astype(np.int64)  # (b, L)
+        best[np.arange(len(rows)), rows] = most + 1  # (not itself)
+        best[best <= beyond] = most + 1
+        for a, row in enumerate(rows.tolist()):
+            order = np.argsort(best[a], kind="stable")[:nearest]
+            for b in order.tolist():
+                bits = int(best[a, b])
+                if bits > most:
+                    break
+                i, j = (row, b) if row < b else (b, row)
+                # the turn of i that is compared with j: from i's side
+                turn = int(np.argmin(_popcount(words[i] ^ words[j, 0])))
+                out.setdefault((i, j), (i, j, turn, bits))
+    return sorted(out.values())
 
 
 def appearance_agreement(gray_a: np.ndarray, gray_b: np.ndarray, turns: int) -> float:
@@ -539,21 +615,26 @@ def appearance_links(
     store = searcher.store
     _, data = searcher.ensure()
     row_of_id = {int(d): r for r, d in enumerate(np.asarray(data.ids).tolist())}
-    rows = sorted(
-        row_of_id[rec.id]
+    counts = {
+        row_of_id[rec.id]: rec.n_features
         for rec in store.records()
         if rec.n_features < APPEARANCE_FEATURES and rec.id in row_of_id
-    )
+    }
+    rows = sorted(counts)
     if len(rows) < 2:
         return {}
+    featureless = {r for r, n in counts.items() if n < APPEARANCE_FEATURELESS}
     with single_threaded_opencv():  # (small pictures: OpenCV's threads only cost CPU)
-        return _links(searcher, rows, linked, pixels, compressed, cancel, low_contrast)
+        return _links(
+            searcher, rows, linked, pixels, compressed, cancel, low_contrast, featureless
+        )
 
 
 def _links(
-    searcher, rows, linked, pixels, compressed, cancel, low_contrast
+    searcher, rows, linked, pixels, compressed, cancel, low_contrast, featureless=frozenset()
 ) -> dict[tuple[int, int], tuple[str, float]]:
-    """:func:`appearance_links` of the photos of ``rows``, with few features."""
+    """:func:`appearance_links` of the photos of ``rows``, with few features
+    (``featureless``: those of them that also ask their nearest signatures)."""
     store = searcher.store
     paths = searcher.row_paths
     sigs = _signatures(store.index_dir, searcher.data_keys, rows, paths)
@@ -567,7 +648,11 @@ def _links(
     )
     if len(rows) < 2:
         return out
-    candidates = _candidates(np.stack([sigs[r] for r in rows]), APPEARANCE_HAMMING, 1 << 21)
+    stacked = np.stack([sigs[r] for r in rows])
+    candidates = _candidates(stacked, APPEARANCE_HAMMING, 1 << 21)
+    far = []
+    if low_contrast is not None:
+        far = nearest_candidates(stacked, np.array([r in featureless for r in rows], bool))
     for a, b, k, bits_apart in candidates:
         if cancel is not None and cancel.is_set():
             raise InterruptedError("the duplicate search was cancelled")
@@ -587,10 +672,24 @@ def _links(
                 out[(i, j)] = ("same_photo", float(agree))
             elif compressed is not None and comp >= compressed[1]:
                 out[(i, j)] = ("same_photo", float(comp))
-            elif low_contrast is not None and bits_apart <= APPEARANCE_LOW_HAMMING:
+            elif low_contrast is not None and (
+                bits_apart <= APPEARANCE_LOW_HAMMING or i in featureless or j in featureless
+            ):
                 score = low_contrast_agreement(low(i), low(j), *low_contrast)
                 if score is not None:
                     out[(i, j)] = ("same_photo", score)
         except Exception:  # a file gone or unreadable since indexing
             continue
+    for a, b, _k, _bits_apart in far:  # (a crop or a turn: its low-contrast features only)
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("the duplicate search was cancelled")
+        i, j = rows[a], rows[b]
+        if linked.get((i, j), ("similar_shots",))[0] != "similar_shots":
+            continue
+        try:
+            score = low_contrast_agreement(low(i), low(j), *low_contrast)
+        except Exception:  # a file gone or unreadable since indexing
+            continue
+        if score is not None:
+            out[(i, j)] = ("same_photo", score)
     return out

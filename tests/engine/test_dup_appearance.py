@@ -295,3 +295,65 @@ def test_another_shot_of_a_faint_picture_shares_no_low_contrast_features():
     second = low_contrast_features(_night_sky(7, moon=(153, 108)))
     rule = DEFAULT_RULE.same_photo_residual_px
     assert low_contrast_agreement(first, second, rule, pair_evidence) is None
+
+
+def _faint(sky: np.ndarray) -> np.ndarray:
+    """The same sky at a seventh of its contrast: no keypoint at the usual threshold."""
+    return np.clip(128 + 0.15 * (sky - sky.mean()), 0, 255).astype(np.uint8)
+
+
+def _turned_crop(img: np.ndarray, margin: int = 36, degrees: float = 3.0) -> np.ndarray:
+    """Turned by a few degrees and cropped by ``margin`` pixels top and bottom (a third
+    more left and right)."""
+    h, w = img.shape
+    turn = cv2.getRotationMatrix2D((w / 2, h / 2), degrees, 1.0)
+    turned = cv2.warpAffine(img, turn, (w, h), borderMode=cv2.BORDER_REFLECT)
+    side = margin * 4 // 3
+    return turned[margin : h - margin, side : w - side]
+
+
+def test_nearest_candidates_pair_a_featureless_picture_beyond_the_limit():
+    """A turned crop's signature is too far for a candidate; the pictures that cannot be
+    verified geometrically ask for their nearest signatures instead, once per pair."""
+    from engine.workflows.appearance import APPEARANCE_FAR, nearest_candidates
+
+    sky = _faint(_night_sky(9))
+    sigs = np.stack(
+        [signature(sky), signature(_turned_crop(sky)), signature(_faint(_night_sky(10)))]
+    )
+    bits = int((_bits(sigs[0]) ^ _bits(sigs[1])).sum())
+    assert APPEARANCE_HAMMING < bits <= APPEARANCE_FAR  # (the premise)
+    assert (0, 1) not in {p[:2] for p in appearance_candidates(sigs)}
+    near = nearest_candidates(sigs, np.array([True, False, False]), nearest=1)
+    assert [(i, j) for i, j, _k, _b in near] == [(0, 1)]
+    assert near[0][3] == bits and near[0][2] == 0
+    both = nearest_candidates(sigs, np.array([True, True, False]), nearest=1)
+    assert [(i, j) for i, j, _k, _b in both] == [(0, 1)]  # (once)
+    assert nearest_candidates(sigs, np.zeros(3, bool)) == []
+    assert nearest_candidates(sigs, np.ones(3, bool), most=bits - 1, nearest=3) == [
+        p for p in nearest_candidates(sigs, np.ones(3, bool), nearest=3) if p[3] < bits
+    ]
+
+
+def test_find_duplicates_links_turned_crops_of_a_featureless_sky(tmp_path, demo_folder):
+    """Crops of a sky turned by 3 degrees -- one 12 bits away (a candidate whose pixels
+    fail, beyond the low-contrast test's 8 bits), one 26 bits away (no candidate) -- were
+    missed; they are found by their low-contrast features. Another sky is not."""
+    from engine.collection import Collection
+
+    folder = tmp_path / "sky"
+    folder.mkdir()
+    sky = _faint(_night_sky(9))
+    cv2.imwrite(str(folder / "sky.png"), sky)
+    for name, margin in (("sky crop.jpg", 12), ("sky tight crop.jpg", 36)):
+        cv2.imwrite(str(folder / name), _turned_crop(sky, margin), [cv2.IMWRITE_JPEG_QUALITY, 95])
+    cv2.imwrite(str(folder / "other sky.png"), _faint(_night_sky(10)))
+    shutil.copy(demo_folder / "brick.jpg", folder)  # (the search models need features)
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        assert sum(r.n_features < 8 for r in col.searcher.store.records()) == 4
+        groups = col.duplicates()
+    assert [(g.tier, sorted(p.name for p in g.paths)) for g in groups] == [
+        ("same_photo", ["sky crop.jpg", "sky tight crop.jpg", "sky.png"])
+    ]
