@@ -630,6 +630,29 @@ def appearance_links(
         )
 
 
+def _pixel_link(
+    gray_a: np.ndarray,
+    gray_b: np.ndarray,
+    turns: int,
+    paths: tuple[Path, Path],
+    pixels: float,
+    compressed: tuple[float, float] | None,
+) -> tuple[str, float] | None:
+    """The same-photo link of a candidate whose pixels agree (or whose compressed copy
+    does, :func:`appearance_tests`), else None."""
+    if compressed is None:
+        agree, comp = appearance_agreement(gray_a, gray_b, turns), float("nan")
+    else:
+        band = (compressed[0], pixels)
+        facts = lambda: (jpeg_facts(paths[0]), jpeg_facts(paths[1]))  # noqa: E731
+        agree, comp = appearance_tests(gray_a, gray_b, turns, facts, band, enough=compressed[1])
+    if agree >= pixels:
+        return "same_photo", float(agree)
+    if compressed is not None and comp >= compressed[1]:
+        return "same_photo", float(comp)
+    return None
+
+
 def _links(
     searcher, rows, linked, pixels, compressed, cancel, low_contrast, featureless=frozenset()
 ) -> dict[tuple[int, int], tuple[str, float]]:
@@ -653,40 +676,24 @@ def _links(
     far = []
     if low_contrast is not None:
         far = nearest_candidates(stacked, np.array([r in featureless for r in rows], bool))
-    for a, b, k, bits_apart in candidates:
+    # (the nearest signatures beyond the candidates: a crop or a turn, whose pixels the
+    # alignment does not bring together; asked the low-contrast test only)
+    todo = [(c, True) for c in candidates] + [(c, False) for c in far]
+    for (a, b, k, bits_apart), aligned in todo:
         if cancel is not None and cancel.is_set():
             raise InterruptedError("the duplicate search was cancelled")
         i, j = rows[a], rows[b]
         if linked.get((i, j), ("similar_shots",))[0] != "similar_shots":
             continue
         try:
-            if compressed is None:
-                agree, comp = appearance_agreement(gray(i), gray(j), k), float("nan")
-            else:
-                band = (compressed[0], pixels)
-                facts = lambda i=i, j=j: (jpeg_facts(paths[i]), jpeg_facts(paths[j]))  # noqa: E731
-                agree, comp = appearance_tests(
-                    gray(i), gray(j), k, facts, band, enough=compressed[1]
-                )
-            if agree >= pixels:
-                out[(i, j)] = ("same_photo", float(agree))
-            elif compressed is not None and comp >= compressed[1]:
-                out[(i, j)] = ("same_photo", float(comp))
-            elif low_contrast is not None and (
-                bits_apart <= APPEARANCE_LOW_HAMMING or i in featureless or j in featureless
-            ):
-                score = low_contrast_agreement(low(i), low(j), *low_contrast)
-                if score is not None:
-                    out[(i, j)] = ("same_photo", score)
-        except Exception:  # a file gone or unreadable since indexing
-            continue
-    for a, b, _k, _bits_apart in far:  # (a crop or a turn: its low-contrast features only)
-        if cancel is not None and cancel.is_set():
-            raise InterruptedError("the duplicate search was cancelled")
-        i, j = rows[a], rows[b]
-        if linked.get((i, j), ("similar_shots",))[0] != "similar_shots":
-            continue
-        try:
+            if aligned:
+                link = _pixel_link(gray(i), gray(j), k, (paths[i], paths[j]), pixels, compressed)
+                if link is not None:
+                    out[(i, j)] = link
+                    continue
+                faint = bits_apart <= APPEARANCE_LOW_HAMMING or bool(featureless & {i, j})
+                if low_contrast is None or not faint:
+                    continue
             score = low_contrast_agreement(low(i), low(j), *low_contrast)
         except Exception:  # a file gone or unreadable since indexing
             continue

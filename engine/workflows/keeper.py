@@ -383,26 +383,29 @@ class _Narrowing:
         return best, "; ".join(self.reasons)
 
 
-def _readable(stats: Sequence[CopyStats], what: str) -> tuple[int, str] | list[int]:
-    """The readable copies, or the decision when fewer than two are."""
+def _narrowed(
+    stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike], what: str
+) -> tuple[int, str] | _Narrowing:
+    """The decision when fewer than two ``what`` are readable; else the readable ones
+    narrowed down by the rules both rules share (:meth:`_Narrowing.first_rules`)."""
     ok = [i for i, c in enumerate(stats) if c.error is None]
     if not ok:
         return -1, ""
     if len(ok) == 1:
         c = stats[ok[0]]
         return ok[0], f"the only readable {what} ({c.width}x{c.height})"
-    return ok
+    rules = _Narrowing(stats, ok)
+    rules.first_rules(reference)
+    return rules
 
 
 def _decide(
     stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike] = ()
 ) -> tuple[int, str]:
     """(index, reason) of the copy to keep (:func:`best_copy`); (-1, "") when none."""
-    ok = _readable(stats, "copy")
-    if isinstance(ok, tuple):
-        return ok
-    rules = _Narrowing(stats, ok)
-    rules.first_rules(reference)
+    rules = _narrowed(stats, reference, "copy")
+    if isinstance(rules, tuple):
+        return rules
     cand, reasons = rules.cand, rules.reasons
     # 2. compression, between copies of one format
     formats = {stats[i].format for i in cand}
@@ -473,11 +476,9 @@ def _decide_shots(
     stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike] = ()
 ) -> tuple[int, str]:
     """(index, reason) of the shot to keep (:func:`best_shot`); (-1, "") when none."""
-    ok = _readable(stats, "shot")
-    if isinstance(ok, tuple):
-        return ok
-    rules = _Narrowing(stats, ok)
-    rules.first_rules(reference)
+    rules = _narrowed(stats, reference, "shot")
+    if isinstance(rules, tuple):
+        return rules
     cand, reasons = rules.cand, rules.reasons
     # 2. the sharpest, of shots exposed alike (a bracket's brightest frame has the most
     # Laplacian: the rule does not compare them)

@@ -202,22 +202,13 @@ def test_related_photos_are_listed_with_their_group(tmp_path, demo_folder, capsy
 def test_a_group_of_shots_keeps_its_best_shot(tmp_path, capsys, monkeypatch):
     """The CLI asks the shot rule for a group of similar shots (as the app): the sharp
     frame of a burst, not the shaken first one the copies' rule calls the original."""
-    cv2 = pytest.importorskip("cv2")
-    import numpy as np
-    from PIL import Image
-
+    pytest.importorskip("cv2")
     from engine.collection import Collection
     from engine.workflows.duplicates import DuplicateGroup
+    from tests._burst import burst_folder
 
-    rng = np.random.default_rng(5)
-    scene = cv2.GaussianBlur((rng.random((480, 640, 3)) * 255).astype(np.uint8), (0, 0), 1.5)
     photos = tmp_path / "burst"
-    photos.mkdir()
-    paths = [photos / "IMG_0001.jpg", photos / "IMG_0002.jpg"]
-    for path, pixels, second in ((paths[0], cv2.blur(scene, (11, 1)), 0), (paths[1], scene, 1)):
-        exif = Image.Exif()
-        exif.get_ifd(0x8769)[0x9003] = f"2024:05:01 10:00:0{second}"
-        Image.fromarray(pixels).save(path, quality=92, exif=exif)
+    paths = burst_folder(photos)
     index = tmp_path / "idx"
     assert main(["index", str(photos), "--index", str(index), "--json"]) == 0
     capsys.readouterr()

@@ -577,22 +577,12 @@ def test_a_burst_suggests_its_sharp_frame_not_the_first_taken(qtbot, window, tmp
     """Of a group of similar shots the suggested card is the best shot (here the sharp
     frame of a burst, taken second), with the shot rule's reason, not the copies' rule
     ("original: taken ..., the other was taken later": the shaken first frame)."""
-    import cv2
-    import numpy as np
-    from PIL import Image
     from PySide6.QtWidgets import QLabel
 
     from engine.workflows.duplicates import DuplicateGroup
+    from tests._burst import burst_folder
 
-    rng = np.random.default_rng(5)
-    scene = cv2.GaussianBlur((rng.random((480, 640, 3)) * 255).astype(np.uint8), (0, 0), 1.5)
-    folder = tmp_path / "burst"
-    folder.mkdir()
-    paths = [folder / "IMG_0001.jpg", folder / "IMG_0002.jpg"]
-    for path, pixels, second in ((paths[0], cv2.blur(scene, (11, 1)), 0), (paths[1], scene, 1)):
-        exif = Image.Exif()
-        exif.get_ifd(0x8769)[0x9003] = f"2024:05:01 10:00:0{second}"
-        Image.fromarray(pixels).save(path, quality=92, exif=exif)
+    paths = burst_folder(tmp_path / "burst")
     window.show_view("duplicates")
     view = window.dup_view
     window.session.duplicates.set_groups([DuplicateGroup(paths, [1.0, 0.5], "similar_shots")])
