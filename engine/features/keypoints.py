@@ -41,10 +41,12 @@ from engine.core.validate import check_choice
 # by the functions that extract: importing this module for :class:`Features` (the index,
 # a removal) does not load them
 
-__all__ = ["KINDS", "PCA", "Features", "extract_features"]
+__all__ = ["KINDS", "PCA", "SIFT_CONTRAST", "Features", "extract_features"]
 
 #: Feature kinds understood by :func:`extract_features`.
 KINDS: tuple[str, ...] = ("sift", "dense_sift", "patch")
+#: OpenCV's (Lowe's) SIFT contrast threshold: the default of :func:`extract_features`.
+SIFT_CONTRAST = 0.04
 
 _PATCH_CELLS = 8  # "patch" descriptors are 8 x 8 samples of the window
 _FLAT_STD = 0.5  # grey levels: a patch whose std is below this has no appearance to describe
@@ -146,7 +148,7 @@ def _sift_keypoints(
     max_features: int | None,
     rootsift: bool,
     mask: np.ndarray | None = None,
-    contrast_threshold: float = 0.04,
+    contrast_threshold: float = SIFT_CONTRAST,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     import cv2
 
@@ -232,7 +234,7 @@ def extract_features(
     append_xy: bool = False,
     xy_weight: float = 1.0,
     within: tuple[float, float, float, float] | None = None,
-    contrast_threshold: float = 0.04,
+    contrast_threshold: float = SIFT_CONTRAST,
 ) -> Features:
     """Extract a set of local features from an image.
 

@@ -280,6 +280,19 @@ class StoreStates:
                 out[py_path(p)] = (h, k)
         return out
 
+    def image_sizes(self, ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """``id -> (width, height)`` of the catalogue rows of ``ids`` (unknown ids left
+        out), looked up by id, 500 at a time: costs what ``ids`` holds."""
+        keys = sorted({int(i) for i in ids})
+        out: dict[int, tuple[int, int]] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT id, width, height FROM images WHERE id IN ({marks})"
+            for i, w, h in self._q(sql, part):
+                out[int(i)] = (int(w), int(h))
+        return out
+
     def chunk_table(self) -> list[tuple[int, str, int, str | None, int]]:
         """``(id, file, n_rows, checksum, rows used)`` of every chunk, ascending id
         (:data:`engine.index.catalog.CHUNK_TABLE_SQL`)."""

@@ -66,6 +66,7 @@ import numpy as np
 from engine.core.blas import single_threaded_opencv
 from engine.features.keypoints import Features, extract_features
 from engine.index.files import atomic_write
+from engine.index.verify import VERIFY_MIN_INLIERS
 from engine.workflows.pixels import (
     PIXEL_SIDE,
     gray_levels,
@@ -122,9 +123,9 @@ APPEARANCE_LOW_HAMMING = 8
 #: night sky or the moon: 0-6; of a hazy view from a plane: 36-83, with a residual of
 #: 1.05-1.7 px, above the same-photo rule's).
 APPEARANCE_MIN_INLIERS = 25
-#: Photos with fewer features than this (the geometric check's least number of inliers,
-#: :data:`engine.index.verify.VERIFY_MIN_INLIERS`) also ask their nearest signatures.
-APPEARANCE_FEATURELESS = 8
+#: Photos with fewer features than this (the geometric check's least number of inliers:
+#: it can never verify them) also ask their nearest signatures.
+APPEARANCE_FEATURELESS = VERIFY_MIN_INLIERS
 #: How many nearest signatures (beyond :data:`APPEARANCE_HAMMING` bits) each asks.
 APPEARANCE_NEAREST = 3
 #: Most differing bits of those (a crop or a turn by a few degrees: 19-27).
@@ -224,15 +225,21 @@ def appearance_candidates(
     """
     if len(sigs) < 2:
         return []
-    return [(i, j, k) for i, j, k, _bits_apart in _candidates(sigs, max_bits, block_words)]
+    words = _words(sigs)
+    return [(i, j, k) for i, j, k, _bits_apart in _candidates(words, max_bits, block_words)]
+
+
+def _words(sigs: np.ndarray) -> np.ndarray:
+    """(L, 4) uint64: the sign words of each signature in its four quarter turns."""
+    return _bits(np.stack([orientations(s) for s in sigs]))
 
 
 def _candidates(
-    sigs: np.ndarray, max_bits: int, block_words: int
+    words: np.ndarray, max_bits: int, block_words: int
 ) -> list[tuple[int, int, int, int]]:
-    """:func:`appearance_candidates` with how many bits apart each pair is."""
-    n = len(sigs)
-    words = _bits(np.stack([orientations(s) for s in sigs]))  # (L, 4)
+    """:func:`appearance_candidates` of :func:`_words`, with how many bits apart each
+    pair is."""
+    n = len(words)
     base = words[:, 0]
     block = max(1, min(n, block_words // (4 * n)))
     out = []
@@ -281,11 +288,19 @@ def nearest_candidates(
         i < j (positions in ``sigs``), each pair once; k, the quarter turn of i that is
         compared with j (as :func:`appearance_candidates`); ``bits`` apart.
     """
-    n = len(sigs)
+    if len(sigs) < 2:
+        return []
+    return _nearest(_words(sigs), asking, nearest, beyond, most, block_words)
+
+
+def _nearest(
+    words: np.ndarray, asking: np.ndarray, nearest: int, beyond: int, most: int, block_words: int
+) -> list[tuple[int, int, int, int]]:
+    """:func:`nearest_candidates` of :func:`_words`."""
+    n = len(words)
     ask = np.flatnonzero(np.asarray(asking, bool))
     if n < 2 or len(ask) == 0 or nearest < 1:
         return []
-    words = _bits(np.stack([orientations(s) for s in sigs]))  # (L, 4)
     block = max(1, min(len(ask), block_words // (4 * n)))
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     for s0 in range(0, len(ask), block):
@@ -671,11 +686,14 @@ def _links(
     )
     if len(rows) < 2:
         return out
-    stacked = np.stack([sigs[r] for r in rows])
-    candidates = _candidates(stacked, APPEARANCE_HAMMING, 1 << 21)
+    words = _words(np.stack([sigs[r] for r in rows]))
+    candidates = _candidates(words, APPEARANCE_HAMMING, 1 << 21)
     far = []
     if low_contrast is not None:
-        far = nearest_candidates(stacked, np.array([r in featureless for r in rows], bool))
+        asking = np.array([r in featureless for r in rows], bool)
+        far = _nearest(
+            words, asking, APPEARANCE_NEAREST, APPEARANCE_HAMMING, APPEARANCE_FAR, 1 << 21
+        )
     # (the nearest signatures beyond the candidates: a crop or a turn, whose pixels the
     # alignment does not bring together; asked the low-contrast test only)
     todo = [(c, True) for c in candidates] + [(c, False) for c in far]

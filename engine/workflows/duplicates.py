@@ -558,8 +558,9 @@ def find_duplicates(
         if pair not in links or links[pair][0] == "similar_shots":
             ev = evidence.get(pair)
             links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
-    size = lambda r: (rec := searcher.store.record(int(ids[r]))) and (rec.width, rec.height)  # noqa: E731
-    conflicts = conflict_levels(conflicts, links, size)
+    # (the sizes of the conflicting pairs' pictures: one catalogue read, not one per row)
+    sizes = searcher.store.image_sizes(int(ids[r]) for p in conflicts for r in p)
+    conflicts = conflict_levels(conflicts, links, lambda r: sizes.get(int(ids[r])))
     groups = [g for g in group_links(links, paths, conflicts) if g.tier in want]
     if "similar_shots" not in want:  # (the related photos are similar shots)
         groups = [dataclasses.replace(g, related=[]) for g in groups]

@@ -370,9 +370,10 @@ class _Narrowing:
             self.reasons.append("larger")
             self.cand = big
 
-    def result(self, alike: str) -> tuple[int, str]:
-        """(the first copy left, the reasons); ``alike`` when no rule told them apart."""
-        best = self.cand[0]
+    def result(self, cand: list[int], alike: str) -> tuple[int, str]:
+        """(the first of ``cand``, the copies left by the later rules, and the reasons);
+        ``alike`` when no rule told them apart."""
+        best = cand[0]
         if self.larger_than is not None:  # (the copy kept, which later rules may have chosen)
             c, o = self.stats[best], self.larger_than
             at = self.reasons.index("larger")
@@ -430,27 +431,21 @@ def _decide(
                 )
                 cand = good
     # 3. the original: earliest capture time, else earliest file
-    if len(cand) > 1:
-        taken = {i: stats[i].taken for i in cand if stats[i].taken}
-        if taken:
-            first = min(taken.values())
-            early = [i for i in cand if taken.get(i) == first]
-            if len(early) < len(cand):
-                others = [taken.get(i) for i in cand if i not in early]
-                if all(o is None for o in others):
-                    why = _others(len(others), "has no capture time", "have no capture time")
-                    why += " (made from it)"
-                else:
-                    why = _others(len(others), "was taken later", "were taken later")
-                reasons.append(f"original: taken {first[:16]}, {why}")
-                cand = early
-    if len(cand) > 1:
-        t0 = min(stats[i].mtime for i in cand)
-        early = [i for i in cand if stats[i].mtime <= t0 + KEEPER_MTIME_SLACK]
-        if len(early) < len(cand):
-            later = _others(len(cand) - len(early), "was made later", "were made later")
-            reasons.append(f"original: file from {_when(t0)}, {later}")
-            cand = early
+    first, early = _first_taken(stats, cand)
+    if len(early) < len(cand):
+        others = [stats[i].taken for i in cand if i not in early]
+        if all(o is None for o in others):
+            why = _others(len(others), "has no capture time", "have no capture time")
+            why += " (made from it)"
+        else:
+            why = _others(len(others), "was taken later", "were taken later")
+        reasons.append(f"original: taken {first[:16]}, {why}")
+        cand = early
+    t0, early = _oldest_files(stats, cand)
+    if len(early) < len(cand):
+        later = _others(len(cand) - len(early), "was made later", "were made later")
+        reasons.append(f"original: file from {_when(t0)}, {later}")
+        cand = early
     # 4. not in an export / copy folder, not named like a copy
     if len(cand) > 1:
         base = os.path.commonpath([os.path.dirname(stats[i].path) for i in cand])
@@ -468,8 +463,7 @@ def _decide(
         if len(kept) < len(cand):
             reasons.append("shorter path")
             cand = kept
-    rules.cand = cand
-    return rules.result("the copies are alike")
+    return rules.result(cand, "the copies are alike")
 
 
 def _decide_shots(
@@ -498,22 +492,34 @@ def _decide_shots(
             cand = good
     alike = "exposed differently (a bracket?)" if bracket else "the shots are alike"
     # 3. the first taken, else (when nothing else told them apart) the oldest file
-    if len(cand) > 1:
-        taken = {i: stats[i].taken for i in cand if stats[i].taken}
-        if taken:
-            first = min(taken.values())
-            early = [i for i in cand if taken.get(i) == first]
-            if len(early) < len(cand):
-                reasons.append(f"{alike}; the first taken is kept ({first[:19]})")
-                cand = early
-    if len(cand) > 1 and not reasons:
-        t0 = min(stats[i].mtime for i in cand)
-        early = [i for i in cand if stats[i].mtime <= t0 + KEEPER_MTIME_SLACK]
-        if len(early) < len(cand):
-            reasons.append(f"{alike}; the oldest file is kept ({_when(t0)})")
-            cand = early
-    rules.cand = cand
-    return rules.result(alike)
+    first, early = _first_taken(stats, cand)
+    if len(early) < len(cand):
+        reasons.append(f"{alike}; the first taken is kept ({first[:19]})")
+        cand = early
+    t0, early = _oldest_files(stats, cand)
+    if len(early) < len(cand) and not reasons:
+        reasons.append(f"{alike}; the oldest file is kept ({_when(t0)})")
+        cand = early
+    return rules.result(cand, alike)
+
+
+def _first_taken(stats: Sequence[CopyStats], cand: list[int]) -> tuple[str, list[int]]:
+    """The earliest EXIF capture time of ``cand`` and the copies taken then (``cand``
+    itself when none has a time or only one is left)."""
+    taken = {i: stats[i].taken for i in cand if stats[i].taken}
+    if len(cand) < 2 or not taken:
+        return "", cand
+    first = min(taken.values())
+    return first, [i for i in cand if taken.get(i) == first]
+
+
+def _oldest_files(stats: Sequence[CopyStats], cand: list[int]) -> tuple[float, list[int]]:
+    """The earliest modification time of ``cand`` and the files made within
+    :data:`KEEPER_MTIME_SLACK` of it (``cand`` itself when only one is left)."""
+    if len(cand) < 2:
+        return 0.0, cand
+    t0 = min(stats[i].mtime for i in cand)
+    return t0, [i for i in cand if stats[i].mtime <= t0 + KEEPER_MTIME_SLACK]
 
 
 def best_shot(stats: Sequence[CopyStats], reference: Sequence[str | os.PathLike] = ()) -> int:

@@ -151,3 +151,13 @@ def test_chunk_totals_and_dead_chunks_agree_with_the_usage(tmp_path):
         assert s.compact(min_dead_rows=1)
         assert not os.path.exists(s.index_dir / "features" / usage[1][1])
         assert sorted(s.paths()) == ["/p/0_1", "/p/0_2", "/p/0_3", "/p/empty"]
+
+
+def test_image_sizes_are_read_by_id(filled):
+    with IndexStore.open(filled, readonly=True) as r:
+        recs = r.records()
+        want = {rec.id: (rec.width, rec.height) for rec in recs}
+        ids = [rec.id for rec in recs]
+        assert r.image_sizes([*ids, 10**9]) == want  # (an unknown id is left out)
+        assert r.image_sizes(ids[i % len(ids)] for i in range(1200)) == want  # (batches)
+        assert r.image_sizes([]) == {}
