@@ -11,7 +11,9 @@ Each photo is in one group at most:
    link that would join two sets of photos with more such pairs between them than links,
    one of them of two pictures of one size, is left out (it becomes a ``similar_shots``
    link; so is one that would join them with as many, one of which is sure: capture
-   times that differ; see :func:`conflict_levels`). A crop of one shot lies within a
+   times that differ, see :func:`conflict_levels`; or as many, of one size, when one of
+   its photos is linked far more precisely to the other side's conflicting photo, see
+   :data:`TIE_PRECISION`). A crop of one shot lies within a
    second shot from the same spot and matches it as a copy would; the original and the
    other copies of that shot do not: the second shot stays out. Copies that fail with
    one another (a heavily recompressed copy and a re-toned one; a crop and a reduced
@@ -51,6 +53,16 @@ __all__ = [
 #: two sizes, of one size, and two shots for sure.
 CONFLICT_WEAK, CONFLICT_ONE_SIZE, CONFLICT_SURE = 0, 1, 2
 
+#: A tie (:func:`consistent_links`) goes to a photo's link whose residual is this many
+#: times smaller than the link that would join it to a conflicting photo ...
+TIE_PRECISION = 2.0
+#: ... and smaller by this much (pixels): both precise to the detector's noise are alike.
+#: (Chosen on a crop of one shot of each of 150 Holidays bursts, seeds 3-6: other shots
+#: joining 16 -> 0 pairs over seeds 3-10, copies found unchanged; 1.5 split views of one
+#: photo in the 10,000-photo library, 37 pairs; the duplicate benchmark's draws
+#: unchanged.)
+TIE_MARGIN_PX = 0.03
+
 #: The tiers, strictest first.
 TIERS: tuple[str, str, str] = ("identical", "same_photo", "similar_shots")
 
@@ -85,6 +97,7 @@ def group_links(
     links: dict[tuple[int, int], tuple[str, float]],
     paths: Sequence[Path],
     conflicts: Mapping[tuple[int, int], int] | None = None,
+    residuals: Mapping[tuple[int, int], float] | None = None,
 ) -> list[DuplicateGroup]:
     """Groups of rows from tiered links (the module docstring's two steps), with the
     related photos of the copy groups.
@@ -103,6 +116,9 @@ def group_links(
         conflicting pairs between them than copy links, one of them of one size, or as
         many with a sure one (:func:`consistent_links`). None: the components of the
         links as they are.
+    residuals : mapping, optional
+        ``(i, j) -> residual_px`` (:attr:`~engine.workflows.duplicates.PairEvidence.
+        residual_px`) of the copy links that may settle a tie (:func:`consistent_links`).
 
     Returns
     -------
@@ -112,7 +128,7 @@ def group_links(
     n = len(paths)
     copy_links = {p: v for p, v in links.items() if v[0] != "similar_shots"}
     if conflicts:
-        copy_links, left_out = consistent_links(copy_links, conflicts)
+        copy_links, left_out = consistent_links(copy_links, conflicts, residuals)
         links = {**links, **{p: ("similar_shots", links[p][1]) for p in left_out}}
     strict = _components({p for p, v in links.items() if v[0] == "identical"}, n)
     strict_sets = {frozenset(c) for c in strict}
@@ -197,6 +213,7 @@ def conflict_levels(
 def consistent_links(
     links: Mapping[tuple[int, int], tuple[str, float]],
     conflicts: Mapping[tuple[int, int], int],
+    residuals: Mapping[tuple[int, int], float] | None = None,
 ) -> tuple[dict[tuple[int, int], tuple[str, float]], set[tuple[int, int]]]:
     """The copy links kept and those left out, given pairs known not to be copies.
 
@@ -204,8 +221,12 @@ def consistent_links(
     kept), then by score, highest first (then by pair). Each joins two sets of rows
     (union-find); it is left out when between the two sets there are more conflicting
     pairs than links (of all ``links``, this one included) and one of them is of two
-    pictures of one size, or as many with a sure one (:func:`conflict_levels`). Links
-    within one set are kept. A greedy correlation clustering: on the duplicate
+    pictures of one size, or as many with a sure one (:func:`conflict_levels`), or as
+    many when one of its photos already has a link :data:`TIE_PRECISION` times (and
+    :data:`TIE_MARGIN_PX`) more precise to a photo that conflicts, one size, with the
+    other side (``residuals``; a crop of one shot passes as a copy of a second shot
+    from the same spot, but its features agree with its own shot to the detector's
+    precision). Links within one set are kept. A greedy correlation clustering: on the duplicate
     benchmark's development draws (``tests/benchmarks/bench_duplicates.py``, seventh
     round) it kept every true copy link and left out every crop of one shot that
     matched a second shot.
@@ -217,6 +238,10 @@ def consistent_links(
         ``same_photo``), rows i < j.
     conflicts : mapping
         ``(i, j) -> level`` (:func:`conflict_levels`).
+    residuals : mapping, optional
+        ``(i, j) -> residual_px`` of copy links, in pixels (links without one never
+        settle a tie, nor are left out by one: appearance links, a RAW file and its JPEG,
+        copies that keep their frame, whose residual tells an edit, not a second shot).
 
     Returns
     -------
@@ -237,17 +262,24 @@ def consistent_links(
     members = {r: [r] for r in adj}
     order = sorted(links, key=lambda p: (links[p][0] != "identical", -links[p][1], p))
     kept, left_out = {}, set()
+    near: dict[int, dict[int, float]] = {}  # row -> {row: residual} of the kept links
     for i, j in order:
         ri, rj = root[i], root[j]
         if ri != rj:
             small, big = (ri, rj) if len(members[ri]) <= len(members[rj]) else (rj, ri)
             if links[(i, j)][0] != "identical":
                 pos = sum(root[y] == big for x in members[small] for y in adj[x])
-                against = [s for x in members[small] for y, s in bad.get(x, {}).items()
-                           if root[y] == big]  # fmt: skip
-                most = max(against, default=CONFLICT_WEAK)
-                if (len(against) > pos and most >= CONFLICT_ONE_SIZE) or (
-                    against and len(against) == pos and most == CONFLICT_SURE
+                against = {(x, y): s for x in members[small] for y, s in bad.get(x, {}).items()
+                           if root[y] == big}  # fmt: skip
+                most = max(against.values(), default=CONFLICT_WEAK)
+                if (
+                    (len(against) > pos and most >= CONFLICT_ONE_SIZE)
+                    or (against and len(against) == pos and most == CONFLICT_SURE)
+                    or (
+                        against
+                        and len(against) == pos
+                        and _outmatched((i, j), against, near, residuals)
+                    )
                 ):
                     left_out.add((i, j))
                     continue
@@ -255,7 +287,43 @@ def consistent_links(
                 root[x] = big
             members[big] += members.pop(small)
         kept[(i, j)] = links[(i, j)]
+        r = residuals.get((i, j)) if residuals else None
+        if r is not None:
+            near.setdefault(i, {})[j] = r
+            near.setdefault(j, {})[i] = r
     return kept, left_out
+
+
+def _outmatched(
+    pair: tuple[int, int],
+    against: Mapping[tuple[int, int], int],
+    near: Mapping[int, Mapping[int, float]],
+    residuals: Mapping[tuple[int, int], float] | None,
+) -> bool:
+    """Whether the copy link ``pair`` (a tie: as many conflicting pairs as links between
+    the two sets it would join) is outmatched: one of its photos is already linked, far
+    more precisely, to a photo that conflicts (one size) with the other side.
+
+    A crop of one shot lies within a second shot from the same spot and passes as its
+    copy, but its features agree with its own shot to the detector's precision and with
+    the other shot only as well as the two shots agree with each other (the parallax and
+    movement between them: 122600, its crop and 122602 of the walk folder, 0.02 px
+    against 0.15 px). A photo is a copy of one of two pictures that are not copies of
+    each other, so the tie goes to the link that agrees :data:`TIE_PRECISION` times
+    better, by :data:`TIE_MARGIN_PX` at least.
+    """
+    if not residuals:
+        return False
+    r = residuals.get(pair)
+    if r is None or not r == r:  # (no residual: an appearance or RAW link)
+        return False
+    bad_far = {y for (_x, y), level in against.items() if level >= CONFLICT_ONE_SIZE}
+    bad_far |= {x for (x, _y), level in against.items() if level >= CONFLICT_ONE_SIZE}
+    best = min(
+        (rz for end in pair for z, rz in near.get(end, {}).items() if z in bad_far),
+        default=float("inf"),
+    )
+    return r >= TIE_PRECISION * best and r - best >= TIE_MARGIN_PX
 
 
 def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:

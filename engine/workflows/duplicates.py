@@ -57,7 +57,10 @@ How groups are built. Each photo is in one group at most:
    members are all linked by identical files alone is an ``identical`` group, any other
    a ``same_photo`` group. A link that would join photos the search found not to be
    copies (pixels compared and disagreeing, capture times differing) more often than
-   linked is left out (:func:`engine.workflows.dup_groups.consistent_links`);
+   linked is left out (:func:`engine.workflows.dup_groups.consistent_links`), and so is
+   one of a tie whose photo agrees far more precisely (feature residual) with a photo
+   on the other side of the conflict: a crop of one shot is not a copy of a second
+   shot from the same spot;
 2. ``similar_shots`` groups are the components of the similar_shots links among the
    photos left out of step 1 (a photo already in a group of copies is not listed again
    among shots).
@@ -537,10 +540,13 @@ def find_duplicates(
             searcher, skip=identical, cancel=cancel, progress=progress, pixel_rule=rule
         )
         conflicts: dict[tuple[int, int], PairEvidence] = {}
+        residuals: dict[tuple[int, int], float] = {}  # (geometric copy links, other frames)
         for pair, ev in evidence.items():
             tier = pair_tier(ev, rule)
             if tier is not None:
                 links[pair] = (tier, ev.score)
+            if tier == "same_photo" and not ev.frame_offset_px <= rule.same_photo_frame_px:
+                residuals[pair] = ev.residual_px
             if tier != "same_photo" and (ev.taken_differ or ev.pixel_agreement <= 1.0):
                 conflicts[pair] = ev  # (not copies: the pixels disagree, or the times)
         found = looks.result()
@@ -561,7 +567,7 @@ def find_duplicates(
     # (the sizes of the conflicting pairs' pictures: one catalogue read, not one per row)
     sizes = searcher.store.image_sizes(int(ids[r]) for p in conflicts for r in p)
     conflicts = conflict_levels(conflicts, links, lambda r: sizes.get(int(ids[r])))
-    groups = [g for g in group_links(links, paths, conflicts) if g.tier in want]
+    groups = [g for g in group_links(links, paths, conflicts, residuals) if g.tier in want]
     if "similar_shots" not in want:  # (the related photos are similar shots)
         groups = [dataclasses.replace(g, related=[]) for g in groups]
     return groups

@@ -76,6 +76,31 @@ def test_a_sure_conflict_settles_a_tie():
     assert groups[0].related == [(PATHS[2], 0.7)]
 
 
+def test_a_tie_goes_to_the_link_that_agrees_far_more_precisely():
+    # the walk folder: A (122600), its 70 % crop B and another shot C from the same spot
+    # (122602, the size of A). The crop lies within both and passes as a copy of each, but
+    # agrees with A to 0.02 px and with C only as A and C agree (0.15 px): one link
+    # against one conflict, a tie the residuals settle
+    links = {(0, 1): ("same_photo", 0.46), (1, 2): ("same_photo", 0.38)}
+    conflicts = {(0, 2): CONFLICT_ONE_SIZE}
+    residuals = {(0, 1): 0.02, (1, 2): 0.15}
+    assert _got(group_links(links, PATHS, conflicts)) == [("same_photo", ["A", "B", "C"])]
+    groups = group_links(links, PATHS, conflicts, residuals)
+    assert _got(groups) == [("same_photo", ["A", "B"])]
+    assert groups[0].related == [(PATHS[2], 0.38)]
+    _kept, left_out = consistent_links(links, conflicts, residuals)
+    assert left_out == {(1, 2)}
+    # alike within the ratio, or within the detector's noise, or one link with no
+    # residual (a copy that keeps its frame, an appearance link): the tie stays a link
+    for alike in ({(0, 1): 0.08, (1, 2): 0.15}, {(0, 1): 0.01, (1, 2): 0.03}, {(1, 2): 0.15}):
+        assert _got(group_links(links, PATHS, conflicts, alike)) == [
+            ("same_photo", ["A", "B", "C"])
+        ]
+    # two sizes (a weak conflict) are no tie to settle
+    weak = {(0, 2): CONFLICT_WEAK}
+    assert _got(group_links(links, PATHS, weak, residuals)) == [("same_photo", ["A", "B", "C"])]
+
+
 def test_links_are_taken_strongest_first():
     # the weaker of the two links is the one left out, whichever order they come in
     links = {(1, 2): ("same_photo", 0.5), (0, 1): ("same_photo", 0.9)}
