@@ -94,7 +94,7 @@ from engine.workflows.appearance import appearance_links
 from engine.workflows.dup_candidates import neighbour_blocks
 from engine.workflows.dup_groups import TIERS, DuplicateGroup, conflict_levels, group_links
 from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
-from engine.workflows.framing import frame_offset
+from engine.workflows.framing import frame_offset, frame_residual, inside_frame, map_points
 from engine.workflows.keeper import (
     DERIVED_WORDS,
     KEEPER_BPP_RATIO,
@@ -302,6 +302,12 @@ class PairEvidence:
         How far a's frame lands from b's under the homography, best quarter turn, in
         pixels of the smaller picture (:func:`engine.workflows.framing.frame_offset`):
         a pixel or two for a whole picture kept in its frame; ``inf`` without a fit.
+    frame_residual_px : float
+        The inliers' median distance from where the map of a's whole frame onto b's
+        (a resize, best quarter turn) puts them, in pixels of the smaller picture
+        (:func:`engine.workflows.framing.frame_residual`): about the feature residual
+        for a picture kept in its frame, even when a fit to few features puts the
+        corners off; ``inf`` without a fit.
     """
 
     n_matches: int
@@ -316,6 +322,7 @@ class PairEvidence:
     homography: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
     taken_differ: bool = False
     frame_offset_px: float = float("inf")
+    frame_residual_px: float = float("inf")
 
 
 def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
@@ -347,12 +354,12 @@ def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
     side_b = float(max(fb.image_size)) if fb.image_size else float(np.ptp(fb.xy, axis=0).max())
     if h is None or not np.isfinite(h).all() or abs(np.linalg.det(h)) < 1e-12:
         return PairEvidence(len(v.pairs), n, score, score, float("inf"))
-    err = float(median_of(np.linalg.norm(_apply(h, pa) - pb, axis=1)))
+    err = float(median_of(np.linalg.norm(map_points(h, pa) - pb, axis=1)))
     residual = err / max(side_b, 1.0)
     side_a = float(max(fa.image_size)) if fa.image_size else side_b
     residual_px = err * min(1.0, side_a / max(side_b, 1.0))
-    in_b = _inside(_apply(h, fa.xy.astype(np.float64)), fb.image_size)
-    in_a = _inside(_apply(np.linalg.inv(h), fb.xy.astype(np.float64)), fa.image_size)
+    in_b = inside_frame(map_points(h, fa.xy.astype(np.float64)), fb.image_size)
+    in_a = inside_frame(map_points(np.linalg.inv(h), fb.xy.astype(np.float64)), fa.image_size)
     if fa.scale is not None and fb.scale is not None and len(fa.scale) and len(fb.scale):
         # a feature finer than the other picture can show has no partner there (a
         # half-size copy loses the finest details): count only those it could show
@@ -362,9 +369,11 @@ def pair_evidence(fa: Features, fb: Features) -> PairEvidence:
     overlap = min(1.0, n / max(1, min(int(in_b.sum()), int(in_a.sum()))))
     sizes = (fa.image_size, fb.image_size)
     frame = frame_offset(h, *sizes) if all(sizes) else float("inf")
+    fit = frame_residual(pa, pb, *sizes) if all(sizes) else float("inf")
     return PairEvidence(
-        len(v.pairs), n, score, overlap, residual, residual_px, homography=h, frame_offset_px=frame
-    )
+        len(v.pairs), n, score, overlap, residual, residual_px, homography=h,
+        frame_offset_px=frame, frame_residual_px=fit,
+    )  # fmt: skip
 
 
 _FINEST: dict[int, tuple[np.ndarray, np.float64]] = {}
@@ -381,24 +390,6 @@ def _finest_visible(scale: np.ndarray) -> np.float64:
     q = np.quantile(scale, VISIBLE_SCALE_QUANTILE)  # (a float64 scalar: compared as such)
     _FINEST[id(scale)] = (scale, q)
     return q
-
-
-def _apply(h: np.ndarray, xy: np.ndarray) -> np.ndarray:
-    """(P, 2) points mapped by the 3x3 homography ``h`` (points at infinity -> nan)."""
-    p = xy @ h[:, :2].T + h[:, 2]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return p[:, :2] / p[:, 2:3]
-
-
-def _inside(xy: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
-    """(P,) bool: the points inside an image of ``size`` (w, h) (all, without a size)."""
-    if not size:
-        return np.ones(len(xy), bool)
-    w, h = size
-    with np.errstate(invalid="ignore"):
-        return (
-            (xy[:, 0] >= -0.5) & (xy[:, 0] <= w - 0.5) & (xy[:, 1] >= -0.5) & (xy[:, 1] <= h - 0.5)
-        )
 
 
 def pair_tier(ev: PairEvidence, rule: TierRule = DEFAULT_RULE) -> str | None:
@@ -460,10 +451,13 @@ def _same_geometry(ev: PairEvidence, rule: TierRule) -> bool:
 
 
 def _kept_frame(ev: PairEvidence, rule: TierRule) -> bool:
-    """Whether the pair keeps one frame with a residual the rule allows such pairs."""
-    return (
-        ev.residual_px <= rule.same_photo_residual_px_frame
-        and ev.frame_offset_px <= rule.same_photo_frame_px
+    """Whether the pair keeps one frame with a residual the rule allows such pairs: its
+    corners land within ``same_photo_frame_px``, or the map of the whole frame explains
+    its features as well as that residual (a fit to few features can put the corners
+    off)."""
+    return ev.residual_px <= rule.same_photo_residual_px_frame and (
+        ev.frame_offset_px <= rule.same_photo_frame_px
+        or ev.frame_residual_px <= rule.same_photo_residual_px_frame
     )
 
 

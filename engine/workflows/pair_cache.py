@@ -44,10 +44,11 @@ __all__ = [
 CACHE_FILE = Path("cache") / "pair-evidence.npz"
 #: What the remembered checks were made by: raise it whenever the pair check or the
 #: pixel comparison changes what it measures (older caches are then ignored).
-VERSION = 6  # 2: the pixel test matches blur and checks the framing; 3: compressed copies;
+VERSION = 7  # 2: the pixel test matches blur and checks the framing; 3: compressed copies;
 # 4: near misses aligned again by their pixels, one-size JPEGs recreated either way round;
 # 5: noise-only tiles left out, moved detail and zoomed-in second shots told, tone
-# edits undone, the disagreeing share kept (pixel_disagreement); 6: frame_offset_px
+# edits undone, the disagreeing share kept (pixel_disagreement); 6: frame_offset_px;
+# 7: frame_residual_px
 
 _FLOATS = (
     "score",
@@ -58,6 +59,7 @@ _FLOATS = (
     "compressed_agreement",
     "pixel_disagreement",
     "frame_offset_px",
+    "frame_residual_px",
 )
 _INTS = ("n_matches", "n_inliers")
 _FLAGS = ("has_homography", "pixels_checked", "taken_differ")

@@ -108,6 +108,41 @@ def test_the_frame_offset_tells_a_picture_kept_in_its_frame():
     assert abs(frame_offset(shift @ np.diag([2.0, 2.0, 1.0]), size, (640, 480)) - 3.0) < 1.0
 
 
+def test_the_frame_residual_asks_the_points_not_the_corners():
+    from engine.workflows.framing import frame_residual
+
+    rng = np.random.default_rng(3)
+    size = (320, 240)
+    pa = rng.uniform([0, 0], [319, 239], (15, 2))
+    jitter = rng.normal(0, 0.3, pa.shape)  # (a blurred copy's features move a little)
+    assert frame_residual(pa, pa + jitter, size, size) < 0.5
+    # halved whole (pixel centres: x -> (x + 0.5) / 2 - 0.5), and turned a quarter
+    half = (pa + 0.5) / 2 - 0.5
+    assert frame_residual(pa, half, size, (160, 120)) < 1e-9
+    turned = np.c_[239.0 - pa[:, 1], pa[:, 0]]
+    assert frame_residual(pa, turned, size, (240, 320)) < 1e-9
+    # another shot 6 px aside, or a cut of the top left: not the frame's map
+    assert abs(frame_residual(pa, pa + np.array([6.0, 0.0]), size, size) - 6.0) < 1e-9
+    top_left = pa[(pa[:, 0] < 200) & (pa[:, 1] < 150)]
+    assert frame_residual(top_left, top_left, size, (200, 150)) > 20
+    assert frame_residual(pa[:0], pa[:0], size, size) == np.inf
+
+
+def test_a_few_features_fit_with_corners_off_still_keep_the_frame():
+    """A blurred copy of a dusk photo: 19 features, moved 0.6 px by the blur; the
+    homography fitted to them puts the corners 11 px off, the frame's own map explains
+    every feature within a pixel (127600, 107800 of the duplicate benchmark)."""
+    r = DEFAULT_RULE
+    ev = PairEvidence(19, 19, 0.3, 0.3, 0.002, 0.63, pixel_agreement=0.977,
+                      pixel_disagreement=0.002, frame_offset_px=11.2,
+                      frame_residual_px=0.7)  # fmt: skip
+    assert pair_tier(ev) == "same_photo"
+    assert pair_tier(dataclasses.replace(ev, frame_residual_px=np.inf)) == "similar_shots"
+    off = dataclasses.replace(ev, frame_residual_px=r.same_photo_residual_px_frame + 0.1)
+    assert pair_tier(off) == "similar_shots"
+    assert pair_tier(dataclasses.replace(ev, pixel_agreement=0.9)) == "similar_shots"
+
+
 def test_a_picture_kept_in_its_frame_may_have_a_looser_residual():
     """A copy blurred or re-toned in place moves its features by up to 0.7 px, not its
     frame: its pixels decide as for a copy within the plain residual."""
