@@ -226,8 +226,8 @@ def consistent_links(
     :data:`TIE_MARGIN_PX`) more precise to a photo that conflicts, one size, with the
     other side (``residuals``; a crop of one shot passes as a copy of a second shot
     from the same spot, but its features agree with its own shot to the detector's
-    precision). Links within one set are kept. A greedy correlation clustering: on the duplicate
-    benchmark's development draws (``tests/benchmarks/bench_duplicates.py``, seventh
+    precision). Links within one set are kept. A greedy correlation clustering: on the
+    duplicate benchmark's development draws (``tests/benchmarks/bench_duplicates.py``, seventh
     round) it kept every true copy link and left out every crop of one shot that
     matched a second shot.
 

@@ -57,10 +57,8 @@ How groups are built. Each photo is in one group at most:
    members are all linked by identical files alone is an ``identical`` group, any other
    a ``same_photo`` group. A link that would join photos the search found not to be
    copies (pixels compared and disagreeing, capture times differing) more often than
-   linked is left out (:func:`engine.workflows.dup_groups.consistent_links`), and so is
-   one of a tie whose photo agrees far more precisely (feature residual) with a photo
-   on the other side of the conflict: a crop of one shot is not a copy of a second
-   shot from the same spot;
+   linked is left out (:func:`engine.workflows.dup_groups.consistent_links`; a tie
+   goes to the far more precise link: a crop of one shot is not a second shot's copy);
 2. ``similar_shots`` groups are the components of the similar_shots links among the
    photos left out of step 1 (a photo already in a group of copies is not listed again
    among shots).
@@ -451,11 +449,15 @@ def _same_geometry(ev: PairEvidence, rule: TierRule) -> bool:
 
 
 def _kept_frame(ev: PairEvidence, rule: TierRule) -> bool:
-    """Whether the pair keeps one frame with a residual the rule allows such pairs: its
-    corners land within ``same_photo_frame_px``, or the map of the whole frame explains
-    its features as well as that residual (a fit to few features can put the corners
-    off)."""
-    return ev.residual_px <= rule.same_photo_residual_px_frame and (
+    """Whether the pair keeps one frame (:func:`_one_frame`) with a residual allowed."""
+    return ev.residual_px <= rule.same_photo_residual_px_frame and _one_frame(ev, rule)
+
+
+def _one_frame(ev: PairEvidence, rule: TierRule) -> bool:
+    """Whether one picture is the other's whole frame: its corners land within
+    ``same_photo_frame_px``, or the map of the whole frame explains its features within
+    ``same_photo_residual_px_frame`` (a fit to few features can put the corners off)."""
+    return (
         ev.frame_offset_px <= rule.same_photo_frame_px
         or ev.frame_residual_px <= rule.same_photo_residual_px_frame
     )
@@ -539,7 +541,7 @@ def find_duplicates(
             tier = pair_tier(ev, rule)
             if tier is not None:
                 links[pair] = (tier, ev.score)
-            if tier == "same_photo" and not ev.frame_offset_px <= rule.same_photo_frame_px:
+            if tier == "same_photo" and not _one_frame(ev, rule):
                 residuals[pair] = ev.residual_px
             if tier != "same_photo" and (ev.taken_differ or ev.pixel_agreement <= 1.0):
                 conflicts[pair] = ev  # (not copies: the pixels disagree, or the times)
