@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
             "reason": reason,
             "keep_reason": reason,
             "related": [{"path": str(p), "score": float(s)} for p, s in g.related],
+            "apart": [[str(a), str(b)] for a, b in g.apart],
         })  # fmt: skip
     rule = DEFAULT_RULE.with_threshold(args.threshold)
     settings = {
@@ -241,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {'*' if p == g['keep'] else ' '} {s:6.3f}  {p}")
             if g["keep"] is not None:
                 print(f"    keep {g['keep']}: {g['reason']}")
+            for a, b in g["apart"]:
+                print(f"    not copies of each other (another shot?): {a} ~ {b}")
             for r in g["related"][:RELATED_SHOWN]:
                 where = group_of.get(r["path"])
                 where = f", in group {where}" if where else ", in no group"

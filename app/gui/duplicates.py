@@ -128,6 +128,22 @@ def _related_html(group, groups=()) -> str:
     )
 
 
+def _apart_html(group) -> str:
+    """The line of a group's header naming its members found not to be copies of each
+    other (:attr:`engine.workflows.duplicates.DuplicateGroup.apart`); "" when none."""
+    apart = list(getattr(group, "apart", ()) or ())
+    if not apart:
+        return ""
+    pairs = ", ".join(
+        f"{html.escape(shown_name(a))} ~ {html.escape(shown_name(b))}" for a, b in apart[:3]
+    )
+    more = f" and {len(apart) - 3} more" if len(apart) > 3 else ""
+    return (
+        f"<br><span style='color:#e0a040'>Not copies of each other (another shot?): "
+        f"{pairs}{more}</span> — a clean-up that keeps one leaves the other in place."
+    )
+
+
 def tier_of(group) -> str:
     """The group's tier (``"same_photo"`` for groups found before tiers existed)."""
     return getattr(group, "tier", None) or "same_photo"
@@ -1004,7 +1020,7 @@ class DuplicatesView(QWidget):
                 f"<b>Group {row + 1} of {len(self.groups)}</b> · "
                 f"<span style='color:{_TIER_COLOURS.get(tier, '#aaa')}'>"
                 f"{TIER_LABELS.get(tier, tier)}</span> · {n} {_members(tier)} — "
-                f"{TIER_HINTS.get(tier, '')}" + _related_html(g, self.groups)
+                f"{TIER_HINTS.get(tier, '')}" + _related_html(g, self.groups) + _apart_html(g)
             )
         self._focus = min(self._focus, max(0, len(infos) - 1))
         self._show_focus()

@@ -293,12 +293,16 @@ def plan_cleanup(
         if kept not in plan.kept:
             plan.kept.append(kept)
         seen.add(kept)
+        apart = _apart_from(group, kept)
         for p in paths:
             if p == kept or p in seen:
                 continue
             seen.add(p)
             if not os.path.lexists(p):
                 plan.skipped.append((p, "the file is gone"))
+                continue
+            if p in apart:
+                plan.skipped.append((p, APART_REASON))
                 continue
             dest = None
             if action == "move":
@@ -312,6 +316,24 @@ def plan_cleanup(
                 dest = kept
             plan.steps.append(Step(p, action, dest, kept, _size(p)))
     return plan
+
+
+#: Why a photo of a group is left alone when the search found it is not a copy of the
+#: one kept (:attr:`~engine.workflows.duplicates.DuplicateGroup.apart`).
+APART_REASON = "the search found it is not a copy of the kept photo (another shot?)"
+
+
+def _apart_from(group, kept: str) -> set[str]:
+    """The paths of ``group`` found not to be copies of ``kept``
+    (:attr:`~engine.workflows.duplicates.DuplicateGroup.apart`; none when absent)."""
+    out = set()
+    for a, b in getattr(group, "apart", ()) or ():
+        a, b = os.path.abspath(os.fspath(a)), os.path.abspath(os.fspath(b))
+        if a == kept:
+            out.add(b)
+        elif b == kept:
+            out.add(a)
+    return out
 
 
 def _link_refusal(path: str, kept: str) -> str | None:

@@ -85,12 +85,19 @@ class DuplicateGroup:
         (in no group, or in a group of shots), with their best link score to the group,
         best first (see the module docstring). Not members: a clean-up of the group
         never touches them.
+    apart : list of (Path, Path)
+        (Copy groups only.) Pairs of members the search found *not* to be copies of
+        each other (pixels of one size compared and disagreeing, or capture times that
+        differ), joined only through other members: two shots from one spot, each with
+        a crop that passes as a copy of both. A clean-up never moves a photo apart from
+        the copy it keeps (:func:`engine.workflows.cleanup.plan_cleanup`).
     """
 
     paths: list[Path]
     scores: list[float]
     tier: str = "same_photo"
     related: list[tuple[Path, float]] = field(default_factory=list)
+    apart: list[tuple[Path, Path]] = field(default_factory=list)
 
 
 def group_links(
@@ -148,7 +155,7 @@ def group_links(
                 near = related[grouped[a]]
                 near[b] = max(near.get(b, 0.0), sc)
     out = [
-        _group(members, own, paths, tier, near)
+        _group(members, own, paths, tier, near, _apart(members, conflicts, paths))
         for (members, own, tier), near in zip(copies, related, strict=True)
     ]
     for members, own in zip(comps, _links_of(comps, shots), strict=True):
@@ -326,6 +333,21 @@ def _outmatched(
     return r >= TIE_PRECISION * best and r - best >= TIE_MARGIN_PX
 
 
+def _apart(
+    members: list[int], conflicts: Mapping[tuple[int, int], int] | None, paths: Sequence[Path]
+) -> list[tuple[Path, Path]]:
+    """The pairs of ``members`` with a conflict of one size or a sure one (not weak:
+    a crop and a reduced copy of one photo fail with each other)."""
+    if not conflicts:
+        return []
+    inside = set(members)
+    return [
+        (paths[i], paths[j])
+        for (i, j), level in sorted(conflicts.items())
+        if level >= CONFLICT_ONE_SIZE and i in inside and j in inside
+    ]
+
+
 def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:
     """Connected components (of 2 rows or more) of the rows linked by ``pairs``."""
     parent = list(range(n))
@@ -371,6 +393,7 @@ def _group(
     paths: Sequence[Path],
     tier: str,
     related: dict[int, float] | None = None,
+    apart: list[tuple[Path, Path]] | None = None,
 ) -> DuplicateGroup:
     """One group: the representative (most links, then lowest row) first, the others by
     best link score; ``related`` (row -> best score) best first, then by row."""
@@ -390,4 +413,5 @@ def _group(
         [1.0] + [float(min(1.0, best[m])) for m in rest],
         tier,
         [(paths[r], float(min(1.0, sc))) for r, sc in near],
+        apart or [],
     )

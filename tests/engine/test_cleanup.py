@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from engine.workflows.cleanup import (
 class Group:
     paths: list
     tier: str = "same_photo"
+    apart: list = field(default_factory=list)
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -327,3 +328,24 @@ def test_a_log_that_cannot_be_written_puts_the_file_back(photos, tmp_path, monke
         run_cleanup(plan, tmp_path / "log.csv")
     assert all(p.exists() for p in files.values())
     assert not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+
+
+def test_a_photo_found_not_to_be_a_copy_of_the_kept_one_is_left_in_place(tmp_path):
+    # two shots from one spot, each cropped once: the crops join them in one group, and
+    # the search knows the shots are not copies of each other
+    f = tmp_path / "photos"
+    shot_a = write(f / "a.jpg", b"A" * 900)
+    shot_b = write(f / "b.jpg", b"B" * 900)
+    crop_a = write(f / "exports" / "a crop.jpg", b"a" * 400)
+    crop_b = write(f / "exports" / "b crop.jpg", b"b" * 400)
+    group = Group([crop_a, shot_b, crop_b, shot_a], apart=[(shot_a, shot_b)])
+    plan = plan_cleanup([group], [1], "trash", folder=f)  # (shot b kept)
+    assert sorted(Path(s.path).name for s in plan.steps) == ["a crop.jpg", "b crop.jpg"]
+    assert [(Path(p).name, why) for p, why in plan.skipped] == [("a.jpg", cleanup.APART_REASON)]
+    assert "leave 1 alone" in plan.summary()
+    # kept the other way round, the same
+    plan = plan_cleanup([group], [3], "trash", folder=f)
+    assert [Path(p).name for p, _why in plan.skipped] == ["b.jpg"]
+    # without the knowledge, the other shot would go as a "copy"
+    plan = plan_cleanup([Group(group.paths)], [1], "trash", folder=f)
+    assert "a.jpg" in [Path(s.path).name for s in plan.steps]

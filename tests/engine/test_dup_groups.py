@@ -101,6 +101,25 @@ def test_a_tie_goes_to_the_link_that_agrees_far_more_precisely():
     assert _got(group_links(links, PATHS, weak, residuals)) == [("same_photo", ["A", "B", "C"])]
 
 
+def test_members_found_not_to_be_copies_are_named_apart():
+    # two shots from one spot A and C, each cropped once (B of A, D of C): each crop
+    # passes as a copy of both shots and of the other crop, more links than the one
+    # conflict A ~ C. The group stands, but it says A and C are not copies
+    links = {
+        (0, 1): ("same_photo", 0.46),
+        (2, 3): ("same_photo", 0.55),
+        (1, 3): ("same_photo", 0.49),
+        (0, 3): ("same_photo", 0.39),
+        (1, 2): ("same_photo", 0.33),
+    }
+    groups = group_links(links, PATHS, {(0, 2): CONFLICT_ONE_SIZE})
+    assert _got(groups) == [("same_photo", ["A", "B", "C", "D"])]
+    assert groups[0].apart == [(PATHS[0], PATHS[2])]
+    # a weak conflict (two sizes: a crop and a reduced copy of one photo) is no such news
+    assert group_links(links, PATHS, {(0, 2): CONFLICT_WEAK})[0].apart == []
+    assert group_links(links, PATHS)[0].apart == []
+
+
 def test_links_are_taken_strongest_first():
     # the weaker of the two links is the one left out, whichever order they come in
     links = {(1, 2): ("same_photo", 0.5), (0, 1): ("same_photo", 0.9)}
