@@ -600,3 +600,36 @@ def test_a_burst_suggests_its_sharp_frame_not_the_first_taken(qtbot, window, tmp
     why = next(t for t in texts(suggested[0]) if t.startswith("Why: "))
     assert why.startswith("Why: sharpest ("), why
     assert "IMG_0002.jpg" in " ".join([*texts(suggested[0]), suggested[0].toolTip()])
+
+
+def test_two_shots_joined_through_their_crops_are_named_and_kept(qtbot, window, tmp_path):
+    """A group whose members include two photos found not to be copies of each other
+    (two shots from one spot, each cropped once) says so in its header, and the batch
+    clean-up leaves the shot that is not kept in place, saying why."""
+    from app.gui.duplicates import CleanupDialog
+    from engine.workflows.cleanup import APART_REASON
+    from engine.workflows.duplicates import DuplicateGroup
+
+    folder = tmp_path / "photos"
+    (folder / "exports").mkdir(parents=True)
+    names = ["exports/a crop.jpg", "b.jpg", "exports/b crop.jpg", "a.jpg"]
+    paths = []
+    for name in names:
+        (folder / name).write_bytes(name.encode() * 50)
+        paths.append(folder / name)
+    group = DuplicateGroup(paths, [1.0, 0.55, 0.55, 0.46], "same_photo",
+                           apart=[(paths[3], paths[1])])  # fmt: skip
+    window.show_view("duplicates")
+    view = window.dup_view
+    window.session.duplicates.set_groups([group])
+    view.group_list.setCurrentRow(0)
+    qtbot.waitUntil(lambda: "Not copies of each other" in view.group_header.text())
+    assert "a.jpg ~ b.jpg" in view.group_header.text()
+
+    dialog = CleanupDialog([group], [1], folder, tmp_path / "logs")  # (b.jpg kept)
+    qtbot.addWidget(dialog)
+    plan = dialog.plan()
+    assert sorted(Path(s.path).name for s in plan.steps) == ["a crop.jpg", "b crop.jpg"]
+    assert [(Path(p).name, why) for p, why in plan.skipped] == [("a.jpg", APART_REASON)]
+    assert "leave 1 alone" in dialog.summary.text()
+    assert APART_REASON.split(" (")[0] in dialog.summary.text()
