@@ -154,9 +154,10 @@ def group_links(
             if a in grouped and grouped.get(b) != grouped[a]:
                 near = related[grouped[a]]
                 near[b] = max(near.get(b, 0.0), sc)
+    apart = _apart(grouped, len(copies), conflicts, paths)
     out = [
-        _group(members, own, paths, tier, near, _apart(members, conflicts, paths))
-        for (members, own, tier), near in zip(copies, related, strict=True)
+        _group(members, own, paths, tier, near, far)
+        for (members, own, tier), near, far in zip(copies, related, apart, strict=True)
     ]
     for members, own in zip(comps, _links_of(comps, shots), strict=True):
         out.append(_group(members, own, paths, "similar_shots"))
@@ -334,18 +335,20 @@ def _outmatched(
 
 
 def _apart(
-    members: list[int], conflicts: Mapping[tuple[int, int], int] | None, paths: Sequence[Path]
-) -> list[tuple[Path, Path]]:
-    """The pairs of ``members`` with a conflict of one size or a sure one (not weak:
-    a crop and a reduced copy of one photo fail with each other)."""
-    if not conflicts:
-        return []
-    inside = set(members)
-    return [
-        (paths[i], paths[j])
-        for (i, j), level in sorted(conflicts.items())
-        if level >= CONFLICT_ONE_SIZE and i in inside and j in inside
-    ]
+    grouped: Mapping[int, int],
+    n_groups: int,
+    conflicts: Mapping[tuple[int, int], int] | None,
+    paths: Sequence[Path],
+) -> list[list[tuple[Path, Path]]]:
+    """For each of ``n_groups`` copy groups (``grouped``: row -> group), the pairs of its
+    members with a conflict of one size or a sure one (not weak: a crop and a reduced
+    copy of one photo fail with each other); one pass over the conflicts."""
+    out: list[list[tuple[Path, Path]]] = [[] for _ in range(n_groups)]
+    for (i, j), level in sorted((conflicts or {}).items()):
+        k = grouped.get(i)
+        if level >= CONFLICT_ONE_SIZE and k is not None and grouped.get(j) == k:
+            out[k].append((paths[i], paths[j]))
+    return out
 
 
 def _components(pairs: set[tuple[int, int]], n: int) -> list[list[int]]:
