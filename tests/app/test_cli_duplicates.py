@@ -218,3 +218,20 @@ def test_a_group_of_shots_keeps_its_best_shot(tmp_path, capsys, monkeypatch):
         (out,) = _run_json(capsys, str(photos), "--index", str(index))["groups"]
         assert out["tier"] == tier and out["keep"] == str(paths[kept])
         assert out["reason"].startswith(reason), out["reason"]
+
+
+def test_members_found_not_to_be_copies_are_printed_and_in_the_json(tiered, capsys, monkeypatch):
+    """A group whose members include two photos the search found not to be copies of
+    each other (DuplicateGroup.apart) prints the pair and carries it in --json."""
+    from engine.collection import Collection
+    from engine.workflows.duplicates import DuplicateGroup
+
+    top, index = tiered
+    a, b, c = (top / "holidays" / "brick.jpg", top / "exports" / "brick_web.jpg",
+               top / "exports" / "brick_turned.png")  # fmt: skip
+    group = DuplicateGroup([a, b, c], [1.0, 0.9, 0.8], "same_photo", apart=[(a, c)])
+    monkeypatch.setattr(Collection, "duplicates", lambda self, *args, **kw: [group])
+    res = _run_json(capsys, str(top), "--index", str(index))
+    assert res["groups"][0]["apart"] == [[str(a), str(c)]]
+    assert main(["duplicates", str(top), "--index", str(index)]) == 0
+    assert f"not copies of each other (another shot?): {a} ~ {c}" in capsys.readouterr().out
