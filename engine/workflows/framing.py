@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.core.arrays import median_of
+
 __all__ = [
     "ZOOM_DETAIL",
     "ZOOM_MAGNIFICATION",
@@ -118,12 +120,11 @@ def frame_residual(
     ca = np.array([[-0.5, -0.5], [wa - 0.5, -0.5], [wa - 0.5, ha - 0.5], [-0.5, ha - 0.5]])
     cb = np.array([[-0.5, -0.5], [wb - 0.5, -0.5], [wb - 0.5, hb - 0.5], [-0.5, hb - 0.5]])
     pa, pb = np.asarray(xy_a, np.float64), np.asarray(xy_b, np.float64)
-    best = np.inf
-    for turn in _TURNS:  # (corner i of a onto corner turn[i] of b: an affine map)
-        src = np.c_[ca[[0, 1, 3]], np.ones(3)]
-        m = np.linalg.solve(src, cb[turn][[0, 1, 3]])  # (3, 2): [x y 1] @ m
-        d = np.linalg.norm(pa @ m[:2] + m[2] - pb, axis=1)
-        best = min(best, float(np.median(d)))
+    # (corner i of a onto corner turn[i] of b: the four turns' affine maps, (4, 3, 2),
+    # [x y 1] @ m, in one solve; a pair's check asks this of every verified pair)
+    src = np.c_[ca[[0, 1, 3]], np.ones(3)]
+    maps = np.linalg.solve(np.broadcast_to(src, (4, 3, 3)), cb[_TURNS][:, [0, 1, 3]])
+    best = min(float(median_of(np.linalg.norm(pa @ m[:2] + m[2] - pb, axis=1))) for m in maps)
     return best * min(1.0, max(wa, ha) / max(wb, hb, 1))
 
 
