@@ -33,7 +33,8 @@ How (:func:`appearance_links`):
    features detected at a much lower contrast threshold (:func:`low_contrast_features`:
    faint detail, stars, JPEG noise in black; hundreds of them) agree under one
    homography (:func:`low_contrast_agreement`: at least :data:`APPEARANCE_MIN_INLIERS`,
-   within the same-photo rule's feature residual). A copy keeps them; another shot of a
+   within :data:`APPEARANCE_RESIDUAL_PX`: faint features are placed less precisely than
+   the same-photo rule's). A copy keeps them; another shot of a
    night sky or the moon shares none, of a hazy view from a plane some, but not to a
    fraction of a pixel;
 5. a photo with fewer features than the geometric check needs
@@ -89,6 +90,7 @@ __all__ = [
     "APPEARANCE_MIN_INLIERS",
     "APPEARANCE_NEAREST",
     "APPEARANCE_REMEMBER",
+    "APPEARANCE_RESIDUAL_PX",
     "APPEARANCE_SIDE",
     "CACHE_FILE",
     "appearance_agreement",
@@ -119,6 +121,12 @@ APPEARANCE_LOW_FEATURES = 500
 #: copy: 0-5; of the 2,209 candidates of the 100,000-photo library, views cut and turned
 #: differently, 59 have 8 or fewer): it costs two SIFT extractions and a robust fit.
 APPEARANCE_LOW_HAMMING = 8
+#: Largest median residual (pixels of the smaller picture) of those features' homography
+#: for a copy. Faint features are placed less precisely than the same-photo rule's
+#: (:attr:`~engine.workflows.duplicates.TierRule.same_photo_residual_px`, 0.35 px):
+#: copies of the duplicate benchmark's night skies, moon and haze (turned, re-exported,
+#: cropped) 0-0.50 px; other shots of them 0.91 px or more.
+APPEARANCE_RESIDUAL_PX = 0.6
 #: Fewest of those features one homography must explain for a copy (another shot of a
 #: night sky or the moon: 0-6; of a hazy view from a plane: 36-83, with a residual of
 #: 1.05-1.7 px, above the same-photo rule's).
@@ -615,8 +623,8 @@ def appearance_links(
         Checked between pairs; when set, :class:`InterruptedError`.
     low_contrast : (float, callable), optional
         ``(residual_px, evidence)``: a pair whose pixels disagree is a copy too when its
-        low-contrast features agree under one homography to ``residual_px`` (the
-        same-photo rule's :attr:`TierRule.same_photo_residual_px`), ``evidence`` being
+        low-contrast features agree under one homography to ``residual_px``
+        (:data:`APPEARANCE_RESIDUAL_PX`), ``evidence`` being
         :func:`engine.workflows.duplicates.pair_evidence`
         (:func:`low_contrast_agreement`). None: not asked.
 

@@ -88,7 +88,7 @@ import numpy as np
 
 from engine.core.arrays import median_of
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
-from engine.workflows.appearance import appearance_links
+from engine.workflows.appearance import APPEARANCE_RESIDUAL_PX, appearance_links
 from engine.workflows.dup_candidates import neighbour_blocks
 from engine.workflows.dup_groups import TIERS, DuplicateGroup, conflict_levels, group_links
 from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
@@ -529,7 +529,7 @@ def find_duplicates(
     compressed = (COMPRESSED_FLOOR, rule.same_photo_compressed)
     looks = pool.submit(
         appearance_links, searcher, dict(links), pixels, compressed=compressed, cancel=stop,
-        low_contrast=(rule.same_photo_residual_px, pair_evidence),
+        low_contrast=(APPEARANCE_RESIDUAL_PX, pair_evidence),
     )  # fmt: skip
     try:
         evidence = neighbour_evidence(
