@@ -13,11 +13,13 @@ Each photo is in one group at most:
    link; so is one that would join them with as many, one of which is sure: capture
    times that differ, see :func:`conflict_levels`; or as many, of one size, when one of
    its photos is linked far more precisely to the other side's conflicting photo, see
-   :data:`TIE_PRECISION`). A crop of one shot lies within a
-   second shot from the same spot and matches it as a copy would; the original and the
-   other copies of that shot do not: the second shot stays out. Copies that fail with
-   one another (a heavily recompressed copy and a re-toned one; a crop and a reduced
-   copy) still join their original;
+   :data:`TIE_PRECISION`; or at all, when the link is doubtful: its ends are linked
+   far more precisely to photos that conflict, see :func:`consistent_links`). A crop
+   of one shot lies within a second shot from the same spot and matches it as a copy
+   would; the original and the other copies of that shot do not: the second shot stays
+   out; so do two shots each cropped once, whose crops match both shots and each other.
+   Copies that fail with one another (a heavily recompressed copy and a re-toned one; a
+   crop and a reduced copy) still join their original;
 2. ``similar_shots`` groups are the components of the ``similar_shots`` links among the
    photos left out of step 1 (a photo already in a group of copies is not listed again
    among shots: a clean-up acts on each group's copies, and a photo in two groups could
@@ -226,7 +228,16 @@ def consistent_links(
     """The copy links kept and those left out, given pairs known not to be copies.
 
     The links are taken strongest first: ``identical`` ones (the same bytes: always
-    kept), then by score, highest first (then by pair). Each joins two sets of rows
+    kept), then the others by score, highest first (then by pair), the doubtful ones
+    last. A link is doubtful when one of its ends is linked :data:`TIE_PRECISION` times
+    (and :data:`TIE_MARGIN_PX`) more precisely to a photo that conflicts (one size, or
+    sure) with the other end or with a photo it is linked to that precisely
+    (``residuals``): two shots from one spot each cropped once, whose crops pass as
+    copies of both shots and of each other, but agree with their own shot to the
+    detector's precision and with the other only as well as the two shots agree. A
+    doubtful link is left out when the two sets it would join hold such a conflict
+    between them, however many links join them (the crops' links would outnumber the
+    one conflict between the shots). Each link joins two sets of rows
     (union-find); it is left out when between the two sets there are more conflicting
     pairs than links (of all ``links``, this one included) and one of them is of two
     pictures of one size, or as many with a sure one (:func:`conflict_levels`), or as
@@ -268,7 +279,10 @@ def consistent_links(
             bad.setdefault(j, {})[i] = int(level)
     root = {r: r for r in adj}
     members = {r: [r] for r in adj}
-    order = sorted(links, key=lambda p: (links[p][0] != "identical", -links[p][1], p))
+    doubtful = _doubtful(links, bad, residuals)
+    order = sorted(
+        links, key=lambda p: (links[p][0] != "identical", p in doubtful, -links[p][1], p)
+    )
     kept, left_out = {}, set()
     near: dict[int, dict[int, float]] = {}  # row -> {row: residual} of the kept links
     for i, j in order:
@@ -281,7 +295,8 @@ def consistent_links(
                            if root[y] == big}  # fmt: skip
                 most = max(against.values(), default=CONFLICT_WEAK)
                 if (
-                    (len(against) > pos and most >= CONFLICT_ONE_SIZE)
+                    ((i, j) in doubtful and most >= CONFLICT_ONE_SIZE)
+                    or (len(against) > pos and most >= CONFLICT_ONE_SIZE)
                     or (against and len(against) == pos and most == CONFLICT_SURE)
                     or (
                         against
@@ -331,6 +346,47 @@ def _outmatched(
         (rz for end in pair for z, rz in near.get(end, {}).items() if z in bad_far),
         default=float("inf"),
     )
+    return _far_more(r, best)
+
+
+def _doubtful(
+    links: Mapping[tuple[int, int], tuple[str, float]],
+    bad: Mapping[int, Mapping[int, int]],
+    residuals: Mapping[tuple[int, int], float] | None,
+) -> set[tuple[int, int]]:
+    """The copy links outmatched at both ends' anchors (:func:`consistent_links`).
+
+    A row's anchors for its link of residual ``r`` are the row itself and the rows it is
+    linked to :data:`TIE_PRECISION` times (and :data:`TIE_MARGIN_PX`) more precisely. A
+    link is doubtful when an anchor of one end is known not to be a copy (one size, or
+    sure) of an anchor of the other: two shots from one spot A and C, a crop B of A and
+    a crop D of C; B agrees with A to 0.02 px, with C and with D to 0.13-0.15 px, as A
+    and C agree with each other (the walk folder's 122600 and 122601 with their crops).
+    """
+    if not residuals:
+        return set()
+    precise: dict[int, list[tuple[int, float]]] = {}
+    for (i, j), r in residuals.items():
+        if (i, j) in links and r == r:  # (not nan)
+            precise.setdefault(i, []).append((j, r))
+            precise.setdefault(j, []).append((i, r))
+    out = set()
+    for (i, j), r in residuals.items():
+        if (i, j) not in links or not r == r or not (bad.get(i) or precise.get(i)):
+            continue
+        anchors = [{x} | {z for z, rz in precise.get(x, ()) if _far_more(r, rz)} for x in (i, j)]
+        if any(
+            bad.get(a, {}).get(b, CONFLICT_WEAK) >= CONFLICT_ONE_SIZE
+            for a in anchors[0]
+            for b in anchors[1]
+        ):
+            out.add((i, j))
+    return out
+
+
+def _far_more(r: float, best: float) -> bool:
+    """Whether a residual ``best`` is far more precise than ``r`` (:data:`TIE_PRECISION`,
+    :data:`TIE_MARGIN_PX`)."""
     return r >= TIE_PRECISION * best and r - best >= TIE_MARGIN_PX
 
 

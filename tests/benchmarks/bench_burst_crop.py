@@ -54,8 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_duplicates as bench
 
 
-def build(out: Path, seed: int) -> tuple[dict, dict, int]:
-    """Write the folder; (labels, transforms, bursts) as ``bench_duplicates.build_half``."""
+def build(out: Path, seed: int, two_shots: bool = False) -> tuple[dict, dict, int]:
+    """Write the folder; (labels, transforms, bursts) as ``bench_duplicates.build_half``
+    (``two_shots``: the second shot of each burst has a copy too)."""
     from PIL import Image
 
     by_scene = defaultdict(list)
@@ -77,10 +78,11 @@ def build(out: Path, seed: int) -> tuple[dict, dict, int]:
             d = out / "photos" / f.name
             shutil.copy2(f, d)
             labels[str(d)] = (f"h{f.stem}", f"s{k}")
-        kind = rng.choice(["crop", "crop", "rot_small"])
-        p, desc = bench._transform(kind, files[0], out / "exports" / f"{files[0].stem}_c", rng)
-        labels[str(p)] = (f"h{files[0].stem}", f"s{k}")
-        made[str(p)] = (kind, desc)
+        for f in files[: 2 if two_shots else 1]:
+            kind = rng.choice(["crop", "crop", "rot_small"])
+            p, desc = bench._transform(kind, f, out / "exports" / f"{f.stem}_c", rng)
+            labels[str(p)] = (f"h{f.stem}", f"s{k}")
+            made[str(p)] = (kind, desc)
     return labels, made, len(scenes)
 
 
@@ -88,6 +90,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", metavar="DIR", help="build in DIR (kept) instead of a temp dir")
+    ap.add_argument(
+        "--two-shots", action="store_true", help="copy the second shot of each burst too"
+    )
     args = ap.parse_args(argv)
     if not (bench.DATA / "holidays").is_dir():
         print(f"skipped: {bench.DATA} is not available")
@@ -99,7 +104,7 @@ def main(argv=None) -> int:
     if root.exists():
         shutil.rmtree(root)
         shutil.rmtree(tmp / "bursts.idx", ignore_errors=True)
-    labels, made, n = build(root, args.seed)
+    labels, made, n = build(root, args.seed, args.two_shots)
     col = bench.index_half(root)
     groups = find_duplicates(col.searcher)
     p, r, n_pred, n_true = bench.evaluate(groups, labels, made)["same_photo"]
