@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "RAW_FORMATS",
     "RAW_SUFFIXES",
     "is_image_file",
+    "raw_sidecar_pairs",
     "sniff_format",
     "tiff_is_raw",
 ]
@@ -269,3 +272,30 @@ def tiff_is_raw(stream: IO[bytes]) -> bool:
         return True
     reduced = tags.get(_NEW_SUBFILE_TYPE, 0) > 0 and tags[_NEW_SUBFILE_TYPE] & 1
     return _MAKE in tags and (_SUB_IFDS in tags or bool(reduced))
+
+
+def raw_sidecar_pairs(paths: Sequence[str | os.PathLike]) -> set[tuple[int, int]]:
+    """Pairs of a camera RAW file and a non-RAW image beside it with the same stem
+    (``IMG_1.NEF`` + ``IMG_1.JPG``: the camera's own JPEG, one photo).
+
+    Parameters
+    ----------
+    paths : sequence of path-like
+
+    Returns
+    -------
+    set of (int, int)
+        ``(i, j)``, i < j, indices into ``paths``.
+    """
+    by_stem: dict[tuple[str, str], list[int]] = {}
+    for r, p in enumerate(paths):
+        p = Path(p)
+        by_stem.setdefault((str(p.parent), p.stem.lower()), []).append(r)
+    out: set[tuple[int, int]] = set()
+    for rows in by_stem.values():
+        if len(rows) < 2:
+            continue
+        raw = [r for r in rows if Path(paths[r]).suffix.lower() in RAW_SUFFIXES]
+        other = [r for r in rows if r not in raw]
+        out.update((min(a, b), max(a, b)) for a in raw for b in other)
+    return out

@@ -49,6 +49,7 @@ __all__ = [
     "conflict_levels",
     "consistent_links",
     "group_links",
+    "reduced_copies",
 ]
 
 #: How much a pair known not to be copies weighs (:func:`conflict_levels`): pictures of
@@ -127,7 +128,8 @@ def group_links(
         links as they are.
     residuals : mapping, optional
         ``(i, j) -> residual_px`` (:attr:`~engine.workflows.duplicates.PairEvidence.
-        residual_px`) of the copy links that may settle a tie (:func:`consistent_links`).
+        residual_px`; 0 for a reduced copy of the whole picture, :func:`reduced_copies`)
+        of the copy links that may settle a tie (:func:`consistent_links`).
 
     Returns
     -------
@@ -220,6 +222,40 @@ def conflict_levels(
     return {p: level(*p, ev) for p, ev in out.items()}
 
 
+def reduced_copies(
+    pairs: Sequence[tuple[int, int]], size_of: Callable[[int], tuple[int, int] | None]
+) -> list[tuple[int, int]]:
+    """The copy links, among ``pairs`` that keep one frame, between pictures of two sizes:
+    a reduced copy of the whole picture, given a residual of 0 by
+    :func:`~engine.workflows.duplicates.find_duplicates` (:func:`consistent_links`).
+
+    A reduced copy holds nothing its original lacks: it is no more a copy of a third
+    picture than its original is (a 60 % re-export of 123000 of the walk folder passes
+    as a copy of 123001, a second shot from nearly the same spot that 123000 is not a
+    copy of: at its size, the parallax no longer shows). A copy of one size that keeps
+    the frame (re-toned, blurred, recompressed, turned by quarter turns) is not such a
+    twin: its edit may be why it fails with a third picture (a re-toned copy and a copy
+    turned by a few degrees fail with each other), so it has no residual.
+
+    Parameters
+    ----------
+    pairs : sequence of (int, int)
+        Copy links whose pictures keep one frame.
+    size_of : callable
+        ``size_of(row) -> (width, height)`` of the row's picture, or None.
+
+    Returns
+    -------
+    list of (int, int)
+    """
+    out = []
+    for i, j in pairs:
+        a, b = size_of(i), size_of(j)
+        if a and b and sorted(a) != sorted(b):
+            out.append((i, j))
+    return out
+
+
 def consistent_links(
     links: Mapping[tuple[int, int], tuple[str, float]],
     conflicts: Mapping[tuple[int, int], int],
@@ -259,8 +295,11 @@ def consistent_links(
         ``(i, j) -> level`` (:func:`conflict_levels`).
     residuals : mapping, optional
         ``(i, j) -> residual_px`` of copy links, in pixels (links without one never
-        settle a tie, nor are left out by one: appearance links, a RAW file and its JPEG,
-        copies that keep their frame, whose residual tells an edit, not a second shot).
+        settle a tie, nor are left out by one: appearance links, a RAW file and its
+        JPEG, copies of one size that keep their frame, whose residual tells an edit,
+        not a second shot). A reduced copy of the whole picture has 0
+        (:func:`reduced_copies`): its links are never left out by a tie, and outmatch
+        its links to a photo that conflicts with its original.
 
     Returns
     -------

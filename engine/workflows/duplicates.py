@@ -88,9 +88,16 @@ import numpy as np
 
 from engine.core.arrays import median_of
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
+from engine.io.formats import raw_sidecar_pairs
 from engine.workflows.appearance import APPEARANCE_RESIDUAL_PX, appearance_links
 from engine.workflows.dup_candidates import neighbour_blocks
-from engine.workflows.dup_groups import TIERS, DuplicateGroup, conflict_levels, group_links
+from engine.workflows.dup_groups import (
+    TIERS,
+    DuplicateGroup,
+    conflict_levels,
+    group_links,
+    reduced_copies,
+)
 from engine.workflows.dup_verify import PairContext, VerifyInterrupted, verify_pairs
 from engine.workflows.framing import frame_offset, frame_residual, inside_frame, map_points
 from engine.workflows.keeper import (
@@ -537,11 +544,14 @@ def find_duplicates(
         )
         conflicts: dict[tuple[int, int], PairEvidence] = {}
         residuals: dict[tuple[int, int], float] = {}  # (geometric copy links, other frames)
+        whole: list[tuple[int, int]] = []  # (those keeping one frame)
         for pair, ev in evidence.items():
             tier = pair_tier(ev, rule)
             if tier is not None:
                 links[pair] = (tier, ev.score)
-            if tier == "same_photo" and not _one_frame(ev, rule):
+            if tier == "same_photo" and _one_frame(ev, rule):
+                whole.append(pair)
+            elif tier == "same_photo":
                 residuals[pair] = ev.residual_px
             if tier != "same_photo" and (ev.taken_differ or ev.pixel_agreement <= 1.0):
                 conflicts[pair] = ev  # (not copies: the pixels disagree, or the times)
@@ -556,13 +566,15 @@ def find_duplicates(
         for pair, v in found.items()
         if links.get(pair, ("similar_shots",))[0] == "similar_shots"
     )
-    for pair in _raw_sidecar_pairs(paths):
+    for pair in raw_sidecar_pairs(paths):
         if pair not in links or links[pair][0] == "similar_shots":
             ev = evidence.get(pair)
             links[pair] = ("same_photo", 1.0 if ev is None else ev.score)
     # (the sizes of the conflicting pairs' pictures: one catalogue read, not one per row)
-    sizes = searcher.store.image_sizes(int(ids[r]) for p in conflicts for r in p)
-    conflicts = conflict_levels(conflicts, links, lambda r: sizes.get(int(ids[r])))
+    sizes = searcher.store.image_sizes(int(ids[r]) for p in (*conflicts, *whole) for r in p)
+    size_of = lambda r: sizes.get(int(ids[r]))  # noqa: E731
+    conflicts = conflict_levels(conflicts, links, size_of)
+    residuals.update(dict.fromkeys(reduced_copies(whole, size_of), 0.0))
     groups = [g for g in group_links(links, paths, conflicts, residuals) if g.tier in want]
     if "similar_shots" not in want:  # (the related photos are similar shots)
         groups = [dataclasses.replace(g, related=[]) for g in groups]
@@ -619,25 +631,6 @@ def _one_per_file(rows: list[int], paths: Sequence[Path]) -> list[int]:
         if key not in seen:
             seen.add(key)
             out.append(r)
-    return out
-
-
-def _raw_sidecar_pairs(paths: Sequence[Path]) -> set[tuple[int, int]]:
-    """(i, j), i < j, of a camera RAW file and a non-RAW image beside it with the same
-    stem (``IMG_1.NEF`` + ``IMG_1.JPG``)."""
-    from engine.io.formats import RAW_SUFFIXES
-
-    by_stem: dict[tuple[str, str], list[int]] = {}
-    for r, p in enumerate(paths):
-        p = Path(p)
-        by_stem.setdefault((str(p.parent), p.stem.lower()), []).append(r)
-    out: set[tuple[int, int]] = set()
-    for rows in by_stem.values():
-        if len(rows) < 2:
-            continue
-        raw = [r for r in rows if Path(paths[r]).suffix.lower() in RAW_SUFFIXES]
-        other = [r for r in rows if r not in raw]
-        out.update((min(a, b), max(a, b)) for a in raw for b in other)
     return out
 
 

@@ -53,10 +53,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_duplicates as bench
 
+#: The copies' transforms (``bench_duplicates._transform``), drawn with equal odds.
+KINDS = ("crop", "crop", "rot_small")
 
-def build(out: Path, seed: int, two_shots: bool = False) -> tuple[dict, dict, int]:
+
+def build(
+    out: Path, seed: int, two_shots: bool = False, kinds: tuple[str, ...] = KINDS
+) -> tuple[dict, dict, int]:
     """Write the folder; (labels, transforms, bursts) as ``bench_duplicates.build_half``
-    (``two_shots``: the second shot of each burst has a copy too)."""
+    (``two_shots``: the second shot of each burst has a copy too; each copy's transform
+    drawn from ``kinds``)."""
     from PIL import Image
 
     by_scene = defaultdict(list)
@@ -79,7 +85,7 @@ def build(out: Path, seed: int, two_shots: bool = False) -> tuple[dict, dict, in
             shutil.copy2(f, d)
             labels[str(d)] = (f"h{f.stem}", f"s{k}")
         for f in files[: 2 if two_shots else 1]:
-            kind = rng.choice(["crop", "crop", "rot_small"])
+            kind = rng.choice(list(kinds))
             p, desc = bench._transform(kind, f, out / "exports" / f"{f.stem}_c", rng)
             labels[str(p)] = (f"h{f.stem}", f"s{k}")
             made[str(p)] = (kind, desc)
@@ -93,6 +99,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--two-shots", action="store_true", help="copy the second shot of each burst too"
     )
+    ap.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help="the copies' transforms, comma-separated (e.g. reexport: a re-export at "
+        "25-75 %% size, JPEG quality 40-95)",
+    )
     args = ap.parse_args(argv)
     if not (bench.DATA / "holidays").is_dir():
         print(f"skipped: {bench.DATA} is not available")
@@ -104,7 +116,7 @@ def main(argv=None) -> int:
     if root.exists():
         shutil.rmtree(root)
         shutil.rmtree(tmp / "bursts.idx", ignore_errors=True)
-    labels, made, n = build(root, args.seed, args.two_shots)
+    labels, made, n = build(root, args.seed, args.two_shots, tuple(args.kinds.split(",")))
     col = bench.index_half(root)
     groups = find_duplicates(col.searcher)
     p, r, n_pred, n_true = bench.evaluate(groups, labels, made)["same_photo"]

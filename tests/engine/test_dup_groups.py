@@ -12,6 +12,7 @@ from engine.workflows.dup_groups import (
     conflict_levels,
     consistent_links,
     group_links,
+    reduced_copies,
 )
 from engine.workflows.duplicates import PairEvidence
 
@@ -151,6 +152,23 @@ def test_two_shots_each_cropped_once_stay_apart():
     assert _got(group_links(links, PATHS, weak, residuals)) == [
         ("same_photo", ["A", "B", "C", "D"])
     ]
+
+
+def test_only_a_reduced_whole_copy_counts_as_exact():
+    sizes = {0: (320, 240), 1: (192, 144), 2: (240, 320), 3: (320, 240), 4: None}
+    pairs = [(0, 1), (0, 2), (0, 3), (0, 4)]
+    assert reduced_copies(pairs, sizes.get) == [(0, 1)]
+    # A, a re-toned copy B of one size (its frame kept: no residual), a copy C turned by
+    # a few degrees (0.10 px to A); B and C fail with each other (two edits): C stays
+    links = {(0, 1): ("same_photo", 0.8), (0, 2): ("same_photo", 0.6)}
+    conflicts = {(1, 2): CONFLICT_ONE_SIZE}
+    groups = group_links(links, PATHS, conflicts, {(0, 2): 0.10})
+    assert _got(groups) == [("same_photo", ["A", "B", "C"])]
+    # B a reduced copy of A instead (0: it is A, resized) and C another shot, the size of
+    # A, that B passes as a copy of at its size: C's link to B is outmatched
+    links = {(0, 1): ("same_photo", 0.54), (1, 2): ("same_photo", 0.46)}
+    groups = group_links(links, PATHS, {(0, 2): CONFLICT_ONE_SIZE}, {(0, 1): 0.0, (1, 2): 0.2})
+    assert _got(groups) == [("same_photo", ["A", "B"])]
 
 
 def test_links_are_taken_strongest_first():

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.io.formats import raw_sidecar_pairs
 from engine.workflows.duplicates import (
     DEFAULT_RULE,
     DEFAULT_THRESHOLDS,
@@ -22,7 +23,6 @@ from engine.workflows.duplicates import (
     DuplicateGroup,
     PairEvidence,
     TierRule,
-    _raw_sidecar_pairs,
     best_copy,
     copy_stats,
     group_links,
@@ -118,7 +118,7 @@ def test_groups_are_built_strictest_tier_first():
 def test_raw_beside_its_jpeg_is_a_pair():
     paths = [Path(p) for p in ("/x/IMG_1.NEF", "/x/IMG_1.JPG", "/y/IMG_1.jpg", "/x/IMG_2.JPG",
                                "/x/IMG_2.jpg")]  # fmt: skip
-    assert _raw_sidecar_pairs(paths) == {(0, 1)}
+    assert raw_sidecar_pairs(paths) == {(0, 1)}
 
 
 # ------------------------------------------------------------------ tiers: evidence
@@ -625,3 +625,47 @@ def test_a_copy_under_a_feature_fit_a_little_off_is_aligned_again_by_its_pixels(
     ev = pair_evidence(fo, fs)
     agree, _c = pixel_tests(gray, other, ev.homography, fo.image_size, fs.image_size, facts, band)
     assert agree < band[0]
+
+
+def test_a_whole_frame_copy_joins_no_other_shot_its_original_is_not_a_copy_of(
+    tmp_path, monkeypatch
+):
+    """The walk folder: 123000, a 60 % re-export of it, and 123001, a second shot the
+    size of 123000 from nearly the same spot. Reduced, the re-export passes as a copy of
+    the second shot too (pixels 0.972, 0.20 px), one link against the one conflict
+    between the shots. The re-export keeps 123000's whole frame: it is that picture,
+    resized, so it is no more a copy of 123001 than 123000 is. Its link to its original
+    counts as exact (residual 0), and the tie goes to it."""
+    from engine.collection import Collection
+    from engine.workflows import duplicates as dup
+
+    rng = np.random.default_rng(3)
+    for name, size in (("a.jpg", (320, 240)), ("c.jpg", (320, 240)), ("web.jpg", (192, 144))):
+        img = cv2.GaussianBlur(rng.uniform(0, 255, (size[1], size[0], 3)), (0, 0), 2.0)
+        cv2.imwrite(str(tmp_path / name), img.astype(np.uint8))
+    with Collection.open(tmp_path, tmp_path / ".idx") as col:
+        for _ in col.update(jobs=1):
+            pass
+        row = {p.name: r for r, p in enumerate(col.searcher.row_paths)}
+        a, c, web = row["a.jpg"], row["c.jpg"], row["web.jpg"]
+        copy = PairEvidence(180, 150, 0.54, 0.78, 0.0006, 0.13, pixel_agreement=0.981,
+                            frame_offset_px=0.7)  # fmt: skip
+        cut = PairEvidence(150, 126, 0.46, 0.71, 0.0008, 0.20, pixel_agreement=0.972,
+                           frame_offset_px=18.7, frame_residual_px=6.0)  # fmt: skip
+        shots = PairEvidence(330, 290, 0.58, 0.66, 0.0006, 0.20, pixel_agreement=0.0,
+                             pixel_disagreement=1.0, frame_offset_px=32.6)  # fmt: skip
+        found = {
+            tuple(sorted(p)): ev for p, ev in (((a, web), copy), ((c, web), cut), ((a, c), shots))
+        }
+        monkeypatch.setattr(dup, "neighbour_evidence", lambda *args, **kw: found)
+        groups = col.duplicates()
+    copies = [g for g in groups if g.tier == "same_photo"]
+    assert [sorted(p.name for p in g.paths) for g in copies] == [["a.jpg", "web.jpg"]]
+    assert copies[0].apart == []
+    assert [p.name for p, _s in copies[0].related] == ["c.jpg"]
+    # the same links with the re-export's frame not kept (a cut of it): a tie, kept
+    found[tuple(sorted((a, web)))] = dataclasses.replace(copy, frame_offset_px=30.0)
+    with Collection.open(tmp_path, tmp_path / ".idx") as col:
+        groups = col.duplicates()
+    names = [sorted(p.name for p in g.paths) for g in groups if g.tier == "same_photo"]
+    assert names == [["a.jpg", "c.jpg", "web.jpg"]]
