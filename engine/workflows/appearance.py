@@ -45,6 +45,17 @@ How (:func:`appearance_links`):
    dev photos), and those pairs are asked the low-contrast test only (a crop does not
    keep the frame the pixel test's alignment assumes).
 
+6. a second pass, once the geometric check is done, takes the photos with fewer than
+   :data:`APPEARANCE_FEW_FEATURES` features (dark, hazy or blurred photos with a few
+   dozen, whose copies keep too few of them, or whose pixels a fit to so few aligns
+   badly), and tests those candidates of theirs, not both under
+   :data:`APPEARANCE_FEATURES`, that the geometric check looked at and found no fit for,
+   or one keeping about the whole frame (:func:`whole_or_none`): the others it placed
+   as another cut, which a test of the whole frames cannot pass, or its index did not
+   find alike. By their pixels only (step 3), not by low-contrast features: two shots of
+   a dark, static scene with a few dozen features share many faint ones (a climber
+   moving in a cave of Holidays' 127200: the cave's faint features agree to 0.6 px).
+
 Cost: only the low-feature photos are read (once: their signatures are cached), and
 their pairs are compared as 64-bit words, a block at a time (``L`` low-feature photos:
 ``2 L^2`` word comparisons, a few milliseconds for thousands); each candidate pair costs
@@ -84,6 +95,8 @@ __all__ = [
     "APPEARANCE_FAR",
     "APPEARANCE_FEATURELESS",
     "APPEARANCE_FEATURES",
+    "APPEARANCE_FEW_FEATURES",
+    "APPEARANCE_FRAME_PX",
     "APPEARANCE_HAMMING",
     "APPEARANCE_LOW_FEATURES",
     "APPEARANCE_LOW_HAMMING",
@@ -103,10 +116,18 @@ __all__ = [
     "nearest_candidates",
     "orientations",
     "signature",
+    "whole_or_none",
 ]
 
 #: Photos with fewer local features than this get an appearance signature.
 APPEARANCE_FEATURES = 25
+#: Photos with fewer than this are compared too, in the pairs ``asked`` (step 6; Holidays'
+#: 126600, 126800, 127600 at 325 pixels have 81, 35, 41). All their candidates would cost
+#: too much: 241,889 pairs of the 100,000-photo library's 20,658, against 2,209 under 25.
+APPEARANCE_FEW_FEATURES = 100
+#: Largest corner offset (pixels) of a feature fit that leaves a pair to step 6: a 325 x
+#: 243 copy turned by 8 degrees moves its corners by 28 px; another cut, farther.
+APPEARANCE_FRAME_PX = 32.0
 #: Side (pixels) of the square thumbnail a signature is made of.
 APPEARANCE_SIDE = 32
 #: Most differing sign bits (of 63) of a candidate pair's signatures.
@@ -601,6 +622,7 @@ def appearance_links(
     compressed: tuple[float, float] | None = None,
     cancel: threading.Event | None = None,
     low_contrast: tuple[float, Callable[[Features, Features], Any]] | None = None,
+    asked: Callable[[int, int], bool] | None = None,
 ) -> dict[tuple[int, int], tuple[str, float]]:
     """``same_photo`` links between photos with too few features, found and tested by
     their appearance (the module docstring).
@@ -627,6 +649,13 @@ def appearance_links(
         (:data:`APPEARANCE_RESIDUAL_PX`), ``evidence`` being
         :func:`engine.workflows.duplicates.pair_evidence`
         (:func:`low_contrast_agreement`). None: not asked.
+    asked : callable, optional
+        ``asked(i, j) -> bool`` for rows i < j. Given: the second pass, after the
+        geometric check, over the photos with fewer than :data:`APPEARANCE_FEW_FEATURES`
+        features; a candidate of two of them not both under :data:`APPEARANCE_FEATURES`
+        (the first pass had those) is tested only when ``asked`` (the geometric check
+        looked at the pair and found no fit, or one that keeps about the whole frame:
+        :data:`APPEARANCE_FRAME_PX`), and the caller leaves ``low_contrast`` out.
 
     Returns
     -------
@@ -638,19 +667,49 @@ def appearance_links(
     store = searcher.store
     _, data = searcher.ensure()
     row_of_id = {int(d): r for r, d in enumerate(np.asarray(data.ids).tolist())}
+    most = APPEARANCE_FEATURES if asked is None else APPEARANCE_FEW_FEATURES
     counts = {
         row_of_id[rec.id]: rec.n_features
         for rec in store.records()
-        if rec.n_features < APPEARANCE_FEATURES and rec.id in row_of_id
+        if rec.n_features < most and rec.id in row_of_id
     }
     rows = sorted(counts)
     if len(rows) < 2:
         return {}
     featureless = {r for r, n in counts.items() if n < APPEARANCE_FEATURELESS}
+    if asked is not None:  # (the second pass: the first had the pairs under 25, and
+        # the nearest signatures of the featureless photos)
+        first = {r for r, n in counts.items() if n < APPEARANCE_FEATURES}
+        keep = lambda i, j: not (i in first and j in first) and asked(i, j)  # noqa: E731
+        featureless = set()
+    else:
+        keep = None
     with single_threaded_opencv():  # (small pictures: OpenCV's threads only cost CPU)
         return _links(
-            searcher, rows, linked, pixels, compressed, cancel, low_contrast, featureless
+            searcher, rows, linked, pixels, compressed, cancel, low_contrast, featureless, keep
         )
+
+
+def whole_or_none(ev: Any, min_inliers: int) -> bool:
+    """Whether the geometric check looked at a pair and found no fit, or one that keeps
+    about the whole frame: a pair the second pass of :func:`appearance_links` tests.
+
+    Parameters
+    ----------
+    ev : PairEvidence or None
+        The pair's :class:`~engine.workflows.duplicates.PairEvidence` (None: not looked
+        at, the search's index does not find the two alike).
+    min_inliers : int
+        The geometric check's least number of inliers of a fit.
+
+    Returns
+    -------
+    bool
+        ``n_inliers < min_inliers`` or ``frame_offset_px <=`` :data:`APPEARANCE_FRAME_PX`.
+    """
+    return ev is not None and (
+        ev.n_inliers < min_inliers or ev.frame_offset_px <= APPEARANCE_FRAME_PX
+    )
 
 
 def _pixel_link(
@@ -677,10 +736,19 @@ def _pixel_link(
 
 
 def _links(
-    searcher, rows, linked, pixels, compressed, cancel, low_contrast, featureless=frozenset()
+    searcher,
+    rows,
+    linked,
+    pixels,
+    compressed,
+    cancel,
+    low_contrast,
+    featureless=frozenset(),
+    keep=None,
 ) -> dict[tuple[int, int], tuple[str, float]]:
     """:func:`appearance_links` of the photos of ``rows``, with few features
-    (``featureless``: those of them that also ask their nearest signatures)."""
+    (``featureless``: those of them that also ask their nearest signatures; ``keep(i,
+    j)``: whether a candidate is tested, all when None)."""
     store = searcher.store
     paths = searcher.row_paths
     sigs = _signatures(store.index_dir, searcher.data_keys, rows, paths)
@@ -710,6 +778,8 @@ def _links(
             raise InterruptedError("the duplicate search was cancelled")
         i, j = rows[a], rows[b]
         if linked.get((i, j), ("similar_shots",))[0] != "similar_shots":
+            continue
+        if keep is not None and not keep(i, j):
             continue
         try:
             if aligned:

@@ -89,7 +89,7 @@ import numpy as np
 from engine.core.arrays import median_of
 from engine.index.verify import VERIFY_MIN_INLIERS, verify_pair
 from engine.io.formats import raw_sidecar_pairs
-from engine.workflows.appearance import APPEARANCE_RESIDUAL_PX, appearance_links
+from engine.workflows.appearance import APPEARANCE_RESIDUAL_PX, appearance_links, whole_or_none
 from engine.workflows.dup_candidates import neighbour_blocks
 from engine.workflows.dup_groups import (
     TIERS,
@@ -534,9 +534,10 @@ def find_duplicates(
     pool = ThreadPoolExecutor(1, thread_name_prefix="simile-appearance")
     pixels = rule.same_photo_pixels
     compressed = (COMPRESSED_FLOOR, rule.same_photo_compressed)
+    faint = (APPEARANCE_RESIDUAL_PX, pair_evidence)
     looks = pool.submit(
         appearance_links, searcher, dict(links), pixels, compressed=compressed, cancel=stop,
-        low_contrast=(APPEARANCE_RESIDUAL_PX, pair_evidence),
+        low_contrast=faint,
     )  # fmt: skip
     try:
         evidence = neighbour_evidence(
@@ -556,6 +557,9 @@ def find_duplicates(
             if tier != "same_photo" and (ev.taken_differ or ev.pixel_agreement <= 1.0):
                 conflicts[pair] = ev  # (not copies: the pixels disagree, or the times)
         found = looks.result()
+        asked = lambda i, j: whole_or_none(evidence.get((i, j)), rule.min_inliers)  # noqa: E731
+        found.update(appearance_links(searcher, {**links, **found}, pixels, compressed=compressed,
+                                      cancel=stop, asked=asked))  # fmt: skip
     except BaseException:
         stop.set()  # (the thread stops at its next pair; nobody waits for it)
         pool.shutdown(wait=False, cancel_futures=True)

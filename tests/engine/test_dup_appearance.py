@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -16,7 +17,7 @@ from engine.workflows.appearance import (
     orientations,
     signature,
 )
-from engine.workflows.duplicates import DEFAULT_RULE, pair_evidence
+from engine.workflows.duplicates import DEFAULT_RULE, PairEvidence, pair_evidence
 from engine.workflows.pixels import (
     PIXEL_CLEAN_BONUS,
     PIXEL_CLEAN_SHARE,
@@ -281,6 +282,61 @@ def test_find_duplicates_links_a_blurred_recompressed_night_sky(tmp_path, demo_f
     assert [(g.tier, sorted(p.name for p in g.paths)) for g in groups] == [
         ("same_photo", ["sky soft.jpg", "sky.jpg"])
     ]
+
+
+def test_photos_with_a_few_dozen_features_are_compared_in_the_pairs_asked(tmp_path, demo_folder):
+    """The second pass (``asked``) takes the photos under ``APPEARANCE_FEW_FEATURES``
+    features, and tests a candidate only when asked (the geometric check found no fit,
+    or one that keeps the whole frame: :func:`whole_or_none`)."""
+    from engine.collection import Collection
+    from engine.workflows.appearance import (
+        APPEARANCE_FEATURES,
+        APPEARANCE_FEW_FEATURES,
+        APPEARANCE_FRAME_PX,
+        APPEARANCE_RESIDUAL_PX,
+        appearance_links,
+        whole_or_none,
+    )
+    from engine.workflows.duplicates import COMPRESSED_FLOOR
+
+    sky = _night_sky(10, moon=(150, 110))
+    rng = np.random.default_rng(10)
+    for _ in range(5):  # (a few shapes: a few dozen features)
+        x, y = rng.integers(10, 280), rng.integers(10, 200)
+        w, h = rng.integers(8, 30), rng.integers(8, 30)
+        cv2.rectangle(
+            sky, (int(x), int(y)), (int(x + w), int(y + h)), float(rng.uniform(60, 160)), -1
+        )
+    folder = tmp_path / "dusk"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "dusk.jpg"), np.clip(sky, 0, 255).astype(np.uint8), [1, 95])
+    small = cv2.resize(_jpeg(sky, 95), (160, 120), interpolation=cv2.INTER_AREA)
+    small = np.clip(small + 0.5, 0, 255).astype(np.uint8)
+    cv2.imwrite(str(folder / "dusk small.jpg"), small, [1, 80])
+    shutil.copy(demo_folder / "brick.jpg", folder)  # (the search models need features)
+    rule = DEFAULT_RULE
+    args = dict(compressed=(COMPRESSED_FLOOR, rule.same_photo_compressed),
+                low_contrast=(APPEARANCE_RESIDUAL_PX, pair_evidence))  # fmt: skip
+    with Collection.open(folder, tmp_path / "idx") as col:
+        for _ in col.update():
+            pass
+        s = col.searcher
+        ids = np.asarray(s.ensure()[1].ids).tolist()
+        count = {rec.id: rec.n_features for rec in s.store.records()}
+        n = {s.row_paths[r].name: count[int(d)] for r, d in enumerate(ids)}
+        assert APPEARANCE_FEATURES <= n["dusk.jpg"] < APPEARANCE_FEW_FEATURES
+        pixels = rule.same_photo_pixels
+        assert appearance_links(s, {}, pixels, **args) == {}  # (the first pass: under 25)
+        second = dict(compressed=args["compressed"])  # (by the pixels only)
+        assert appearance_links(s, {}, pixels, **second, asked=lambda i, j: False) == {}
+        links = appearance_links(s, {}, pixels, **second, asked=lambda i, j: True)
+        named = {tuple(sorted(s.row_paths[r].name for r in p)): v for p, v in links.items()}
+        assert list(named) == [("dusk small.jpg", "dusk.jpg")]
+        assert named[("dusk small.jpg", "dusk.jpg")][0] == "same_photo"
+    ev = PairEvidence(40, 20, 0.5, 0.6, 0.001, 0.3, frame_offset_px=APPEARANCE_FRAME_PX + 1)
+    assert not whole_or_none(None, 8) and not whole_or_none(ev, 8)
+    assert whole_or_none(dataclasses.replace(ev, frame_offset_px=APPEARANCE_FRAME_PX), 8)
+    assert whole_or_none(dataclasses.replace(ev, n_inliers=7), 8)
 
 
 def test_low_contrast_features_find_the_detail_the_usual_threshold_misses():
