@@ -40,8 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.workflows.pixel_tiles import PIXEL_MOVED_CAP
+
 __all__ = [
     "CONFLICT_ONE_SIZE",
+    "CONFLICT_SHOT",
     "CONFLICT_SURE",
     "CONFLICT_WEAK",
     "TIERS",
@@ -53,8 +56,9 @@ __all__ = [
 ]
 
 #: How much a pair known not to be copies weighs (:func:`conflict_levels`): pictures of
-#: two sizes, of one size, and two shots for sure.
-CONFLICT_WEAK, CONFLICT_ONE_SIZE, CONFLICT_SURE = 0, 1, 2
+#: two sizes; of one size whose pixels disagree; of one size whose pixels show another
+#: shot (detail that moved, another framing); and two shots for sure (capture times).
+CONFLICT_WEAK, CONFLICT_ONE_SIZE, CONFLICT_SHOT, CONFLICT_SURE = 0, 1, 2, 3
 
 #: A tie (:func:`consistent_links`) goes to a photo's link whose residual is this many
 #: times smaller than the link that would join it to a conflicting photo ...
@@ -194,8 +198,12 @@ def conflict_levels(
     -------
     dict
         ``(i, j) -> level``: :data:`CONFLICT_SURE` for capture times that differ (two
-        shots for certain); :data:`CONFLICT_ONE_SIZE` for pictures of one size (either
-        way round) whose pixels disagree, or that are other framings (agreement 0);
+        shots for certain); :data:`CONFLICT_SHOT` for pictures of one size (either way
+        round) whose pixels show another shot: detail that moved (an agreement of
+        :data:`~engine.workflows.pixel_tiles.PIXEL_MOVED_CAP` or less) or another
+        framing (0); :data:`CONFLICT_ONE_SIZE` for the others of one size (an agreement
+        just short of the rule's: a copy may fail so, 0.946 for a copy of Holidays'
+        127200 turned by 2.2 degrees);
         :data:`CONFLICT_WEAK` for pictures of two sizes (a crop and a reduced copy of
         one photo fail with each other: the crop holds detail the reduced copy lost).
         Other framings of one size are not sure: two cuts of one photo exported at one
@@ -217,7 +225,9 @@ def conflict_levels(
         a, b = sizes[i], sizes[j]
         if ev.taken_differ:
             return CONFLICT_SURE
-        return CONFLICT_ONE_SIZE if a and b and sorted(a) == sorted(b) else CONFLICT_WEAK
+        if not (a and b and sorted(a) == sorted(b)):
+            return CONFLICT_WEAK
+        return CONFLICT_SHOT if ev.pixel_agreement <= PIXEL_MOVED_CAP else CONFLICT_ONE_SIZE
 
     return {p: level(*p, ev) for p, ev in out.items()}
 
@@ -266,24 +276,25 @@ def consistent_links(
     The links are taken strongest first: ``identical`` ones (the same bytes: always
     kept), then the others by score, highest first (then by pair), the doubtful ones
     last. A link is doubtful when one of its ends is linked :data:`TIE_PRECISION` times
-    (and :data:`TIE_MARGIN_PX`) more precisely to a photo that conflicts (one size, or
-    sure) with the other end or with a photo it is linked to that precisely
-    (``residuals``): two shots from one spot each cropped once, whose crops pass as
-    copies of both shots and of each other, but agree with their own shot to the
-    detector's precision and with the other only as well as the two shots agree. A
-    doubtful link is left out when the two sets it would join hold such a conflict
-    between them, however many links join them (the crops' links would outnumber the
-    one conflict between the shots). Each link joins two sets of rows
-    (union-find); it is left out when between the two sets there are more conflicting
-    pairs than links (of all ``links``, this one included) and one of them is of two
-    pictures of one size, or as many with a sure one (:func:`conflict_levels`), or as
-    many when one of its photos already has a link :data:`TIE_PRECISION` times (and
-    :data:`TIE_MARGIN_PX`) more precise to a photo that conflicts, one size, with the
-    other side (``residuals``; a crop of one shot passes as a copy of a second shot
-    from the same spot, but its features agree with its own shot to the detector's
-    precision). Links within one set are kept. A greedy correlation clustering: on the
-    duplicate benchmark's development draws (``tests/benchmarks/bench_duplicates.py``, seventh
-    round) it kept every true copy link and left out every crop of one shot that
+    (and :data:`TIE_MARGIN_PX`) more precisely to a photo whose pixels show another shot
+    than the other end, or than a photo it is linked to that precisely
+    (:data:`CONFLICT_SHOT`, or sure; ``residuals``): two shots from one spot each cropped
+    once, whose crops pass as copies of both shots and of each other, but agree with
+    their own shot to the detector's precision and with the other only as well as the
+    two shots agree. A doubtful link is left out when the two sets it would join hold a
+    conflict of that strength between them, however many links join them (the crops'
+    links would outnumber the one conflict between the shots). Each link joins two sets
+    of rows (union-find); it is left out when between the two sets there are more
+    conflicting pairs than links (of all ``links``, this one included) and one of them is
+    of two pictures of one size, or as many with a sure one (:func:`conflict_levels`), or
+    as many when one of its photos already has a link :data:`TIE_PRECISION` times (and
+    :data:`TIE_MARGIN_PX`) more precise to a photo that is another shot (its pixels tell,
+    :data:`CONFLICT_SHOT`, or the times) than one on the other side (``residuals``; a
+    crop of one shot passes as a copy of a second shot from the same spot, but its
+    features agree with its own shot to the detector's precision). Links within one set
+    are kept. A greedy correlation clustering: on the duplicate benchmark's development
+    draws (``tests/benchmarks/bench_duplicates.py``, seventh round) it kept every true
+    copy link and left out every crop of one shot that
     matched a second shot.
 
     Parameters
@@ -334,7 +345,7 @@ def consistent_links(
                            if root[y] == big}  # fmt: skip
                 most = max(against.values(), default=CONFLICT_WEAK)
                 if (
-                    ((i, j) in doubtful and most >= CONFLICT_ONE_SIZE)
+                    ((i, j) in doubtful and most >= CONFLICT_SHOT)
                     or (len(against) > pos and most >= CONFLICT_ONE_SIZE)
                     or (against and len(against) == pos and most == CONFLICT_SURE)
                     or (
@@ -364,7 +375,8 @@ def _outmatched(
 ) -> bool:
     """Whether the copy link ``pair`` (a tie: as many conflicting pairs as links between
     the two sets it would join) is outmatched: one of its photos is already linked, far
-    more precisely, to a photo that conflicts (one size) with the other side.
+    more precisely, to a photo whose pixels show another shot than the other side's
+    (:data:`CONFLICT_SHOT` or sure: a narrow failure of one size may be a copy's).
 
     A crop of one shot lies within a second shot from the same spot and passes as its
     copy, but its features agree with its own shot to the detector's precision and with
@@ -379,8 +391,8 @@ def _outmatched(
     r = residuals.get(pair)
     if r is None or not r == r:  # (no residual: an appearance or RAW link)
         return False
-    bad_far = {y for (_x, y), level in against.items() if level >= CONFLICT_ONE_SIZE}
-    bad_far |= {x for (x, _y), level in against.items() if level >= CONFLICT_ONE_SIZE}
+    bad_far = {y for (_x, y), level in against.items() if level >= CONFLICT_SHOT}
+    bad_far |= {x for (x, _y), level in against.items() if level >= CONFLICT_SHOT}
     best = min(
         (rz for end in pair for z, rz in near.get(end, {}).items() if z in bad_far),
         default=float("inf"),
@@ -397,10 +409,11 @@ def _doubtful(
 
     A row's anchors for its link of residual ``r`` are the row itself and the rows it is
     linked to :data:`TIE_PRECISION` times (and :data:`TIE_MARGIN_PX`) more precisely. A
-    link is doubtful when an anchor of one end is known not to be a copy (one size, or
-    sure) of an anchor of the other: two shots from one spot A and C, a crop B of A and
-    a crop D of C; B agrees with A to 0.02 px, with C and with D to 0.13-0.15 px, as A
-    and C agree with each other (the walk folder's 122600 and 122601 with their crops).
+    link is doubtful when an anchor of one end is known to be another shot than an
+    anchor of the other (:data:`CONFLICT_SHOT` or sure): two shots from one spot A and
+    C, a crop B of A and a crop D of C; B agrees with A to 0.02 px, with C and with D to
+    0.13-0.15 px, as A and C agree with each other (the walk folder's 122600 and 122601
+    with their crops).
     """
     if not residuals:
         return set()
@@ -415,7 +428,7 @@ def _doubtful(
             continue
         anchors = [{x} | {z for z, rz in precise.get(x, ()) if _far_more(r, rz)} for x in (i, j)]
         if any(
-            bad.get(a, {}).get(b, CONFLICT_WEAK) >= CONFLICT_ONE_SIZE
+            bad.get(a, {}).get(b, CONFLICT_WEAK) >= CONFLICT_SHOT
             for a in anchors[0]
             for b in anchors[1]
         ):

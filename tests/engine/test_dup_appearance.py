@@ -231,25 +231,32 @@ def _haze(seed: int) -> np.ndarray:
     return np.clip(img + 4 * noise / noise.std(), 0, 255).astype(np.uint8)
 
 
+def _groups_of(folder, index, demo_folder) -> list[tuple[str, list[str]]]:
+    """(tier, sorted names) of the duplicate groups of ``folder``, indexed with a photo
+    of many features added (the search models need features), whose three other photos
+    have almost none."""
+    from engine.collection import Collection
+
+    shutil.copy(demo_folder / "brick.jpg", folder)
+    with Collection.open(folder, index) as col:
+        for _ in col.update():
+            pass
+        assert sum(r.n_features < 25 for r in col.searcher.store.records()) == 3
+        groups = col.duplicates()
+    return [(g.tier, sorted(p.name for p in g.paths)) for g in groups]
+
+
 def test_find_duplicates_links_a_turned_recompressed_haze(tmp_path, demo_folder):
     """Photos without features are compared by appearance (the aerial haze of Holidays'
     124800 and its turned copy were missed): a quarter-turned copy at quality 80 agrees
     at 0.92 only, and is a copy by the compressed-copy test; another haze is not."""
-    from engine.collection import Collection
-
     folder = tmp_path / "haze"
     folder.mkdir()
     cv2.imwrite(str(folder / "haze.jpg"), _haze(1), [1, 95])
     turned = np.rot90(cv2.imread(str(folder / "haze.jpg"), 0), -1).copy()
     cv2.imwrite(str(folder / "haze turned.jpg"), turned, [1, 80])
     cv2.imwrite(str(folder / "other haze.jpg"), _haze(2), [1, 95])
-    shutil.copy(demo_folder / "brick.jpg", folder)  # (the search models need features)
-    with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
-        assert sum(r.n_features < 25 for r in col.searcher.store.records()) == 3
-        groups = col.duplicates()
-    assert [(g.tier, sorted(p.name for p in g.paths)) for g in groups] == [
+    assert _groups_of(folder, tmp_path / "idx", demo_folder) == [
         ("same_photo", ["haze turned.jpg", "haze.jpg"])
     ]
 
@@ -261,8 +268,6 @@ def test_find_duplicates_links_a_blurred_recompressed_night_sky(tmp_path, demo_f
     shot's (the moon of Holidays' 127400 turned by a quarter: 0.36-0.50 px, missed
     before :data:`~engine.workflows.appearance.APPEARANCE_RESIDUAL_PX`); another sky is
     not a copy."""
-    from engine.collection import Collection
-
     folder = tmp_path / "sky"
     folder.mkdir()
     sky = _jpeg(_night_sky(10, moon=(150, 110)), 92)
@@ -273,13 +278,7 @@ def test_find_duplicates_links_a_blurred_recompressed_night_sky(tmp_path, demo_f
     )
     other = _night_sky(60, moon=(152, 109))
     cv2.imwrite(str(folder / "other sky.jpg"), other.astype(np.uint8), [1, 92])
-    shutil.copy(demo_folder / "brick.jpg", folder)  # (the search models need features)
-    with Collection.open(folder, tmp_path / "idx") as col:
-        for _ in col.update():
-            pass
-        assert sum(r.n_features < 25 for r in col.searcher.store.records()) == 3
-        groups = col.duplicates()
-    assert [(g.tier, sorted(p.name for p in g.paths)) for g in groups] == [
+    assert _groups_of(folder, tmp_path / "idx", demo_folder) == [
         ("same_photo", ["sky soft.jpg", "sky.jpg"])
     ]
 
