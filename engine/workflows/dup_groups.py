@@ -276,20 +276,22 @@ def consistent_links(
     The links are taken strongest first: ``identical`` ones (the same bytes: always
     kept), then the others by score, highest first (then by pair), the doubtful ones
     last. A link is doubtful when one of its ends is linked :data:`TIE_PRECISION` times
-    (and :data:`TIE_MARGIN_PX`) more precisely to a photo whose pixels show another shot
-    than the other end, or than a photo it is linked to that precisely
-    (:data:`CONFLICT_SHOT`, or sure; ``residuals``): two shots from one spot each cropped
-    once, whose crops pass as copies of both shots and of each other, but agree with
-    their own shot to the detector's precision and with the other only as well as the
-    two shots agree. A doubtful link is left out when the two sets it would join hold a
-    conflict of that strength between them, however many links join them (the crops'
-    links would outnumber the one conflict between the shots). Each link joins two sets
+    (and :data:`TIE_MARGIN_PX`) more precisely to a photo known to be another shot than
+    the other end, or than a photo it is linked to that precisely (one size, or sure;
+    :data:`CONFLICT_SHOT` for an exact, assumed residual: :func:`_needed`;
+    ``residuals``): two shots from one spot each cropped once, whose crops pass as
+    copies of both shots and of each other, but agree with their own shot to the
+    detector's precision and with the other only as well as the two shots agree. A
+    doubtful link is left out when the two sets it would join hold a conflict (one size,
+    or sure) between them, however many links join them (the crops' links would
+    outnumber the one conflict between the shots). Each link joins two sets
     of rows (union-find); it is left out when between the two sets there are more
     conflicting pairs than links (of all ``links``, this one included) and one of them is
     of two pictures of one size, or as many with a sure one (:func:`conflict_levels`), or
     as many when one of its photos already has a link :data:`TIE_PRECISION` times (and
-    :data:`TIE_MARGIN_PX`) more precise to a photo that is another shot (its pixels tell,
-    :data:`CONFLICT_SHOT`, or the times) than one on the other side (``residuals``; a
+    :data:`TIE_MARGIN_PX`) more precise to a photo that conflicts, one size (or
+    :data:`CONFLICT_SHOT` for an exact, assumed residual), with one on the other side
+    (``residuals``; a
     crop of one shot passes as a copy of a second shot from the same spot, but its
     features agree with its own shot to the detector's precision). Links within one set
     are kept. A greedy correlation clustering: on the duplicate benchmark's development
@@ -345,7 +347,7 @@ def consistent_links(
                            if root[y] == big}  # fmt: skip
                 most = max(against.values(), default=CONFLICT_WEAK)
                 if (
-                    ((i, j) in doubtful and most >= CONFLICT_SHOT)
+                    ((i, j) in doubtful and most >= CONFLICT_ONE_SIZE)
                     or (len(against) > pos and most >= CONFLICT_ONE_SIZE)
                     or (against and len(against) == pos and most == CONFLICT_SURE)
                     or (
@@ -375,8 +377,8 @@ def _outmatched(
 ) -> bool:
     """Whether the copy link ``pair`` (a tie: as many conflicting pairs as links between
     the two sets it would join) is outmatched: one of its photos is already linked, far
-    more precisely, to a photo whose pixels show another shot than the other side's
-    (:data:`CONFLICT_SHOT` or sure: a narrow failure of one size may be a copy's).
+    more precisely, to a photo that conflicts (one size; :func:`_needed`) with the other
+    side.
 
     A crop of one shot lies within a second shot from the same spot and passes as its
     copy, but its features agree with its own shot to the detector's precision and with
@@ -391,13 +393,29 @@ def _outmatched(
     r = residuals.get(pair)
     if r is None or not r == r:  # (no residual: an appearance or RAW link)
         return False
-    bad_far = {y for (_x, y), level in against.items() if level >= CONFLICT_SHOT}
-    bad_far |= {x for (x, _y), level in against.items() if level >= CONFLICT_SHOT}
+    bad_far: dict[int, int] = {}
+    for (x, y), level in against.items():
+        for z in (x, y):
+            bad_far[z] = max(bad_far.get(z, CONFLICT_WEAK), level)
     best = min(
-        (rz for end in pair for z, rz in near.get(end, {}).items() if z in bad_far),
+        (
+            rz
+            for end in pair
+            for z, rz in near.get(end, {}).items()
+            if bad_far.get(z, CONFLICT_WEAK) >= _needed(rz)
+        ),
         default=float("inf"),
     )
     return _far_more(r, best)
+
+
+def _needed(rz: float, *more: float) -> int:
+    """The least conflict level an anchor linked with residual ``rz`` (and ``more``)
+    overrules with: one size for a measured residual; :data:`CONFLICT_SHOT` for an exact
+    (0) one, a reduced copy's, assumed rather than measured (:func:`reduced_copies`):
+    pixels just short of the rule's may be a copy's (Holidays' 127200 and its copy turned
+    by 2.2 degrees, 0.946, joined through a reduced copy of 127200)."""
+    return CONFLICT_SHOT if 0.0 in (rz, *more) else CONFLICT_ONE_SIZE
 
 
 def _doubtful(
@@ -409,8 +427,8 @@ def _doubtful(
 
     A row's anchors for its link of residual ``r`` are the row itself and the rows it is
     linked to :data:`TIE_PRECISION` times (and :data:`TIE_MARGIN_PX`) more precisely. A
-    link is doubtful when an anchor of one end is known to be another shot than an
-    anchor of the other (:data:`CONFLICT_SHOT` or sure): two shots from one spot A and
+    link is doubtful when an anchor of one end is known not to be a copy of an anchor of
+    the other (one size, or sure; :func:`_needed`): two shots from one spot A and
     C, a crop B of A and a crop D of C; B agrees with A to 0.02 px, with C and with D to
     0.13-0.15 px, as A and C agree with each other (the walk folder's 122600 and 122601
     with their crops).
@@ -426,11 +444,13 @@ def _doubtful(
     for (i, j), r in residuals.items():
         if (i, j) not in links or not r == r or not (bad.get(i) or precise.get(i)):
             continue
-        anchors = [{x} | {z for z, rz in precise.get(x, ()) if _far_more(r, rz)} for x in (i, j)]
+        anchors = [
+            {x: r} | {z: rz for z, rz in precise.get(x, ()) if _far_more(r, rz)} for x in (i, j)
+        ]  # (row -> the residual that makes it an anchor; the end itself: the link's)
         if any(
-            bad.get(a, {}).get(b, CONFLICT_WEAK) >= CONFLICT_SHOT
-            for a in anchors[0]
-            for b in anchors[1]
+            bad.get(a, {}).get(b, CONFLICT_WEAK) >= _needed(ra, rb)
+            for a, ra in anchors[0].items()
+            for b, rb in anchors[1].items()
         ):
             out.add((i, j))
     return out
