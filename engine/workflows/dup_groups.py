@@ -442,7 +442,7 @@ def _doubtful(
             precise.setdefault(j, []).append((i, r))
     out = set()
     for (i, j), r in residuals.items():
-        if (i, j) not in links or not r == r or not (bad.get(i) or precise.get(i)):
+        if (i, j) not in links or not r == r:
             continue
         anchors = [
             {x: r} | {z: rz for z, rz in precise.get(x, ()) if _far_more(r, rz)} for x in (i, j)

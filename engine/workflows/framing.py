@@ -75,8 +75,7 @@ def frame_offset(
         ``inf`` when a corner maps to infinity or behind the picture.
     """
     (wa, ha), (wb, hb) = size_a, size_b
-    ca = np.array([[-0.5, -0.5], [wa - 0.5, -0.5], [wa - 0.5, ha - 0.5], [-0.5, ha - 0.5]])
-    cb = np.array([[-0.5, -0.5], [wb - 0.5, -0.5], [wb - 0.5, hb - 0.5], [-0.5, hb - 0.5]])
+    ca, cb = _corners(wa, ha), _corners(wb, hb)
     q = ca @ homography[:2, :2].T + homography[:2, 2]
     z = ca @ homography[2, :2] + homography[2, 2]
     if not (z > 0).all():
@@ -117,8 +116,7 @@ def frame_residual(
     if len(xy_a) == 0:
         return float("inf")
     (wa, ha), (wb, hb) = size_a, size_b
-    ca = np.array([[-0.5, -0.5], [wa - 0.5, -0.5], [wa - 0.5, ha - 0.5], [-0.5, ha - 0.5]])
-    cb = np.array([[-0.5, -0.5], [wb - 0.5, -0.5], [wb - 0.5, hb - 0.5], [-0.5, hb - 0.5]])
+    ca, cb = _corners(wa, ha), _corners(wb, hb)
     pa, pb = np.asarray(xy_a, np.float64), np.asarray(xy_b, np.float64)
     # (corner i of a onto corner turn[i] of b: the four turns' affine maps, (4, 3, 2),
     # [x y 1] @ m, in one solve; a pair's check asks this of every verified pair)
@@ -144,6 +142,12 @@ def inside_frame(xy: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
         return (
             (xy[:, 0] >= -0.5) & (xy[:, 0] <= w - 0.5) & (xy[:, 1] >= -0.5) & (xy[:, 1] <= h - 0.5)
         )
+
+
+def _corners(w: float, h: float) -> np.ndarray:
+    """(4, 2) corners of a ``w`` x ``h`` picture's frame (pixel edges: -0.5 to w - 0.5),
+    clockwise from the top left."""
+    return np.array([[-0.5, -0.5], [w - 0.5, -0.5], [w - 0.5, h - 0.5], [-0.5, h - 0.5]])
 
 
 #: ``_TURNS[k, i]``: the corner of the other frame that corner ``i`` meets under the
