@@ -66,6 +66,10 @@ def ncut_embedding(W: np.ndarray, n_vectors: int) -> tuple[np.ndarray, np.ndarra
         from scipy.linalg import eigh
 
         vals, vecs = eigh(M, subset_by_index=[n - q, n - 1])
+        if vals.size < q:  # (LAPACK's subset driver can return fewer where values cluster,
+            # e.g. at 1 for groups that share no affinity: the whole spectrum then)
+            vals, vecs = eigh(M, driver="evd")
+            vals, vecs = vals[n - q :], vecs[:, n - q :]
     else:
         from scipy.sparse.linalg import eigsh
 
