@@ -59,7 +59,8 @@ count as errors), NMI and ARI (``sklearn.metrics``), with k given and automatic;
 - ``caltech-4c-sS`` / ``caltech-8c-sS`` / ``caltech-20c-sS``: random 4, 8 and 20
   classes of the Caltech-101 dev split (``BACKGROUND_Google`` and ``Faces``, the uncropped
   copy of ``Faces_easy``, left out), drawn by ``numpy.random.default_rng([N, S])``.
-  Quick mode: 4 classes, seeds 0-2; full mode: seeds 0-4 for 4 and 8 classes, 0-2 for 20.
+  Quick mode: 4 classes, seeds 0-2; full mode: seeds 0-4 for 4 and 8 classes, 0-2 for 20
+  (``--grouping-seeds 15,10,5``: seeds 0-14, 0-9 and 0-4).
 - ``eth80``: ETH-80 dev (400 images), k = 8.
 
 (``simile cluster --k auto`` tries k <= ``--k-max`` = 12, so the 20-class subsets never
@@ -1008,6 +1009,8 @@ def plan(quick: bool, args) -> list[tuple]:
     if not quick:
         tasks.append(("grouping", "caltech4", None, None))
     counts = ((4, 3),) if quick else ((4, 5), (8, 5), (20, 3))
+    if args.grouping_seeds:  # seeds 0..N-1 of the 4-, 8- and 20-class subsets
+        counts = tuple(zip((4, 8, 20), args.grouping_seeds, strict=False))
     for n, n_seeds in counts:
         for s in range(n_seeds):
             tasks.append(("grouping", f"caltech-{n}c-s{s}", n, s))
@@ -1099,6 +1102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated substrings of task names")
     ap.add_argument("--no-brute", action="store_true", help="skip the brute-force rows")
     ap.add_argument("--fresh", action="store_true", help="rebuild this code's indexes")
+    ap.add_argument("--grouping-seeds", type=_ints, default=None, metavar="N4,N8,N20",
+                    help="random Caltech-101 subsets of 4, 8 and 20 classes to group "
+                         "(default 5,5,3; --quick 3,0,0)")  # fmt: skip
     ap.add_argument("--learn-classes", type=_ints, default=[10, 20, 50])
     ap.add_argument("--learn-seeds", type=_ints, default=[0])
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
