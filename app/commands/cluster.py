@@ -9,7 +9,11 @@ eigengap of the nearest-neighbour graph), feature masks from within-group corres
 (every image matched with up to ``--partners`` members of its group, each feature's mask
 value the median of its match indicators; thesis 9.3), members ranked by mask-weighted flow
 (the top ``--prototypes`` percent are prototypes, low-flow members outliers; 9.4), and an
-SVM on the prototypes that assigns every image (``--no-relabel`` keeps the cut's groups).
+SVM trained on the prototypes that places photos added later (``--relabel``: it also
+reassigns the folder's photos, as in the thesis; that lowered the accuracy on the dev
+tasks, see :func:`engine.cluster.categorize_iter`). ``--fisher``: the groups that the cuts
+of these affinities and of Fisher vectors of the same features agree on (up to 3,000
+photos; :mod:`engine.cluster.fisher`).
 
 ``--features index`` groups on the retrieval index's sparse keypoints instead
 (``--method``, ``--spatial G``: visual words within G x G and coarser cells).
@@ -45,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
             "edited in the app (names, moves, splits, merges) are kept: photos added since "
             "are placed into them and removed ones leave; --regroup (or --k, --must, "
-            "--cannot) groups from scratch."
+            "--cannot, --fisher, --relabel) groups from scratch."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
@@ -79,8 +83,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="refinement: group members matched per image (default 8)")  # fmt: skip
     p.add_argument("--no-refine", action="store_true",
                    help="skip the feature-mask refinement (kernel-flow prototypes)")  # fmt: skip
-    p.add_argument("--no-relabel", action="store_true",
-                   help="keep the normalized cut's groups (no SVM on the prototypes)")  # fmt: skip
+    p.add_argument("--fisher", action="store_true",
+                   help="also cut Fisher vectors of the same features and keep the groups "
+                        "both cuts agree on (up to 3,000 photos)")  # fmt: skip
+    p.add_argument("--relabel", action=argparse.BooleanOptionalAction, default=False,
+                   help="let the SVM on the prototypes reassign the photos (default: keep "
+                        "the cut's groups)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="processes for indexing and dense features (default: cores)")  # fmt: skip
     p.add_argument("--no-update", action="store_true", help="do not re-scan the folder")
@@ -162,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"{args.folder}: no indexed images to group")
         if isinstance(k, int) and k > n:
             raise CommandError(f"--k {k} is larger than the number of images ({n})")
-        explicit = args.regroup or args.k is not None or args.must or args.cannot
+        explicit = (args.regroup or args.k is not None or args.must or args.cannot
+                    or args.fisher or args.relabel)  # fmt: skip
         kept = None if explicit else _kept_edits(col)
         if kept is not None:  # the person's groups: kept, new photos placed into them
             _print_groups(kept, n, args.json)
@@ -181,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             col, features=args.features, method=args.method, k=k, must=must, cannot=cannot,
             power=args.power, spatial=args.spatial, k_max=args.k_max,
             prototype_percentile=args.prototypes, partners=args.partners,
-            refine=not args.no_refine, relabel=not args.no_relabel, jobs=args.jobs,
+            refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher, jobs=args.jobs,
         )  # fmt: skip
         # a refitted vocabulary is committed with the grouping made with it, in one version
         with col.store.hold_states([keys.DENSE_VOCAB_STATE]):

@@ -15,6 +15,8 @@ Modules, in the order the data flows through them:
 - :mod:`~engine.cluster.edits` -- the person's edits: move, merge, split, names;
 - :mod:`~engine.cluster.evaluation` -- accuracy against known classes;
 - :mod:`~engine.cluster.appearance` -- a global HOG of every photo and its kernel;
+- :mod:`~engine.cluster.fisher` -- Fisher vectors of the dense features, the second view
+  the cut's consensus takes (:func:`consensus_cut`);
 - :mod:`~engine.cluster.channel` -- dense SIFT for grouping (9.5) and the appearance
   descriptor, cached in the index;
 - :mod:`~engine.cluster.model` -- a collection's vocabulary, binned sets and affinities;
@@ -70,6 +72,7 @@ from engine.cluster.edits import (
     split_group_iter,
 )
 from engine.cluster.evaluation import clustering_accuracy
+from engine.cluster.fisher import FISHER, FisherEncoder, fisher_kernel, fisher_vectors, fisher_view
 from engine.cluster.grouping import (
     Grouping,
     SavedEdits,
@@ -89,7 +92,7 @@ from engine.cluster.model import (
     category_model_iter,
 )
 from engine.cluster.ncut import choose_landmarks, ncut_embedding, normalized_cut_value
-from engine.cluster.partition import discover_categories, discover_categories_iter
+from engine.cluster.partition import consensus_cut, discover_categories, discover_categories_iter
 from engine.cluster.pipeline import (
     NYSTROM_AUTO_MIN,
     NYSTROM_LANDMARKS,
@@ -112,6 +115,7 @@ __all__ = [
     "APPEARANCE",
     "CATEGORY_FEATURES",
     "CATEGORY_VOCAB",
+    "FISHER",
     "NYSTROM_AUTO_MIN",
     "NYSTROM_LANDMARKS",
     "REVIEW_NAME",
@@ -124,6 +128,7 @@ __all__ = [
     "ClusterProgress",
     "Clustering",
     "EditableGrouping",
+    "FisherEncoder",
     "Grouping",
     "Placement",
     "Refinement",
@@ -150,11 +155,15 @@ __all__ = [
     "collection_rows",
     "combine_kernels",
     "compact_labels",
+    "consensus_cut",
     "contradictions",
     "default_k_graph",
     "diagonal_dominance",
     "discover_categories",
     "discover_categories_iter",
+    "fisher_kernel",
+    "fisher_vectors",
+    "fisher_view",
     "group_collection_iter",
     "grouping_kernel_rows",
     "hash_of",

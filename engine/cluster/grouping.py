@@ -191,7 +191,8 @@ def group_collection_iter(
     prototype_percentile: float = 25.0,
     partners: int = 8,
     refine: bool = True,
-    relabel: bool = True,
+    relabel: bool = False,
+    fisher: bool = False,
     jobs: int | None = None,
     cancel: Any = None,
 ) -> Generator[ClusterProgress, None, Grouping]:
@@ -218,6 +219,9 @@ def group_collection_iter(
         Feature masks and masked flow (else flow and prototypes from the affinities).
     relabel : bool
         ``features="dense"``: let the SVM on the prototypes reassign the images.
+    fisher : bool
+        ``features="dense"``: the consensus with a Fisher view
+        (:func:`engine.cluster.categorize_iter`).
     jobs : int, optional
         Processes computing dense features.
     cancel : threading.Event, optional
@@ -235,7 +239,7 @@ def group_collection_iter(
     if features == "dense":
         res = yield from categorize_iter(
             collection, k=k, must=must, cannot=cannot, power=power, k_max=k_max,
-            refine=refine, relabel=relabel, partners=partners,
+            refine=refine, relabel=relabel, partners=partners, fisher=fisher,
             prototype_percentile=prototype_percentile, jobs=jobs, cancel=cancel,
         )  # fmt: skip
         ref = res.refinement

@@ -36,7 +36,7 @@ from engine.core.blas import single_threaded_blas
 from engine.core.progress import run_to_end
 from engine.core.validate import check_choice
 
-__all__ = ["discover_categories", "discover_categories_iter"]
+__all__ = ["consensus_cut", "discover_categories", "discover_categories_iter"]
 
 
 def discover_categories_iter(
@@ -58,6 +58,8 @@ def discover_categories_iter(
     random_state: int = 0,
     k_graph: int | Sequence[int] | None = None,
     k_kernel: np.ndarray | None = None,
+    views: Sequence[np.ndarray] = (),
+    view_runs: int = 3,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
@@ -79,6 +81,11 @@ def discover_categories_iter(
             raise ValueError(f"k_kernel must have the kernel's shape {C.shape}, got {Ck.shape}")
 
     yield ClusterProgress("affinity", 0, 1, "preparing affinities")
+    if landmarks is not None and len(views):
+        raise ValueError("views need exact affinities: pass no landmarks with them")
+    for v in views:
+        if np.shape(v) != C.shape:
+            raise ValueError(f"a view must have the kernel's shape {C.shape}: {np.shape(v)}")
     if landmarks is not None:
         landmarks = np.asarray(landmarks, dtype=np.int64)
         res = yield from _discover_nystrom(
@@ -110,6 +117,16 @@ def discover_categories_iter(
     yield ClusterProgress("discretize", 0, 1, f"k={kk}")
     if method == "recursive":
         labels = recursive_ncut(W, kk)
+    elif len(views) and kk > 1:
+        views_w = [W] + [
+            _exact_affinities(np.asarray(v, np.float64), must_a, cannot_a, power, empirical)
+            for v in views
+        ]
+        labels = consensus_cut(
+            views_w, kk, vectors=vectors, discretize=discretize, n_init=n_init,
+            runs=view_runs, random_state=random_state,
+        )  # fmt: skip
+        reason += f"; the consensus of {view_runs} cuts of each of {len(views) + 1} views"
     else:
         labels = discretize_embedding(vectors, kk, discretize, n_init, random_state)
     labels = relabel_by_size(enforce_must(labels, must_a))
@@ -308,6 +325,70 @@ def _landmark_affinities(
     return W
 
 
+def consensus_cut(
+    affinities: Sequence[np.ndarray],
+    k: int,
+    *,
+    vectors: np.ndarray | None = None,
+    discretize: str = "kmeans",
+    n_init: int = 10,
+    runs: int = 3,
+    random_state: int = 0,
+) -> np.ndarray:
+    """The partition several affinities agree on: evidence accumulation over their cuts.
+
+    Every affinity matrix is cut into ``k`` groups ``runs`` times (its normalized-cut
+    embedding discretised with seeds ``random_state + r``); ``A_ij`` is the share of those
+    partitions that put i and j together (the co-association matrix of Fred & Jain,
+    "Combining multiple clusterings using evidence accumulation", PAMI 2005), and the
+    result is the normalized cut of ``A`` (a consensus of the kind Strehl & Ghosh, JMLR
+    2002, call cluster-based similarity partitioning). Where one view's cut is unstable or
+    follows a cue the others do not share, the pairs it alone puts together get a low
+    share.
+
+    Parameters
+    ----------
+    affinities : sequence of (n, n) float64
+        Symmetric non-negative affinities with the diagonal already zero (as the cut uses
+        them, constraints written in).
+    k : int
+        Number of groups, ``1 <= k < n``.
+    vectors : (n, q) float64, optional
+        The first affinity's leading eigenvectors, when already computed (``q > k``).
+    discretize, n_init, random_state
+        As :func:`discover_categories`.
+    runs : int
+        Partitions per affinity.
+
+    Returns
+    -------
+    (n,) int64
+        Labels in ``[0, k)``.
+    """
+    mats = [np.asarray(a, np.float64) for a in affinities]
+    n = mats[0].shape[0]
+    if k <= 1 or n <= k + 1:
+        return discretize_embedding(
+            ncut_embedding(mats[0], max(min(k + 1, n - 1), 1))[1]
+            if vectors is None
+            else vectors,
+            k, discretize, n_init, random_state,
+        )  # fmt: skip
+    A = np.zeros((n, n))
+    parts = 0
+    for i, W in enumerate(mats):
+        V = vectors if (i == 0 and vectors is not None) else ncut_embedding(W, k + 1)[1]
+        for r in range(max(int(runs), 1)):
+            lab = discretize_embedding(V, k, discretize, n_init, random_state + r)
+            A += lab[:, None] == lab[None, :]
+            parts += 1
+    A /= parts
+    A += 1e-6  # (a connected graph even where no cut agrees)
+    np.fill_diagonal(A, 0.0)
+    V = ncut_embedding(A, k + 1)[1]
+    return discretize_embedding(V, k, discretize, n_init, random_state)
+
+
 def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
     """Group images by normalized cuts on pyramid-match affinities (thesis Sec. 9.2).
 
@@ -349,6 +430,13 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         (the same columns in Nystrom mode) and with the same constraints; the cut uses
         ``kernel``. :func:`engine.cluster.categorize_iter` passes the pyramid match alone
         while cutting its mix with the appearance kernel.
+    views : sequence of (n, n) float arrays, optional
+        Other affinities of the same images (exact mode, ``method="spectral"``): the groups
+        are the consensus of ``view_runs`` cuts of ``kernel`` and of every view into the
+        same k groups (:func:`consensus_cut`); k, the eigenvalues, the ranking and the
+        Ncut value still come from ``kernel``. The constraints are written into every view.
+    view_runs : int
+        Cuts per affinity in the consensus.
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).

@@ -338,3 +338,22 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
     code, out = _run(["cluster", str(photos), "--json", "--regroup"], capsys)
     res = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and "Red" not in {c["name"] for c in res["clusters"]}
+
+
+def test_cluster_fisher_consensus_groups_the_scenes_too(folder, capsys):
+    """``--fisher`` cuts a second view beside the affinities and keeps what both agree on;
+    it says so in ``k_reason``, and the classifier for new photos is trained either way."""
+    photos = folder / "photos"
+    index = folder / "idx_fisher"
+    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--fisher",
+                      "--json"], capsys)  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert "consensus of 3 cuts of each of 2 views" in res["k_reason"]
+    for c in res["clusters"]:
+        assert len({_family(m) for m in c["members"]}) == 1
+    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--json"],
+                     capsys)  # fmt: skip
+    res = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and "consensus" not in res["k_reason"]
+    assert "reassigned" not in res["k_reason"]  # the SVM keeps the cut's groups by default
