@@ -139,10 +139,9 @@ def categorize_iter(
        consensus of their cuts and those of a second view, Fisher vectors of the same
        dense features mixed with the same appearance kernel,
        :func:`engine.cluster.fisher.fisher_view`); with ``k="auto"`` the mean relative
-       eigengap
-       of the ``default_k_graph(n)``-nearest-neighbour graphs of the same affinities
-       (Nystrom mode: the approximate spectrum of the pyramid match alone; fewer than 22
-       photos: the 10-nearest-neighbour graph of the pyramid match alone).
+       eigengap of the ``default_k_graph(n)``-nearest-neighbour graphs of the same
+       affinities (Nystrom mode: the approximate spectrum of the pyramid match alone;
+       fewer than 22 photos: the 10-nearest-neighbour graph of the pyramid match alone).
     4. Feature masks from explicit within-group correspondences, masked flow, prototypes
        and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).
     5. An SVM on the precomputed kernel trained on the prototypes (Sec. 9.4: the
@@ -246,6 +245,7 @@ def categorize_iter(
             pass
         check_cancel()
     seconds["fisher"] = time.perf_counter() - t_f
+    t2 = time.perf_counter()
     if n == 1:
         res = Clustering(np.zeros(1, np.int64), 1, "k=1: a single image", np.ones(1),
                          np.zeros(1), np.ones(1, bool), np.zeros(1, bool))  # fmt: skip

@@ -141,7 +141,7 @@ def test_the_pipeline_cuts_both_views_in_exact_mode_only(tmp_path, monkeypatch):
     with Collection.open(folder, tmp_path / "index") as col:
         for _ in col.update(jobs=1):
             pass
-        res = categorize(col, k=2, jobs=1, refine=False)
+        res = categorize(col, k=2, jobs=1, refine=False, fisher=True)
         assert "consensus" in res.k_reason and res.seconds["fisher"] > 0
         # by default the cut's groups are kept, and the SVM is trained to place new photos
         cut = res.clustering.labels
@@ -151,9 +151,9 @@ def test_the_pipeline_cuts_both_views_in_exact_mode_only(tmp_path, monkeypatch):
         assert clf is not None
         train = clf.train_ids_
         assert (clf.predict(res.kernel[np.ix_(train, train)]).labels == res.labels[train]).all()
-        off = categorize(col, k=2, jobs=1, refine=False, relabel=False, fisher=False)
+        off = categorize(col, k=2, jobs=1, refine=False)  # (off by default)
         assert "consensus" not in off.k_reason
-        ny = categorize(col, k=2, jobs=1, refine=False, relabel=False, nystrom=3)
+        ny = categorize(col, k=2, jobs=1, refine=False, fisher=True, nystrom=3)
         assert "consensus" not in ny.k_reason
 
 
