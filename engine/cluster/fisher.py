@@ -190,7 +190,7 @@ def fisher_vectors(
     """
     n = len(descriptor_sets)
     out = np.zeros((n, encoder.length), np.float32)
-    sets = [np.asarray(d, np.float64).reshape(-1, encoder.mean.size) for d in descriptor_sets]
+    sets = [np.asarray(d).reshape(-1, encoder.mean.size) for d in descriptor_sets]
     start = 0
     while start < n:
         stop, rows = start, 0
@@ -198,7 +198,8 @@ def fisher_vectors(
             rows += sets[stop].shape[0]
             stop += 1
         if rows:
-            Y = (np.concatenate(sets[start:stop]) - encoder.mean) @ encoder.basis.T
+            X = np.concatenate(sets[start:stop]).astype(np.float64)  # (a chunk at a time)
+            Y = (X - encoder.mean) @ encoder.basis.T
             G = encoder.posteriors(Y)
             at = 0
             for i in range(start, stop):
@@ -260,14 +261,11 @@ def fisher_view(
         Their appearance descriptors (None: the Fisher kernel alone).
     random_state : int
     """
-    from engine.cluster.appearance import APPEARANCE, appearance_kernel, combine_kernels
     from engine.cluster.channel import as_float, vocab_sample
+    from engine.cluster.model import mix_appearance
 
     sample = vocab_sample(channel, list(hashes), int(FISHER["sample"]), random_state)
     encoder = FisherEncoder.fit(sample, random_state=random_state)
     F = fisher_vectors(encoder, [as_float(np.asarray(channel.raw(h)[0])) for h in hashes])
     K = fisher_kernel(F)
-    if appearance is None:
-        return K
-    A = appearance_kernel(appearance, gamma=float(APPEARANCE["gamma"]))
-    return combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
+    return K if appearance is None else mix_appearance(K, appearance)

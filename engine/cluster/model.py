@@ -39,6 +39,7 @@ __all__ = [
     "category_kernel_rows",
     "category_mask",
     "category_model_iter",
+    "mix_appearance",
 ]
 
 
@@ -123,7 +124,7 @@ class CategoryModel:
                                       columns=inverse[r.size :])[inverse[: r.size]]  # fmt: skip
         if self.appearance is None:
             return K, K
-        return K, _mixed(K, self.appearance[r], self.appearance[c])
+        return K, mix_appearance(K, self.appearance[r], self.appearance[c])
 
     def bin_features(self, descriptors: np.ndarray) -> np.ndarray:
         """(m, L) int64 bins of new descriptors (e.g. an image to classify)."""
@@ -296,12 +297,16 @@ def category_kernel_rows(
         return K
     app_q = np.stack([np.asarray(f.appearance, np.float32) for f in feats]) if feats else (
         np.zeros((0, app_cols.shape[1]), np.float32))  # fmt: skip
-    return _mixed(K, app_q, app_cols)
+    return mix_appearance(K, app_q, app_cols)
 
 
-def _mixed(K: np.ndarray, app_rows: np.ndarray, app_cols: np.ndarray) -> np.ndarray:
-    """The pyramid match ``K`` (r, c) mixed with the appearance kernel of the rows' and the
-    columns' descriptors (:func:`engine.cluster.combine_kernels`, :data:`APPEARANCE`)."""
+def mix_appearance(
+    K: np.ndarray, app_rows: np.ndarray, app_cols: np.ndarray | None = None
+) -> np.ndarray:
+    """The pyramid match ``K`` (r, c) -- or another kernel of unit diagonal, the Fisher view
+    (:func:`engine.cluster.fisher.fisher_view`) -- mixed with the appearance kernel of the
+    rows' and the columns' descriptors (:func:`engine.cluster.combine_kernels`,
+    :data:`APPEARANCE`; ``app_cols`` None: the rows' square kernel, unit diagonal)."""
     A = appearance_kernel(app_rows, app_cols, gamma=float(APPEARANCE["gamma"]))
     return combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
 

@@ -291,13 +291,12 @@ def consistent_links(
     as many when one of its photos already has a link :data:`TIE_PRECISION` times (and
     :data:`TIE_MARGIN_PX`) more precise to a photo that conflicts, one size (or
     :data:`CONFLICT_SHOT` for an exact, assumed residual), with one on the other side
-    (``residuals``; a
-    crop of one shot passes as a copy of a second shot from the same spot, but its
-    features agree with its own shot to the detector's precision). Links within one set
-    are kept. A greedy correlation clustering: on the duplicate benchmark's development
-    draws (``tests/benchmarks/bench_duplicates.py``, seventh round) it kept every true
-    copy link and left out every crop of one shot that
-    matched a second shot.
+    (``residuals``; a crop of one shot passes as a copy of a second shot from the same
+    spot, but its features agree with its own shot to the detector's precision). Links
+    within one set are kept. A greedy correlation clustering: on the duplicate
+    benchmark's development draws (``tests/benchmarks/bench_duplicates.py``, seventh
+    round) it kept every true copy link and left out every crop of one shot that matched
+    a second shot.
 
     Parameters
     ----------
