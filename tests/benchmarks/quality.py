@@ -62,6 +62,11 @@ count as errors), NMI and ARI (``sklearn.metrics``), with k given and automatic;
   Quick mode: 4 classes, seeds 0-2; full mode: seeds 0-4 for 4 and 8 classes, 0-2 for 20
   (``--grouping-seeds 15,10,5``: seeds 0-14, 0-9 and 0-4).
 - ``eth80``: ETH-80 dev (400 images), k = 8.
+- ``ukbench-12o-sS``: small folders of small groups, 12 random UKBench dev objects (4
+  photos each, 48 photos), drawn by ``default_rng([12, S, 7])``.
+- ``holidays-10s-sS``: 10 random Holidays dev scenes among those with at least 2 photos
+  (2-5 photos each), drawn by ``default_rng([10, S, 11])``.
+  Full mode: seeds 0-4 of each (``--small-seeds N``); quick mode: seeds 0-1.
 
 (``simile cluster --k auto`` tries k <= ``--k-max`` = 12, so the 20-class subsets never
 score a k hit.)
@@ -1015,6 +1020,10 @@ def plan(quick: bool, args) -> list[tuple]:
         for s in range(n_seeds):
             tasks.append(("grouping", f"caltech-{n}c-s{s}", n, s))
     tasks.append(("grouping", "eth80", None, None))
+    n_small = args.small_seeds if args.small_seeds is not None else (2 if quick else 5)
+    for family in ("ukbench-12o", "holidays-10s"):
+        for s in range(n_small):
+            tasks.append(("grouping", f"{family}-s{s}", None, s))
     if not quick:
         for n in args.learn_classes:
             for s in args.learn_seeds:
@@ -1044,6 +1053,12 @@ def run_task(ctx: Context, task: tuple) -> dict:
         if name == "eth80":
             folder, truth, names = shuffled_flat(work, name, eth80_classes(), 0)
             return grouping_task(ctx, name, "ETH-80", folder, truth, len(names))
+        if name.startswith(("ukbench-", "holidays-")):
+            groups, family = small_groups(name, seed)
+            folder, truth, names = shuffled_flat(work, name, groups, seed)
+            res = grouping_task(ctx, name, family, folder, truth, len(names))
+            res["classes"] = names
+            return res
         allc = caltech_classes()
         if name == "caltech4":
             classes = {c: allc[c] for c in CALTECH4}
@@ -1057,6 +1072,23 @@ def run_task(ctx: Context, task: tuple) -> dict:
         res["classes"] = chosen
         return res
     return learned_task(ctx, task[1], task[2])
+
+
+def small_groups(name: str, seed: int) -> tuple[dict[str, list[Path]], str]:
+    """The groups of a small-folder task: 12 UKBench objects (4 photos each) or 10
+    Holidays scenes with at least 2 photos; (group name -> photos, family name)."""
+    if name.startswith("ukbench-"):
+        n, salt, divisor, root, family = 12, 7, 4, DATA / "ukbench", "UKBench 12 objects"
+    else:
+        n, salt, divisor, root, family = 10, 11, 100, DATA / "holidays", "Holidays 10 scenes"
+    paths = image_files(root)
+    labels = _number_labels(divisor)(paths)
+    groups: dict[str, list[Path]] = {}
+    for p, g in zip(paths, labels, strict=True):
+        groups.setdefault(f"{root.name}-{g:05d}", []).append(p)
+    pool = sorted(g for g, ps in groups.items() if len(ps) >= 2)
+    chosen = sorted(np.random.default_rng([n, seed, salt]).choice(pool, n, replace=False))
+    return {g: groups[g] for g in chosen}, family
 
 
 def _number_labels(divisor: int):
@@ -1105,6 +1137,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grouping-seeds", type=_ints, default=None, metavar="N4,N8,N20",
                     help="random Caltech-101 subsets of 4, 8 and 20 classes to group "
                          "(default 5,5,3; --quick 3,0,0)")  # fmt: skip
+    ap.add_argument("--small-seeds", type=int, default=None, metavar="N",
+                    help="small folders of UKBench objects and of Holidays scenes to "
+                         "group, N of each (default 5; --quick 2)")  # fmt: skip
     ap.add_argument("--learn-classes", type=_ints, default=[10, 20, 50])
     ap.add_argument("--learn-seeds", type=_ints, default=[0])
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
