@@ -8,6 +8,8 @@ Modules, in the order the data flows through them:
   graph;
 - :mod:`~engine.cluster.constraints` -- must-group / cannot-group constraints (Sec. 9.2);
 - :mod:`~engine.cluster.ncut` -- normalized cuts, the eigengap, Nystrom (Eq. 9.1);
+- :mod:`~engine.cluster.stability` -- stability of cuts under subsampling, which checks the
+  eigengap's k against finer partitions;
 - :mod:`~engine.cluster.ranking` -- flow, prototypes, outliers (Sec. 9.4);
 - :mod:`~engine.cluster.partition` -- :func:`discover_categories`, the above together;
 - :mod:`~engine.cluster.binned` -- pyramid match and correspondences on binned feature sets;
@@ -110,6 +112,7 @@ from engine.cluster.refine import (
     refine_with_masks_iter,
 )
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
+from engine.cluster.stability import finer_stable_k, subsample_stability
 
 __all__ = [
     "APPEARANCE",
@@ -161,6 +164,7 @@ __all__ = [
     "diagonal_dominance",
     "discover_categories",
     "discover_categories_iter",
+    "finer_stable_k",
     "fisher_kernel",
     "fisher_vectors",
     "fisher_view",
@@ -193,5 +197,6 @@ __all__ = [
     "split_edit",
     "split_group",
     "split_group_iter",
+    "subsample_stability",
     "vocab_sample",
 ]

@@ -32,6 +32,7 @@ from engine.cluster.ncut import (
 )
 from engine.cluster.ranking import flag_members, rank_groups
 from engine.cluster.results import Clustering, ClusterProgress
+from engine.cluster.stability import finer_stable_k
 from engine.core.blas import single_threaded_blas
 from engine.core.progress import run_to_end
 from engine.core.validate import check_choice
@@ -60,6 +61,7 @@ def discover_categories_iter(
     k_kernel: np.ndarray | None = None,
     views: Sequence[np.ndarray] = (),
     view_runs: int = 3,
+    k_stability: bool = True,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
@@ -108,12 +110,14 @@ def discover_categories_iter(
     values, vectors = ncut_embedding(W, q)
     yield ClusterProgress("spectrum", 1, 1)
     if Ck is None:
-        kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max)
+        kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max, k_stability, random_state)
     else:  # the number of groups from other affinities (the same constraints)
         Wk = _exact_affinities(Ck, must_a, cannot_a, power, empirical)
         own = not _graph_sizes(k_graph, n)  # else the graphs' own spectra
         values_k = ncut_embedding(Wk, q)[0] if own else values
-        kk, reason = _choose_k(Wk, values_k, q, k, k_graph, k_min, k_max)
+        kk, reason = _choose_k(
+            Wk, values_k, q, k, k_graph, k_min, k_max, k_stability, random_state
+        )
     yield ClusterProgress("discretize", 0, 1, f"k={kk}")
     if method == "recursive":
         labels = recursive_ncut(W, kk)
@@ -191,12 +195,15 @@ def _choose_k(
     k_graph: int | Sequence[int] | None,
     k_min: int,
     k_max: int,
+    stability: bool = True,
+    random_state: int = 0,
 ) -> tuple[int, str]:
     """Number of groups and why (exact mode): given by the user, or the relative eigengap
     of the spectrum ``values`` (q,) of the affinities ``W`` (n, n) -- or, with ``k_graph``,
     of its ``k_graph``-nearest-neighbour graph (:func:`engine.cluster.affinity.knn_graph`);
     with several sizes, the mean relative gap of their spectra
-    (:func:`engine.cluster.ncut.eigengap_k`)."""
+    (:func:`engine.cluster.ncut.eigengap_k`), then, with ``stability``, checked against
+    the finer partitions those graphs cannot see (:func:`finer_stable_k`)."""
     n = W.shape[0]
     sizes = _graph_sizes(k_graph, n)
     if k == "auto" and sizes:
@@ -204,6 +211,9 @@ def _choose_k(
         kk, reason = eigengap_k(spectra, k_min, k_max)
         names = ", ".join(str(m) for m in sizes)
         reason += f" of the {names}-nearest-neighbour graph" + ("s" if len(sizes) > 1 else "")
+        if stability:
+            kk, why = finer_stable_k(W, kk, sizes[0], k_max, random_state=random_state)
+            reason += why
     elif k == "auto":
         kk, reason = eigengap_k(values, k_min, k_max)
     else:
@@ -437,6 +447,11 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         Ncut value still come from ``kernel``. The constraints are written into every view.
     view_runs : int
         Cuts per affinity in the consensus.
+    k_stability : bool
+        With ``k="auto"`` and ``k_graph``: keep the graphs' k only if no finer partition
+        those graphs cannot see is stabler under subsampling
+        (:func:`engine.cluster.stability.finer_stable_k`; only folders of at most
+        ``k_max * min(k_graph) / 2`` photos have such partitions).
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).

@@ -47,6 +47,8 @@ NYSTROM_LANDMARKS = 500
 #: affinities, 40 neighbours put k within 1 of the truth on 10 of 15 random 4-class
 #: Caltech-101 subsets and 4 of 10 8-class ones, 15 neighbours on 7 and 3; the mean over
 #: 20-35 neighbours on 11 and 5, with the best mean accuracy over the task families.
+#: Groups of fewer than half the smallest graph's neighbours are left to the stability
+#: check (:func:`engine.cluster.finer_stable_k`).
 K_GRAPH_SIZES = (20, 25, 30, 35)
 
 
@@ -141,7 +143,10 @@ def categorize_iter(
        :func:`engine.cluster.fisher.fisher_view`); with ``k="auto"`` the mean relative
        eigengap of the ``default_k_graph(n)``-nearest-neighbour graphs of the same
        affinities (Nystrom mode: the approximate spectrum of the pyramid match alone;
-       fewer than 22 photos: the 10-nearest-neighbour graph of the pyramid match alone).
+       fewer than 22 photos: the 10-nearest-neighbour graph of the pyramid match alone),
+       replaced by a finer k whose groups those graphs are too large to see if cuts of
+       random subsamples agree on it at least 85 % as well
+       (:func:`engine.cluster.finer_stable_k`; folders of 22-120 photos).
     4. Feature masks from explicit within-group correspondences, masked flow, prototypes
        and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).
     5. An SVM on the precomputed kernel trained on the prototypes (Sec. 9.4: the
