@@ -448,10 +448,10 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
     view_runs : int
         Cuts per affinity in the consensus.
     k_stability : bool
-        With ``k="auto"`` and ``k_graph``: keep the graphs' k only if no finer partition
-        those graphs cannot see is stabler under subsampling
-        (:func:`engine.cluster.stability.finer_stable_k`; only folders of at most
-        ``k_max * min(k_graph) / 2`` photos have such partitions).
+        With ``k="auto"`` and ``k_graph``: the graphs' k gives way to a finer partition
+        those graphs cannot see when cuts of random subsamples agree on it at least 85 %
+        as well (:func:`engine.cluster.stability.finer_stable_k`; folders of 22 to
+        ``k_max * min(k_graph) / 2`` photos).
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).
