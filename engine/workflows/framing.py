@@ -32,6 +32,7 @@ __all__ = [
     "ZOOM_DETAIL",
     "ZOOM_MAGNIFICATION",
     "ZOOM_OUTSIDE",
+    "frame_corners",
     "frame_offset",
     "frame_residual",
     "frame_share",
@@ -75,7 +76,7 @@ def frame_offset(
         ``inf`` when a corner maps to infinity or behind the picture.
     """
     (wa, ha), (wb, hb) = size_a, size_b
-    ca, cb = _corners(wa, ha), _corners(wb, hb)
+    ca, cb = frame_corners(wa, ha), frame_corners(wb, hb)
     q = ca @ homography[:2, :2].T + homography[:2, 2]
     z = ca @ homography[2, :2] + homography[2, 2]
     if not (z > 0).all():
@@ -116,7 +117,7 @@ def frame_residual(
     if len(xy_a) == 0:
         return float("inf")
     (wa, ha), (wb, hb) = size_a, size_b
-    ca, cb = _corners(wa, ha), _corners(wb, hb)
+    ca, cb = frame_corners(wa, ha), frame_corners(wb, hb)
     pa, pb = np.asarray(xy_a, np.float64), np.asarray(xy_b, np.float64)
     # (corner i of a onto corner turn[i] of b: the four turns' affine maps, (4, 3, 2),
     # [x y 1] @ m, in one solve; a pair's check asks this of every verified pair)
@@ -144,7 +145,7 @@ def inside_frame(xy: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
         )
 
 
-def _corners(w: float, h: float) -> np.ndarray:
+def frame_corners(w: float, h: float) -> np.ndarray:
     """(4, 2) corners of a ``w`` x ``h`` picture's frame (pixel edges: -0.5 to w - 0.5),
     clockwise from the top left."""
     return np.array([[-0.5, -0.5], [w - 0.5, -0.5], [w - 0.5, h - 0.5], [-0.5, h - 0.5]])

@@ -41,7 +41,7 @@ import numpy as np
 
 from engine.core.arrays import median_of
 from engine.workflows.align import translation_step
-from engine.workflows.framing import zoomed_shot
+from engine.workflows.framing import frame_corners, zoomed_shot
 from engine.workflows.pixel_tiles import (
     PIXEL_BLURS,
     PIXEL_DISAGREE,
@@ -585,13 +585,13 @@ def _whole_frame(to_smaller: np.ndarray, size_l, size_s) -> bool:
     within 2 % of its longer side (at least 3 px: the feature fit of a small picture is
     off by a pixel or two at its corners): the whole picture resized, not cut."""
     (wl, hl), (ws, hs) = size_l, size_s
-    corners = np.array([[-0.5, -0.5], [wl - 0.5, -0.5], [-0.5, hl - 0.5], [wl - 0.5, hl - 0.5]])
+    corners = frame_corners(wl, hl)
     p = corners @ to_smaller[:2, :2].T + to_smaller[:2, 2]
     z = corners @ to_smaller[2, :2] + to_smaller[2, 2]
     if not (z > 0).all():
         return False
     p = p / z[:, None]
-    want = np.array([[-0.5, -0.5], [ws - 0.5, -0.5], [-0.5, hs - 0.5], [ws - 0.5, hs - 0.5]])
+    want = frame_corners(ws, hs)
     return bool(np.abs(p - want).max() <= max(3.0, 0.02 * max(ws, hs)))
 
 
