@@ -97,11 +97,13 @@ def test_tiny_folders_and_tiny_groups_are_not_compared(monkeypatch):
         ([0.93, 0.50, 0.87, 0.60], 7),  # 0.87 >= 0.85 * 0.93: the finer one
         ([0.93, 0.50, 0.70, 0.60], 2),  # 0.70 < 0.85 * 0.93: kept
         ([0.50, 0.52, 0.51, 0.90], 8),  # the most stable finer one
+        ([0.50, 0.46, 0.45, 0.44], 2),  # 85 % of an unstable k, but below the floor 0.7
     ],
 )
 def test_a_finer_partition_needs_most_of_the_coarse_ones_agreement(monkeypatch, agreement, chosen):
     """Stability favours coarse cuts (a folder's dominant split is stable whatever the
-    truth), so a finer k replaces k when it keeps 85 % of its agreement."""
+    truth), so a finer k replaces k when it keeps 85 % of its agreement -- and agrees at
+    least 0.7 itself."""
     import engine.cluster.stability as stability
 
     monkeypatch.setattr(stability, "subsample_stability", lambda W, ks, **kw: np.array(agreement))
