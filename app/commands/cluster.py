@@ -13,7 +13,9 @@ SVM trained on the prototypes that places photos added later (``--relabel``: it 
 reassigns the folder's photos, as in the thesis; that lowered the accuracy on the dev
 tasks, see :func:`engine.cluster.categorize_iter`). ``--fisher``: the groups that the cuts
 of these affinities and of Fisher vectors of the same features agree on (up to 3,000
-photos; :mod:`engine.cluster.fisher`).
+photos; :mod:`engine.cluster.fisher`). ``--scenes``: the search's pairs of photos of the same
+object or place join the affinities (up to 3,000 photos; one query per photo;
+:mod:`engine.cluster.scenes`).
 
 ``--features index`` groups on the retrieval index's sparse keypoints instead
 (``--method``, ``--spatial G``: visual words within G x G and coarser cells).
@@ -49,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
             "edited in the app (names, moves, splits, merges) are kept: photos added since "
             "are placed into them and removed ones leave; --regroup (or --k, --must, "
-            "--cannot, --fisher, --relabel) groups from scratch."
+            "--cannot, --fisher, --scenes, --relabel) groups from scratch."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
@@ -86,6 +88,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--fisher", action="store_true",
                    help="also cut Fisher vectors of the same features and keep the groups "
                         "both cuts agree on (up to 3,000 photos)")  # fmt: skip
+    p.add_argument("--scenes", action="store_true",
+                   help="also join photos the search finds are of the same object or place "
+                        "(better on folders of trips and objects; one query per photo; up "
+                        "to 3,000 photos)")  # fmt: skip
     p.add_argument("--relabel", action=argparse.BooleanOptionalAction, default=False,
                    help="let the SVM on the prototypes reassign the photos (default: keep "
                         "the cut's groups)")  # fmt: skip
@@ -171,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(k, int) and k > n:
             raise CommandError(f"--k {k} is larger than the number of images ({n})")
         explicit = (args.regroup or args.k is not None or args.must or args.cannot
-                    or args.fisher or args.relabel)  # fmt: skip
+                    or args.fisher or args.scenes or args.relabel)  # fmt: skip
         kept = None if explicit else _kept_edits(col)
         if kept is not None:  # the person's groups: kept, new photos placed into them
             _print_groups(kept, n, args.json)
@@ -190,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
             col, features=args.features, method=args.method, k=k, must=must, cannot=cannot,
             power=args.power, spatial=args.spatial, k_max=args.k_max,
             prototype_percentile=args.prototypes, partners=args.partners,
-            refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher, jobs=args.jobs,
+            refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher,
+            scenes=args.scenes, jobs=args.jobs,
         )  # fmt: skip
         # a refitted vocabulary is committed with the grouping made with it, in one version
         with col.store.hold_states([keys.DENSE_VOCAB_STATE]):
@@ -277,7 +284,8 @@ def _print_groups(grouping, n: int, as_json: bool) -> None:
 #: Progress labels of the stages of :func:`engine.cluster.group_collection_iter`.
 STAGES = {
     "features": "dense features", "vocabulary": "vocabulary", "bins": "visual words",
-    "affinity": "affinities", "spectrum": "grouping", "discretize": "grouping",
+    "affinity": "affinities", "scenes": "same scenes", "spectrum": "grouping",
+    "discretize": "grouping",
     "rank": "grouping", "match": "refining", "masks": "refining", "classify": "classifying",
 }  # fmt: skip
 

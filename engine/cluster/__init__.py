@@ -19,6 +19,8 @@ Modules, in the order the data flows through them:
 - :mod:`~engine.cluster.appearance` -- a global HOG of every photo and its kernel;
 - :mod:`~engine.cluster.fisher` -- Fisher vectors of the dense features, the second view
   the cut's consensus takes (:func:`consensus_cut`);
+- :mod:`~engine.cluster.scenes` -- the search's pairs of photos of the same object or
+  place, an optional channel of the cut;
 - :mod:`~engine.cluster.channel` -- dense SIFT for grouping (9.5) and the appearance
   descriptor, cached in the index;
 - :mod:`~engine.cluster.model` -- a collection's vocabulary, binned sets and affinities;
@@ -112,6 +114,7 @@ from engine.cluster.refine import (
     refine_with_masks_iter,
 )
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
+from engine.cluster.scenes import scene_probabilities_iter, with_scenes
 from engine.cluster.stability import finer_stable_k, subsample_stability
 
 __all__ = [
@@ -193,10 +196,12 @@ __all__ = [
     "restrict",
     "save_edits",
     "save_grouping",
+    "scene_probabilities_iter",
     "spatial_pyramid_kernel",
     "split_edit",
     "split_group",
     "split_group_iter",
     "subsample_stability",
     "vocab_sample",
+    "with_scenes",
 ]

@@ -193,6 +193,7 @@ def group_collection_iter(
     refine: bool = True,
     relabel: bool = False,
     fisher: bool = False,
+    scenes: bool = False,
     jobs: int | None = None,
     cancel: Any = None,
 ) -> Generator[ClusterProgress, None, Grouping]:
@@ -222,6 +223,9 @@ def group_collection_iter(
     fisher : bool
         ``features="dense"``: the consensus with a Fisher view
         (:func:`engine.cluster.categorize_iter`).
+    scenes : bool
+        ``features="dense"``: the search's same-object-or-place pairs join the affinities
+        of the cut (:mod:`engine.cluster.scenes`).
     jobs : int, optional
         Processes computing dense features.
     cancel : threading.Event, optional
@@ -239,7 +243,7 @@ def group_collection_iter(
     if features == "dense":
         res = yield from categorize_iter(
             collection, k=k, must=must, cannot=cannot, power=power, k_max=k_max,
-            refine=refine, relabel=relabel, partners=partners, fisher=fisher,
+            refine=refine, relabel=relabel, partners=partners, fisher=fisher, scenes=scenes,
             prototype_percentile=prototype_percentile, jobs=jobs, cancel=cancel,
         )  # fmt: skip
         ref = res.refinement

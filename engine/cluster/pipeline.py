@@ -24,6 +24,7 @@ from engine.cluster.ncut import choose_landmarks
 from engine.cluster.partition import discover_categories_iter
 from engine.cluster.refine import refine_with_masks_iter
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
+from engine.cluster.scenes import scene_probabilities_iter, with_scenes
 from engine.core.progress import run_to_end
 
 __all__ = [
@@ -122,6 +123,7 @@ def categorize_iter(
     prototype_percentile: float = 25.0,
     nystrom: int | str = "auto",
     fisher: bool = False,
+    scenes: bool = False,
     jobs: int | None = None,
     cancel: Any = None,
     random_state: int = 0,
@@ -183,6 +185,11 @@ def categorize_iter(
         The Fisher view's consensus in step 3 (exact mode only). Off by default: it
         raised the random Caltech-101 subsets but cost Caltech-4 nine photos of 160
         (:mod:`engine.cluster.fisher` has the measurement).
+    scenes : bool
+        Step 3 cuts the affinities plus the search's same-object-or-place probabilities
+        (:mod:`engine.cluster.scenes`; exact mode only; one query per photo). The SVM of
+        step 5 and the returned ``kernel`` keep the affinities without them, so photos
+        placed later are compared as before.
     jobs, cancel
         Processes for the features and a ``threading.Event`` that stops the run (an
         ``InterruptedError`` is raised after the finished feature chunks are saved).
@@ -250,17 +257,25 @@ def categorize_iter(
             pass
         check_cancel()
     seconds["fisher"] = time.perf_counter() - t_f
+    t_s = time.perf_counter()
+    C_cut, scene_note = C, ""
+    if scenes and landmarks is None and n > 2:
+        P = yield from scene_probabilities_iter(collection, model.paths, cancel=cancel)
+        C_cut = with_scenes(C, P)
+        pairs = int(np.count_nonzero(np.triu(P >= 0.5, 1)))
+        scene_note = f"; with {pairs} pair(s) the search finds of the same object or place"
+    seconds["scenes"] = time.perf_counter() - t_s
     t2 = time.perf_counter()
     if n == 1:
         res = Clustering(np.zeros(1, np.int64), 1, "k=1: a single image", np.ones(1),
                          np.zeros(1), np.ones(1, bool), np.zeros(1, bool))  # fmt: skip
     else:
-        res = yield from discover_categories_iter(C, **kw)
+        res = yield from discover_categories_iter(C_cut, **kw)
     seconds["ncut"] = time.perf_counter() - t2
     check_cancel()
     labels, flow = res.labels.copy(), res.flow.copy()
     protos, outl = res.prototypes.copy(), res.outliers.copy()
-    reason = res.k_reason
+    reason = res.k_reason + scene_note
     refinement = None
     t3 = time.perf_counter()
     if refine and res.k >= 1 and n > 1:

@@ -340,6 +340,26 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
     assert code == 0 and "Red" not in {c["name"] for c in res["clusters"]}
 
 
+def test_cluster_scenes_joins_the_search_pairs(folder, capsys):
+    """``--scenes`` queries every photo and adds the search's same-object-or-place pairs to
+    the cut's affinities; it says how many, and groups from scratch like ``--fisher``."""
+    photos = folder / "photos"
+    index = folder / "idx_scenes"
+    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--scenes",
+                      "--json"], capsys)  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert "pair(s) the search finds of the same object or place" in res["k_reason"]
+    pairs = int(res["k_reason"].split("; with ")[1].split(" ")[0])
+    assert pairs > 0
+    for c in res["clusters"]:
+        assert len({_family(m) for m in c["members"]}) == 1
+    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--json"],
+                     capsys)  # fmt: skip
+    res = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and "same object or place" not in res["k_reason"]
+
+
 def test_cluster_fisher_consensus_groups_the_scenes_too(folder, capsys):
     """``--fisher`` cuts a second view beside the affinities and keeps what both agree on;
     it says so in ``k_reason``, and the classifier for new photos is trained either way."""

@@ -1,0 +1,62 @@
+"""The search's same-object-or-place pairs as a channel of the grouping (engine.cluster.scenes)."""
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.cluster.scenes import scene_probabilities_iter, with_scenes
+from engine.core.progress import run_to_end
+from engine.index.methods import Hit
+
+
+class FakeCollection:
+    """``query`` answers from a table: path -> [(path, probability)]; "bad" fails."""
+
+    def __init__(self, table):
+        self.table = table
+        self.asked = []
+
+    def query(self, image, *, method="hybrid", top=20, box=None):
+        self.asked.append((str(image), method, top))
+        if str(image).endswith("bad.jpg"):
+            raise OSError("unreadable")
+        return [Hit(Path(p), 1.0, prob) for p, prob in self.table.get(str(image), [])][:top]
+
+
+def test_probabilities_are_the_larger_direction_and_symmetric():
+    paths = ["a.jpg", "b.jpg", "c.jpg", "d.jpg"]
+    col = FakeCollection({
+        "a.jpg": [("a.jpg", 1.0), ("b.jpg", 0.9), ("c.jpg", 0.2)],
+        "b.jpg": [("a.jpg", 0.6), ("elsewhere.jpg", 0.99)],
+        "c.jpg": [("d.jpg", None)],  # no calibrated probability: no pair
+    })  # fmt: skip
+    P = run_to_end(scene_probabilities_iter(col, paths, top=3))
+    assert P.shape == (4, 4) and np.array_equal(P, P.T)
+    assert P[0, 1] == 0.9 and P[0, 2] == 0.2  # max of 0.9 and 0.6; one direction only
+    assert np.all(np.diag(P) == 0) and P[2, 3] == 0 and P[3].sum() == 0
+    assert {m for _, m, _ in col.asked} == {"hybrid"} and {t for *_, t in col.asked} == {3}
+
+
+def test_a_failing_query_leaves_a_row_of_zeros_and_cancel_stops():
+    paths = ["a.jpg", "bad.jpg", "c.jpg"]
+    col = FakeCollection({"a.jpg": [("c.jpg", 0.8)]})
+    P = run_to_end(scene_probabilities_iter(col, paths))
+    assert P[1].sum() == 0 and P[0, 2] == 0.8
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(InterruptedError):
+        run_to_end(scene_probabilities_iter(col, paths, cancel=stop))
+
+
+def test_with_scenes_adds_a_share_of_the_strongest_affinity():
+    C = np.array([[1.0, 0.2, 0.1], [0.2, 1.0, 0.3], [0.1, 0.3, 1.0]])
+    P = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.5], [0.0, 0.5, 0.0]])
+    out = with_scenes(C, P, weight=0.2)
+    np.testing.assert_allclose(out, C + 0.2 * P)
+    np.testing.assert_array_equal(with_scenes(C, np.zeros_like(C)), C)
+    with pytest.raises(ValueError, match="shape"):
+        with_scenes(C, P[:2])
+    with pytest.raises(ValueError, match="weight"):
+        with_scenes(C, P, weight=-1)
