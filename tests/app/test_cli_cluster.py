@@ -340,40 +340,34 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
     assert code == 0 and "Red" not in {c["name"] for c in res["clusters"]}
 
 
+def _three_groups(folder, index_name, capsys, *extra) -> list[dict]:
+    """``simile cluster photos --k 3 [extra] --json`` on the family photos, twice: with
+    ``extra`` (every group one family) and then without it; the two results."""
+    photos, index = folder / "photos", folder / index_name
+    out = []
+    for args in (extra, ()):
+        code, text = _run(["cluster", str(photos), "--index", str(index), "--k", "3", *args,
+                           "--json"], capsys)  # fmt: skip
+        assert code == 0
+        out.append(json.loads(text.strip().splitlines()[-1]))
+    for c in out[0]["clusters"]:
+        assert len({_family(m) for m in c["members"]}) == 1
+    return out
+
+
 def test_cluster_scenes_joins_the_search_pairs(folder, capsys):
     """``--scenes`` queries every photo and adds the search's same-object-or-place pairs to
     the cut's affinities; it says how many, and groups from scratch like ``--fisher``."""
-    photos = folder / "photos"
-    index = folder / "idx_scenes"
-    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--scenes",
-                      "--json"], capsys)  # fmt: skip
-    assert code == 0
-    res = json.loads(out.strip().splitlines()[-1])
+    res, plain = _three_groups(folder, "idx_scenes", capsys, "--scenes")
     assert "pair(s) the search finds of the same object or place" in res["k_reason"]
-    pairs = int(res["k_reason"].split("; with ")[1].split(" ")[0])
-    assert pairs > 0
-    for c in res["clusters"]:
-        assert len({_family(m) for m in c["members"]}) == 1
-    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--json"],
-                     capsys)  # fmt: skip
-    res = json.loads(out.strip().splitlines()[-1])
-    assert code == 0 and "same object or place" not in res["k_reason"]
+    assert int(res["k_reason"].split("; with ")[1].split(" ")[0]) > 0
+    assert "same object or place" not in plain["k_reason"]
 
 
 def test_cluster_fisher_consensus_groups_the_scenes_too(folder, capsys):
     """``--fisher`` cuts a second view beside the affinities and keeps what both agree on;
     it says so in ``k_reason``, and the classifier for new photos is trained either way."""
-    photos = folder / "photos"
-    index = folder / "idx_fisher"
-    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--fisher",
-                      "--json"], capsys)  # fmt: skip
-    assert code == 0
-    res = json.loads(out.strip().splitlines()[-1])
+    res, plain = _three_groups(folder, "idx_fisher", capsys, "--fisher")
     assert "consensus of 3 cuts of each of 2 views" in res["k_reason"]
-    for c in res["clusters"]:
-        assert len({_family(m) for m in c["members"]}) == 1
-    code, out = _run(["cluster", str(photos), "--index", str(index), "--k", "3", "--json"],
-                     capsys)  # fmt: skip
-    res = json.loads(out.strip().splitlines()[-1])
-    assert code == 0 and "consensus" not in res["k_reason"]
-    assert "reassigned" not in res["k_reason"]  # the SVM keeps the cut's groups by default
+    assert "consensus" not in plain["k_reason"]
+    assert "reassigned" not in plain["k_reason"]  # the SVM keeps the cut's groups by default
