@@ -285,8 +285,8 @@ def _print_groups(grouping, n: int, as_json: bool) -> None:
 STAGES = {
     "features": "dense features", "vocabulary": "vocabulary", "bins": "visual words",
     "affinity": "affinities", "scenes": "same scenes", "spectrum": "grouping",
-    "discretize": "grouping",
-    "rank": "grouping", "match": "refining", "masks": "refining", "classify": "classifying",
+    "discretize": "grouping", "rank": "grouping", "match": "refining", "masks": "refining",
+    "classify": "classifying",
 }  # fmt: skip
 
 

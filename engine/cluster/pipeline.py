@@ -232,7 +232,6 @@ def categorize_iter(
     landmarks, K, C, C_k = _affinities(model, nystrom, must, cannot, random_state)
     seconds["affinity"] = time.perf_counter() - t1
     check_cancel()
-    t2 = time.perf_counter()
     kw = dict(k=k, must=must, cannot=cannot, power=power, k_min=min(k_min, max(n - 1, 1)),
               k_max=max(min(k_max, n - 1), 1), prototype_percentile=prototype_percentile,
               random_state=random_state)  # fmt: skip
@@ -294,7 +293,7 @@ def categorize_iter(
         train = np.intersect1d(train, landmarks)
     if n > 2 and np.unique(labels[train]).size >= 2:
         yield ClusterProgress("classify", 0, 1, "SVM on the prototypes")
-        K_tt, rows = _training_kernels(K, C, landmarks, train)
+        K_tt, rows = _training_kernels(K, C, landmarks, train, rows=relabel)
         if relabel:
             clf = CategoryClassifier(C=10.0, power=power).fit(K_tt, labels[train], ids=train)
             new = clf.predict(rows).labels.astype(np.int64)
@@ -389,15 +388,21 @@ def _refine_iter(
 
 
 def _training_kernels(
-    K: np.ndarray | None, C: np.ndarray, landmarks: np.ndarray | None, train: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel among the SVM's training images (t, t) and of every image against them
-    (n, t), from the exact affinities ``K`` or the landmark columns ``C`` (``train`` are
-    landmarks then)."""
+    K: np.ndarray | None,
+    C: np.ndarray,
+    landmarks: np.ndarray | None,
+    train: np.ndarray,
+    *,
+    rows: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Kernel among the SVM's training images (t, t) and, with ``rows``, of every image
+    against them (n, t; else None: only a re-assignment predicts the folder's photos), from
+    the exact affinities ``K`` or the landmark columns ``C`` (``train`` are landmarks
+    then)."""
     if K is not None:
-        return K[np.ix_(train, train)], K[:, train]
+        return K[np.ix_(train, train)], K[:, train] if rows else None
     pos = np.searchsorted(landmarks, train)
-    return C[np.ix_(train, pos)], C[:, pos]
+    return C[np.ix_(train, pos)], C[:, pos] if rows else None
 
 
 def gen_items(gen: Generator[Any, None, Any]) -> Iterable[Any]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.cluster.ncut import discretize_embedding, ncut_embedding
 
-__all__ = ["finer_stable_k", "subsample_stability"]
+__all__ = ["finer_stable_k", "subsample_size", "subsample_stability"]
 
 #: Subsamples cut per k, and the share of the photos each keeps (8 subsamples left the
 #: demo folder's choice to the seed: 3 groups at agreement 0.949 against 0.946 for 11).
@@ -44,6 +44,16 @@ MIN_SUBSAMPLE_GROUP = 2.0
 #: against 0.87), and such folders are chosen by another graph (see
 #: :func:`engine.cluster.pipeline.default_k_graph`).
 MIN_STABILITY_PHOTOS = 22
+#: Largest subsample (bounds the cost on large folders).
+STABILITY_MAX_SIZE = 1000
+
+
+def subsample_size(
+    n: int, fraction: float = STABILITY_FRACTION, max_size: int = STABILITY_MAX_SIZE
+) -> int:
+    """Photos in each subsample of :func:`subsample_stability` for a folder of ``n``:
+    ``min(max_size, round(fraction * n))``."""
+    return int(min(max_size, round(fraction * n)))
 
 
 def subsample_stability(
@@ -52,7 +62,7 @@ def subsample_stability(
     *,
     n_subsamples: int = STABILITY_SUBSAMPLES,
     fraction: float = STABILITY_FRACTION,
-    max_size: int = 1000,
+    max_size: int = STABILITY_MAX_SIZE,
     n_init: int = 3,
     random_state: int = 0,
 ) -> np.ndarray:
@@ -98,7 +108,7 @@ def subsample_stability(
         raise ValueError(f"n_subsamples must be >= 2, got {n_subsamples}")
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    m = int(min(max_size, round(fraction * n)))
+    m = subsample_size(n, fraction, max_size)
     if not ks:
         return np.zeros(0)
     if min(ks) < 2 or max(ks) >= m:
@@ -178,13 +188,15 @@ def finer_stable_k(
         Empty when ``k`` is kept without a comparison, else the comparison in words.
     """
     n = W.shape[0]
-    m = round(STABILITY_FRACTION * n)
+    if k < 2 or n < MIN_STABILITY_PHOTOS:
+        return k, ""
+    m = subsample_size(n)
     finer = [
         j
         for j in range(k + 1, min(k_max, m - 1) + 1)
         if n / j <= graph_size / 2 and m / j >= MIN_SUBSAMPLE_GROUP
     ]
-    if not finer or k < 2 or n < MIN_STABILITY_PHOTOS:
+    if not finer:
         return k, ""
     s = subsample_stability(W, [k, *finer], random_state=random_state)
     j = int(np.argmax(s[1:]))

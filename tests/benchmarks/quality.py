@@ -96,7 +96,8 @@ score matrices (keyed by feature content). Only the ``KEEP_VERSIONS`` most recen
 code versions are kept. ``--fresh`` rebuilds this checkout's indexes.
 
 Measured on the 2-core dev machine (shared, load 2-5), indexes built afresh and the
-brute-force scores cached: ``--quick`` 141-193 s, full mode 722 s (learn-50c alone 290 s).
+brute-force scores cached: ``--quick`` 141-193 s, full mode 722 s (learn-50c alone 290 s),
+before the small folders joined (4-5 s each: about 20 s more in ``--quick``, 45 s in full).
 Computing the brute-force scores the first time adds about 220 s for UKBench, 175 s for
 Holidays and 17 s for ETH-80.
 """
