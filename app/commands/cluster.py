@@ -13,9 +13,10 @@ SVM trained on the prototypes that places photos added later (``--relabel``: it 
 reassigns the folder's photos, as in the thesis; that lowered the accuracy on the dev
 tasks, see :func:`engine.cluster.categorize_iter`). ``--fisher``: the groups that the cuts
 of these affinities and of Fisher vectors of the same features agree on (up to 3,000
-photos; :mod:`engine.cluster.fisher`). ``--scenes``: the search's pairs of photos of the same
-object or place join the affinities (up to 3,000 photos; one query per photo;
-:mod:`engine.cluster.scenes`).
+photos; :mod:`engine.cluster.fisher`). The search's pairs of photos of the same object or
+place join the affinities of the cut (up to 3,000 photos; one query per photo, remembered in
+the index so that only new photos are queried next time; :mod:`engine.cluster.scenes`;
+``--no-scenes`` leaves them out).
 
 ``--features index`` groups on the retrieval index's sparse keypoints instead
 (``--method``, ``--spatial G``: visual words within G x G and coarser cells).
@@ -51,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
             "edited in the app (names, moves, splits, merges) are kept: photos added since "
             "are placed into them and removed ones leave; --regroup (or --k, --must, "
-            "--cannot, --fisher, --scenes, --relabel) groups from scratch."
+            "--cannot, --fisher, --no-scenes, --relabel) groups from scratch."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
@@ -88,10 +89,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--fisher", action="store_true",
                    help="also cut Fisher vectors of the same features and keep the groups "
                         "both cuts agree on (up to 3,000 photos)")  # fmt: skip
-    p.add_argument("--scenes", action="store_true",
-                   help="also join photos the search finds are of the same object or place "
-                        "(better on folders of trips and objects; one query per photo; up "
-                        "to 3,000 photos)")  # fmt: skip
+    p.add_argument("--scenes", action=argparse.BooleanOptionalAction, default=None,
+                   help="join photos the search finds are of the same object or place "
+                        "(default; better on folders of trips and objects; one query per "
+                        "new photo, remembered in the index; up to 3,000 photos)")  # fmt: skip
     p.add_argument("--relabel", action=argparse.BooleanOptionalAction, default=False,
                    help="let the SVM on the prototypes reassign the photos (default: keep "
                         "the cut's groups)")  # fmt: skip
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(k, int) and k > n:
             raise CommandError(f"--k {k} is larger than the number of images ({n})")
         explicit = (args.regroup or args.k is not None or args.must or args.cannot
-                    or args.fisher or args.scenes or args.relabel)  # fmt: skip
+                    or args.fisher or args.scenes is not None or args.relabel)  # fmt: skip
         kept = None if explicit else _kept_edits(col)
         if kept is not None:  # the person's groups: kept, new photos placed into them
             _print_groups(kept, n, args.json)
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             power=args.power, spatial=args.spatial, k_max=args.k_max,
             prototype_percentile=args.prototypes, partners=args.partners,
             refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher,
-            scenes=args.scenes, jobs=args.jobs,
+            scenes=args.scenes is not False, jobs=args.jobs,
         )  # fmt: skip
         # a refitted vocabulary is committed with the grouping made with it, in one version
         with col.store.hold_states([keys.DENSE_VOCAB_STATE]):

@@ -203,6 +203,7 @@ STAGE_TEXT = {
     "vocabulary": "Learning visual words…",
     "bins": "Describing photos by visual words…",
     "affinity": "Computing pyramid-match affinities…",
+    "scenes": "Finding photos of the same object or place (once per photo)…",
     "spectrum": "Normalized cuts…",
     "discretize": "Normalized cuts…",
     "rank": "Ranking group members…",

@@ -20,7 +20,7 @@ Modules, in the order the data flows through them:
 - :mod:`~engine.cluster.fisher` -- Fisher vectors of the dense features, the second view
   the cut's consensus takes (:func:`consensus_cut`);
 - :mod:`~engine.cluster.scenes` -- the search's pairs of photos of the same object or
-  place, an optional channel of the cut;
+  place, a channel of the cut (:mod:`~engine.cluster.scene_cache`: remembered in the index);
 - :mod:`~engine.cluster.channel` -- dense SIFT for grouping (9.5) and the appearance
   descriptor, cached in the index;
 - :mod:`~engine.cluster.model` -- a collection's vocabulary, binned sets and affinities;

@@ -193,7 +193,7 @@ def group_collection_iter(
     refine: bool = True,
     relabel: bool = False,
     fisher: bool = False,
-    scenes: bool = False,
+    scenes: bool = True,
     jobs: int | None = None,
     cancel: Any = None,
 ) -> Generator[ClusterProgress, None, Grouping]:
@@ -225,7 +225,7 @@ def group_collection_iter(
         (:func:`engine.cluster.categorize_iter`).
     scenes : bool
         ``features="dense"``: the search's same-object-or-place pairs join the affinities
-        of the cut (:mod:`engine.cluster.scenes`).
+        of the cut (:mod:`engine.cluster.scenes`; default).
     jobs : int, optional
         Processes computing dense features.
     cancel : threading.Event, optional

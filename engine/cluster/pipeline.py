@@ -123,7 +123,7 @@ def categorize_iter(
     prototype_percentile: float = 25.0,
     nystrom: int | str = "auto",
     fisher: bool = False,
-    scenes: bool = False,
+    scenes: bool = True,
     jobs: int | None = None,
     cancel: Any = None,
     random_state: int = 0,
@@ -138,7 +138,8 @@ def categorize_iter(
        appearance kernel (:meth:`CategoryModel.kernels`), exact below
        :data:`NYSTROM_AUTO_MIN` images, else Nystrom columns of
        :data:`NYSTROM_LANDMARKS` landmarks.
-    3. Normalized cuts of the mixed affinities with the user's constraints
+    3. Normalized cuts of the mixed affinities, plus the search's probability that two
+       photos show the same object or place (``scenes``), with the user's constraints
        (:func:`discover_categories_iter`; with ``fisher=True``, in exact mode, the
        consensus of their cuts and those of a second view, Fisher vectors of the same
        dense features mixed with the same appearance kernel,
@@ -187,9 +188,10 @@ def categorize_iter(
         (:mod:`engine.cluster.fisher` has the measurement).
     scenes : bool
         Step 3 cuts the affinities plus the search's same-object-or-place probabilities
-        (:mod:`engine.cluster.scenes`; exact mode only; one query per photo). The SVM of
-        step 5 and the returned ``kernel`` keep the affinities without them, so photos
-        placed later are compared as before.
+        (:mod:`engine.cluster.scenes`; exact mode only; one query per photo not queried by
+        an earlier grouping, remembered in the index). The SVM of step 5 and the returned
+        ``kernel`` keep the affinities without them, so photos placed later are compared
+        as before. On by default: it gained or tied on every dev family.
     jobs, cancel
         Processes for the features and a ``threading.Event`` that stops the run (an
         ``InterruptedError`` is raised after the finished feature chunks are saved).
@@ -197,7 +199,7 @@ def categorize_iter(
     Yields
     ------
     ClusterProgress
-        Stages ``features``, ``vocabulary``, ``bins``, ``affinity``, ``spectrum``,
+        Stages ``features``, ``vocabulary``, ``bins``, ``affinity``, ``scenes``, ``spectrum``,
         ``discretize``, ``rank``, ``match``, ``masks``, ``classify``.
 
     Returns
@@ -259,7 +261,9 @@ def categorize_iter(
     t_s = time.perf_counter()
     C_cut, scene_note = C, ""
     if scenes and landmarks is None and n > 2:
-        P = yield from scene_probabilities_iter(collection, model.paths, cancel=cancel)
+        P = yield from scene_probabilities_iter(
+            collection, model.paths, hashes=model.hashes, cancel=cancel
+        )
         C_cut = with_scenes(C, P)
         pairs = int(np.count_nonzero(np.triu(P >= 0.5, 1)))
         scene_note = f"; with {pairs} pair(s) the search finds of the same object or place"

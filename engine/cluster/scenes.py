@@ -22,11 +22,13 @@ given / automatic; ``w = 0`` is the default pipeline): 10 Holidays scenes (5 dra
 but at ``w = 0.35`` Caltech-4 fell to 0.819 (its near-duplicate faces and cars formed
 cliques that took over the cut). As constraints instead (``must`` pairs at ``P >= 0.7``) the
 same pairs lowered Caltech-4 to 0.87 and ETH-80 to 0.39. It costs one query per photo
-(10-40 ms each), so it is opt-in (``simile cluster --scenes``) until the pairs are kept in
-the index. End to end (``quality.py``, with the masks and the classifier; k given /
-automatic): Holidays 10 scenes 0.758 / 0.646 -> 0.824 / 0.822, UKBench 12 objects 0.946 ->
-0.979, 4 random Caltech-101 classes 0.610 / 0.578 -> 0.620 / 0.585, 20 classes 0.478 /
-0.254 -> 0.488 / 0.308, Caltech-4 0.925 -> 0.931, ETH-80 unchanged; no family got worse.
+(15-60 ms each), remembered in the index by content (:mod:`engine.cluster.scene_cache`), so
+a folder grouped again queries only its new photos; on by default since 2026-11-28
+(``simile cluster --no-scenes`` and ``categorize(scenes=False)`` leave it out). End to end
+(``quality.py``, with the masks and the classifier; k given / automatic): Holidays 10
+scenes 0.758 / 0.646 -> 0.824 / 0.822, UKBench 12 objects 0.946 -> 0.979, 4 random
+Caltech-101 classes 0.610 / 0.578 -> 0.620 / 0.585, 20 classes 0.478 / 0.254 -> 0.488 /
+0.308, Caltech-4 0.925 -> 0.931, ETH-80 unchanged; no family got worse.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from engine.cluster.results import ClusterProgress
+from engine.cluster.scene_cache import RememberedScenes, scene_keys
 
 __all__ = ["SCENE_TOP", "SCENE_WEIGHT", "scene_probabilities_iter", "with_scenes"]
 
@@ -51,6 +54,7 @@ def scene_probabilities_iter(
     collection: Any,
     paths: Sequence[Any],
     *,
+    hashes: Sequence[str] | None = None,
     top: int = SCENE_TOP,
     cancel: Any = None,
 ) -> Generator[ClusterProgress, None, np.ndarray]:
@@ -59,13 +63,19 @@ def scene_probabilities_iter(
     Every photo of ``paths`` (indexed photos of ``collection``, whose stored features the
     query uses) queries the collection (``hybrid``, ``top`` hits); ``P[i, j]`` is the
     larger calibrated probability of the two directions (0 where neither query returned
-    the other). A photo whose query fails (an unreadable file) keeps a row of zeros.
+    the other). A photo whose query fails (an unreadable file) keeps a row of zeros. With
+    ``hashes``, the queries are remembered in the index by content
+    (:mod:`engine.cluster.scene_cache`): a photo queried by an earlier grouping is not
+    queried again, and the queries finished before a cancel are kept.
 
     Parameters
     ----------
     collection : engine.collection.Collection
     paths : sequence of path-like, length n
         The rows, as ``collection.paths()`` names them.
+    hashes : sequence of str, length n, optional
+        Content key of every row (:func:`engine.cluster.channel.collection_rows`); None
+        remembers nothing.
     top : int
         Hits per query.
     cancel : threading.Event, optional
@@ -81,25 +91,47 @@ def scene_probabilities_iter(
     (n, n) float64
         Symmetric, zero diagonal, values in [0, 1].
     """
+    from engine.index.calibration import CALIBRATION
     from engine.io.imageio import ImageLoadError
 
     n = len(paths)
+    settings = (float(top), *CALIBRATION["hybrid"])
+    if hashes is None:
+        keys, cache = scene_keys(f"path:{p}" for p in paths), RememberedScenes(None, settings)
+    else:
+        if len(hashes) != n:
+            raise ValueError(f"hashes must name the {n} paths, got {len(hashes)}")
+        store = getattr(collection, "store", None)
+        index_dir = getattr(store, "index_dir", None)
+        keys, cache = scene_keys(hashes), RememberedScenes.load(index_dir, settings)
+        if getattr(store, "readonly", True):
+            cache.path = None  # (read, never written)
     row = {str(p): i for i, p in enumerate(paths)}
-    P = np.zeros((n, n))
+    todo = np.flatnonzero(~cache.known(keys))
     k = int(min(top, max(n - 1, 1)))
-    for i, p in enumerate(paths):
-        if cancel is not None and cancel.is_set():
-            raise InterruptedError("cancelled")
-        try:
-            hits = collection.query(p, method="hybrid", top=k)
-        except (ImageLoadError, LookupError, ValueError, OSError):
-            hits = []
-        for h in hits:
-            j = row.get(str(h.path))
-            if j is not None and j != i and h.probability is not None:
-                P[i, j] = max(P[i, j], float(h.probability))
-        if i % 16 == 15 or i == n - 1:
-            yield ClusterProgress("scenes", i + 1, n, "same object or place: the search's pairs")
+    note = "same object or place: the search's pairs"
+    try:
+        for done, i in enumerate(todo.tolist(), 1):
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError("cancelled")
+            try:
+                hits = collection.query(paths[i], method="hybrid", top=k)
+            except (ImageLoadError, LookupError, ValueError, OSError):
+                hits = None  # (not remembered: asked again next time)
+            if hits is not None:
+                found = [(row.get(str(h.path)), h.probability) for h in hits]
+                found = [(j, p) for j, p in found if j is not None and j != i and p is not None]
+                cache.add(keys[i], keys[[j for j, _ in found]], [p for _, p in found])
+            if done % 64 == 0:
+                cache.save(keys)
+            if done % 16 == 0 or done == todo.size:
+                yield ClusterProgress("scenes", done, int(todo.size), note)
+    finally:
+        if todo.size or not np.isin(cache.queried, keys).all():
+            cache.save(keys)  # (also when photos left the folder: their pairs are dropped)
+    if not todo.size:
+        yield ClusterProgress("scenes", 1, 1, note + " (remembered)")
+    P = cache.matrix(keys)
     return np.maximum(P, P.T)
 
 

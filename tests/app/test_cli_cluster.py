@@ -342,7 +342,7 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
 
 def _three_groups(folder, index_name, capsys, *extra) -> list[dict]:
     """``simile cluster photos --k 3 [extra] --json`` on the family photos, twice: with
-    ``extra`` (every group one family) and then without it; the two results."""
+    ``extra`` and then without it (every group one family either way); the two results."""
     photos, index = folder / "photos", folder / index_name
     out = []
     for args in (extra, ()):
@@ -350,18 +350,20 @@ def _three_groups(folder, index_name, capsys, *extra) -> list[dict]:
                            "--json"], capsys)  # fmt: skip
         assert code == 0
         out.append(json.loads(text.strip().splitlines()[-1]))
-    for c in out[0]["clusters"]:
+    for c in out[0]["clusters"] + out[1]["clusters"]:
         assert len({_family(m) for m in c["members"]}) == 1
     return out
 
 
 def test_cluster_scenes_joins_the_search_pairs(folder, capsys):
-    """``--scenes`` queries every photo and adds the search's same-object-or-place pairs to
-    the cut's affinities; it says how many, and groups from scratch like ``--fisher``."""
-    res, plain = _three_groups(folder, "idx_scenes", capsys, "--scenes")
+    """By default every photo queries the search and its same-object-or-place pairs join the
+    cut's affinities; the reason says how many, and the queries are remembered in the index.
+    ``--no-scenes`` leaves them out."""
+    off, res = _three_groups(folder, "idx_scenes", capsys, "--no-scenes")
     assert "pair(s) the search finds of the same object or place" in res["k_reason"]
     assert int(res["k_reason"].split("; with ")[1].split(" ")[0]) > 0
-    assert "same object or place" not in plain["k_reason"]
+    assert "same object or place" not in off["k_reason"]
+    assert (folder / "idx_scenes" / "cache" / "scene-pairs.npz").is_file()
 
 
 def test_cluster_fisher_consensus_groups_the_scenes_too(folder, capsys):

@@ -727,6 +727,8 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
     items, res = _drain(categorize_iter(col, k=2, jobs=1))
     feats = [p for p in items if p.stage == "features"]
     assert feats[0].total == 8 and feats[-1].done == 8  # all computed, with progress
+    assert [p.total for p in items if p.stage == "scenes"][-1] == 8  # every photo queried
+    assert "pair(s) the search finds of the same object or place" in res.k_reason
     truth = np.array([p.parent.name for p in res.paths])
     assert clustering_accuracy(truth, res.labels) == 1.0
     assert res.refinement is not None and len(res.refinement.masks) == 8
@@ -736,6 +738,7 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
     # second run: nothing recomputed, same grouping
     items, res2 = _drain(categorize_iter(col, k="auto", jobs=1))
     assert [p.total for p in items if p.stage == "features"] == [0]
+    assert [p.message for p in items if p.stage == "scenes"][-1].endswith("(remembered)")
     assert res2.k == 2 and clustering_accuracy(truth, res2.labels) == 1.0
     # a new photo is computed alone, a deleted one is dropped from the cache
     import shutil
@@ -746,6 +749,8 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
         pass
     items, res3 = _drain(categorize_iter(col, k=2, jobs=1))
     assert [p.total for p in items if p.stage == "features"] == [0]  # content-keyed
+    assert [p.total for p in items if p.stage == "scenes"] == [1]  # the copy: same content
+    assert [p.done for p in items if p.stage == "scenes"] == [1]  # (nothing queried)
     ch = CategoryChannel(col.store)
     assert len(ch.manifest["items"]) == 7
     # kernel rows of an indexed photo against the others, with the stored vocabulary
@@ -753,6 +758,40 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
     assert rows.shape == (1, 8) and rows[0, 0] == pytest.approx(1.0, abs=1e-6)
     f, mask = category_mask(col, res3.paths[0], res3.paths[1:4])
     assert mask.shape == (len(f),) and mask.max() == pytest.approx(1.0)
+
+
+def test_queries_from_two_threads_answer_as_one_at_a_time(small_collection):
+    """The app's grouping worker queries the collection for the scene pairs while the
+    person may search from another worker: concurrent ``hybrid`` queries on one cold
+    collection answer as sequential ones."""
+    import threading
+
+    from engine.collection import Collection
+
+    def answers(col, paths):
+        hits = {p: col.query(p, method="hybrid", top=5) for p in paths}
+        return {str(p): [(str(h.path), round(h.score, 9), h.probability) for h in hs]
+                for p, hs in hits.items()}  # fmt: skip
+
+    paths = small_collection.paths()
+    want = answers(small_collection, paths)
+    for _ in range(3):
+        got, errors = [], []
+        with Collection.open(paths[0].parent.parent, small_collection.index_dir,
+                             readonly=True) as col:  # fmt: skip
+
+            def run(order, col=col, got=got, errors=errors):
+                try:
+                    got.append(answers(col, order))
+                except Exception as exc:  # (reported below)
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=run, args=(o,)) for o in (paths, paths[::-1])]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert errors == [] and got == [want, want]
 
 
 def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
