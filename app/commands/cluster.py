@@ -79,7 +79,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="add image layout to the affinities: match visual words within "
                         "GxG and coarser grid cells (power of two, e.g. 4; default 0 = off). "
                         "Helps for objects photographed in similar poses")  # fmt: skip
-    p.add_argument("--k-max", type=int, default=12, help="largest k tried by --k auto")
+    p.add_argument("--k-max", type=int, default=None, metavar="K",
+                   help="largest k of --k auto (default 30, engine.cluster.AUTO_K_MAX; "
+                        "the eigengap compares up to 12, finer k must be stable on "
+                        "subsamples)")  # fmt: skip
     p.add_argument("--prototypes", type=float, default=25.0, metavar="PCT",
                    help="top percent of each group kept as prototypes (default 25)")  # fmt: skip
     p.add_argument("--partners", type=int, default=8, metavar="N",
@@ -149,7 +152,7 @@ def _report_skipped(failed, limit: int = 5) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cluster import contradictions
+    from engine.cluster import AUTO_K_MAX, contradictions
     from engine.cluster.grouping import group_collection_iter, save_grouping
     from engine.index import keys
 
@@ -195,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
             )
         gen = group_collection_iter(
             col, features=args.features, method=args.method, k=k, must=must, cannot=cannot,
-            power=args.power, spatial=args.spatial, k_max=args.k_max,
+            power=args.power, spatial=args.spatial,
+            k_max=AUTO_K_MAX if args.k_max is None else args.k_max,
             prototype_percentile=args.prototypes, partners=args.partners,
             refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher,
             scenes=args.scenes is not False, jobs=args.jobs,

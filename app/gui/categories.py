@@ -108,7 +108,6 @@ log = logging.getLogger(__name__)
 #: The kv entry of the person's edits (:data:`engine.index.keys.CATEGORY_EDITS_KEY`).
 KV_KEY = keys.CATEGORY_EDITS_KEY
 MIME = "application/x-simile-photo"
-K_MAX = 12
 MASK_PARTNERS = 8
 MOVE_ANCHORS = 8
 MASK_SIDE = 640
@@ -246,7 +245,7 @@ def group_job(coll, K, k, must_paths, cannot_paths, cancel=None):
     if not isinstance(k, str) and k > n:
         raise ValueError(f"there are only {n} photos; cannot make {k} groups")
     must, cannot = pairs_to_rows(paths, must_paths), pairs_to_rows(paths, cannot_paths)
-    gen = group_collection_iter(coll, k=k, must=must, cannot=cannot, k_max=K_MAX, cancel=cancel)
+    gen = group_collection_iter(coll, k=k, must=must, cannot=cannot, cancel=cancel)
     res = yield from _progress_items(gen)
     g = EditableGrouping.from_grouping(res, None if n > 1 else "a single photo: one group")
     return g.paths, res.kernel, g

@@ -96,7 +96,13 @@ from engine.cluster.model import (
     category_model_iter,
 )
 from engine.cluster.ncut import choose_landmarks, ncut_embedding, normalized_cut_value
-from engine.cluster.partition import consensus_cut, discover_categories, discover_categories_iter
+from engine.cluster.partition import (
+    AUTO_K_MAX,
+    EIGENGAP_K_MAX,
+    consensus_cut,
+    discover_categories,
+    discover_categories_iter,
+)
 from engine.cluster.pipeline import (
     NYSTROM_AUTO_MIN,
     NYSTROM_LANDMARKS,
@@ -119,8 +125,10 @@ from engine.cluster.stability import finer_stable_k, subsample_stability
 
 __all__ = [
     "APPEARANCE",
+    "AUTO_K_MAX",
     "CATEGORY_FEATURES",
     "CATEGORY_VOCAB",
+    "EIGENGAP_K_MAX",
     "FISHER",
     "NYSTROM_AUTO_MIN",
     "NYSTROM_LANDMARKS",

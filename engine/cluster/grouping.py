@@ -82,7 +82,7 @@ from engine.cluster.binned import BinnedMatcher, spatial_pyramid_kernel
 from engine.cluster.classify import CategoryClassifier
 from engine.cluster.edits import EditableGrouping
 from engine.cluster.model import category_kernel_rows
-from engine.cluster.partition import discover_categories_iter
+from engine.cluster.partition import AUTO_K_MAX, discover_categories_iter
 from engine.cluster.pipeline import categorize_iter
 from engine.cluster.refine import masks_from_arrays, masks_to_arrays, refine_with_masks_iter
 from engine.cluster.results import ClusterProgress, members_by_flow
@@ -187,7 +187,7 @@ def group_collection_iter(
     cannot: Iterable[Sequence[int]] = (),
     power: float | None = None,
     spatial: int = 0,
-    k_max: int = 12,
+    k_max: int = AUTO_K_MAX,
     prototype_percentile: float = 25.0,
     partners: int = 8,
     refine: bool = True,

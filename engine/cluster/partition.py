@@ -37,7 +37,23 @@ from engine.core.blas import single_threaded_blas
 from engine.core.progress import run_to_end
 from engine.core.validate import check_choice
 
-__all__ = ["consensus_cut", "discover_categories", "discover_categories_iter"]
+__all__ = [
+    "AUTO_K_MAX",
+    "EIGENGAP_K_MAX",
+    "consensus_cut",
+    "discover_categories",
+    "discover_categories_iter",
+]
+
+#: Largest k the eigengap compares: its nearest-neighbour graphs (20-35 neighbours) cannot
+#: see finer groups, and every setting of it was chosen over k in 2..12.
+EIGENGAP_K_MAX = 12
+#: Default largest number of groups of ``k="auto"``: above :data:`EIGENGAP_K_MAX` only the
+#: stability check of finer partitions (:func:`engine.cluster.stability.finer_stable_k`)
+#: reaches it. Raised from 12 on 2026-11-28 for folders of many small subjects (20
+#: UKBench objects, 18 Holidays scenes: k was 2-10 for 18-20 subjects, see
+#: :func:`~engine.cluster.stability.finer_stable_k`).
+AUTO_K_MAX = 30
 
 
 def discover_categories_iter(
@@ -51,7 +67,7 @@ def discover_categories_iter(
     method: str = "spectral",
     discretize: str = "kmeans",
     k_min: int = 2,
-    k_max: int = 12,
+    k_max: int = AUTO_K_MAX,
     landmarks: np.ndarray | None = None,
     n_init: int = 10,
     prototype_percentile: float = 25.0,
@@ -104,7 +120,7 @@ def discover_categories_iter(
             labels, 1, "k=1: a single image", np.ones(1), np.zeros(1), np.ones(1, bool),
             np.zeros(1, bool), 0.0, method, discretize,
         )  # fmt: skip
-    q = min(n - 1, (k_max if k == "auto" else int(k)) + 1)
+    q = min(n - 1, (min(k_max, EIGENGAP_K_MAX) if k == "auto" else int(k)) + 1)
     q = max(q, 1)
     yield ClusterProgress("spectrum", 0, 1, f"{q} leading eigenvectors of {n}x{n}")
     values, vectors = ncut_embedding(W, q)
@@ -118,6 +134,8 @@ def discover_categories_iter(
         kk, reason = _choose_k(
             Wk, values_k, q, k, k_graph, k_min, k_max, k_stability, random_state
         )
+    if kk >= vectors.shape[1] and method == "spectral":  # a finer k than the eigengap's
+        values, vectors = ncut_embedding(W, min(n - 1, kk + 1))
     yield ClusterProgress("discretize", 0, 1, f"k={kk}")
     if method == "recursive":
         labels = recursive_ncut(W, kk)
@@ -208,14 +226,14 @@ def _choose_k(
     sizes = _graph_sizes(k_graph, n)
     if k == "auto" and sizes:
         spectra = np.stack([sparse_graph_spectrum(knn_graph(W, m), q) for m in sizes])
-        kk, reason = eigengap_k(spectra, k_min, k_max)
+        kk, reason = eigengap_k(spectra, k_min, min(k_max, EIGENGAP_K_MAX))
         names = ", ".join(str(m) for m in sizes)
         reason += f" of the {names}-nearest-neighbour graph" + ("s" if len(sizes) > 1 else "")
         if stability:
             kk, why = finer_stable_k(W, kk, sizes[0], k_max, random_state=random_state)
             reason += why
     elif k == "auto":
-        kk, reason = eigengap_k(values, k_min, k_max)
+        kk, reason = eigengap_k(values, k_min, min(k_max, EIGENGAP_K_MAX))
     else:
         kk, reason = int(k), f"k={int(k)} given by the user"
     return kk, reason
@@ -244,7 +262,7 @@ def _discover_nystrom(
         raise ValueError(f"power must be in (0, 1], got {power!r}")
     W = _landmark_affinities(C, landmarks, must_a, cannot_a, power)
     yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
-    q = min(m, (k_max if k == "auto" else int(k)) + 1)
+    q = min(m, (min(k_max, EIGENGAP_K_MAX) if k == "auto" else int(k)) + 1)
     yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
     with single_threaded_blas():  # m x m problems: thread hand-offs cost more than they save
         values, vectors = nystrom_embedding(W, landmarks, q)
@@ -253,7 +271,7 @@ def _discover_nystrom(
             values = nystrom_embedding(Wk, landmarks, q)[0]
     yield ClusterProgress("spectrum", 1, 1)
     if k == "auto":
-        kk, reason = eigengap_k(values, k_min, k_max)
+        kk, reason = eigengap_k(values, k_min, min(k_max, EIGENGAP_K_MAX))
         reason += f" (Nystrom, {m} landmarks)"
     else:
         kk, reason = int(k), f"k={int(k)} given by the user"
@@ -427,7 +445,9 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         k-means with ``n_init`` k-means++ restarts on row-normalised eigenvectors (default),
         or Yu & Shi's rotation-based discretisation.
     k_min, k_max : int
-        Range searched by ``k="auto"``.
+        Range of ``k="auto"``: the eigengap compares k up to ``min(k_max,``
+        :data:`EIGENGAP_K_MAX` ``)``; finer k up to ``k_max`` are reached only by the
+        stability check (``k_stability``).
     k_graph : int or sequence of int, optional
         With ``k="auto"`` (exact mode), read the eigengap from the spectrum of the
         symmetric ``k_graph``-nearest-neighbour graph of the affinities

@@ -21,7 +21,7 @@ from engine.cluster.constraints import constraint_pairs, enforce_must, relabel_b
 from engine.cluster.fisher import fisher_view
 from engine.cluster.model import CategoryModel, category_model_iter
 from engine.cluster.ncut import choose_landmarks
-from engine.cluster.partition import discover_categories_iter
+from engine.cluster.partition import AUTO_K_MAX, discover_categories_iter
 from engine.cluster.refine import refine_with_masks_iter
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
 from engine.cluster.scenes import scene_probabilities_iter, with_scenes
@@ -116,7 +116,7 @@ def categorize_iter(
     cannot: Iterable[Sequence[int]] = (),
     power: float | None = None,
     k_min: int = 2,
-    k_max: int = 12,
+    k_max: int = AUTO_K_MAX,
     refine: bool = True,
     relabel: bool = False,
     partners: int = 8,

@@ -66,10 +66,14 @@ count as errors), NMI and ARI (``sklearn.metrics``), with k given and automatic;
   photos each, 48 photos), drawn by ``default_rng([12, S, 7])``.
 - ``holidays-10s-sS``: 10 random Holidays dev scenes among those with at least 2 photos
   (2-5 photos each), drawn by ``default_rng([10, S, 11])``.
+- ``ukbench-20o-sS`` / ``holidays-18s-sS``: the same with 20 objects (80 photos) and 18
+  scenes (about 50 photos), ``default_rng([20, S, 7])`` / ``default_rng([18, S, 11])``:
+  folders of more small subjects than the eigengap's range (k <= 12).
   Full mode: seeds 0-4 of each (``--small-seeds N``); quick mode: seeds 0-1.
 
-(``simile cluster --k auto`` tries k <= ``--k-max`` = 12, so the 20-class subsets never
-score a k hit.)
+(``simile cluster --k auto`` tries k <= ``--k-max``, 30 by default since 2026-11-28 and 12
+before; above 12 only by the stability check of finer partitions, which needs groups of at
+most 10 photos on average, so the 20-class subsets never score a k hit.)
 
 Learned similarity (full mode; the protocol of ``bench_learn_product.py``, through the
 commands): ``N`` random classes among the Caltech-101 dev classes with >= 30 images
@@ -1022,7 +1026,7 @@ def plan(quick: bool, args) -> list[tuple]:
             tasks.append(("grouping", f"caltech-{n}c-s{s}", n, s))
     tasks.append(("grouping", "eth80", None, None))
     n_small = args.small_seeds if args.small_seeds is not None else (2 if quick else 5)
-    for family in ("ukbench-12o", "holidays-10s"):
+    for family in ("ukbench-12o", "holidays-10s", "ukbench-20o", "holidays-18s"):
         for s in range(n_small):
             tasks.append(("grouping", f"{family}-s{s}", None, s))
     if not quick:
@@ -1076,12 +1080,14 @@ def run_task(ctx: Context, task: tuple) -> dict:
 
 
 def small_groups(name: str, seed: int) -> tuple[dict[str, list[Path]], str]:
-    """The groups of a small-folder task: 12 UKBench objects (4 photos each) or 10
-    Holidays scenes with at least 2 photos; (group name -> photos, family name)."""
+    """The groups of a small-folder task (``ukbench-<n>o-sS``: n UKBench objects, 4 photos
+    each; ``holidays-<n>s-sS``: n Holidays scenes with at least 2 photos); (group name ->
+    photos, family name)."""
+    n = int(name.split("-")[1][:-1])
     if name.startswith("ukbench-"):
-        n, salt, divisor, root, family = 12, 7, 4, DATA / "ukbench", "UKBench 12 objects"
+        salt, divisor, root, family = 7, 4, DATA / "ukbench", f"UKBench {n} objects"
     else:
-        n, salt, divisor, root, family = 10, 11, 100, DATA / "holidays", "Holidays 10 scenes"
+        salt, divisor, root, family = 11, 100, DATA / "holidays", f"Holidays {n} scenes"
     paths = image_files(root)
     labels = _number_labels(divisor)(paths)
     groups: dict[str, list[Path]] = {}

@@ -2,9 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.cluster import discover_categories
-from engine.cluster.stability import finer_stable_k, subsample_stability
+from engine.cluster import AUTO_K_MAX, discover_categories
+from engine.cluster.evaluation import clustering_accuracy
+from engine.cluster.stability import adjusted_rand, finer_stable_k, subsample_stability
 
 GRAPHS = (20, 25, 30, 35)  # engine.cluster.pipeline.K_GRAPH_SIZES
 
@@ -56,13 +59,40 @@ def test_small_groups_the_graphs_cannot_see_are_found(seed):
     groups; the stability check finds all 12 (the demo folder's shape)."""
     K, y = blobs(12, 4, 0.3, seed)
     blind = discover_categories(K, k="auto", k_graph=GRAPHS, k_stability=False)
-    res = discover_categories(K, k="auto", k_graph=GRAPHS)
+    res = discover_categories(K, k="auto", k_graph=GRAPHS, k_max=12)
     assert blind.k < 10
     assert res.k == 12
     assert "instead" in res.k_reason and "adjusted Rand" in res.k_reason
     # every group is one subject
     for g in range(12):
         assert np.unique(y[res.labels == g]).size == 1
+    # up to AUTO_K_MAX (30) finer cuts compete too: at most one subject is cut in two
+    # (seed 2: 13 groups, whose cuts agree 0.991 against 0.987 for 12)
+    wide = discover_categories(K, k="auto", k_graph=GRAPHS)
+    assert wide.k in (12, 13) and clustering_accuracy(y, wide.labels) >= 47 / 48
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_twenty_small_subjects_need_more_than_twelve_groups(seed):
+    """80 photos of 20 subjects (4 each): the default k_max (AUTO_K_MAX = 30) lets the
+    stability check find them; capped at 12 it cannot."""
+    K, y = blobs(20, 4, 0.3, seed)
+    res = discover_categories(K, k="auto", k_graph=GRAPHS)
+    capped = discover_categories(K, k="auto", k_graph=GRAPHS, k_max=12)
+    assert AUTO_K_MAX == 30 and res.k == 20 and clustering_accuracy(y, res.labels) == 1.0
+    assert capped.k <= 12 and clustering_accuracy(y, capped.labels) <= 0.6
+    assert "eigengap among k in 2..12" in res.k_reason  # the eigengap's range is unchanged
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), max_size=40))
+def test_adjusted_rand_equals_scikit_learns(pairs):
+    from sklearn.metrics import adjusted_rand_score
+
+    a = np.array([p[0] for p in pairs], np.int64)
+    b = np.array([p[1] for p in pairs], np.int64)
+    assert adjusted_rand(a, b) == pytest.approx(adjusted_rand_score(a, b), abs=1e-12)
+    assert adjusted_rand(a, a) == 1.0
 
 
 def test_the_eigengaps_k_is_kept_when_it_is_the_most_stable():
