@@ -180,7 +180,7 @@ def finer_stable_k(
     (``n / k' <= graph_size / 2``) and at least :data:`MIN_SUBSAMPLE_GROUP` photos of a
     subsample. The most stable of them (:func:`subsample_stability`, ``s``) replaces ``k``
     when ``s(k') >= max(STABILITY_RATIO * s(k), STABILITY_FLOOR)``. Where there are no
-    candidates (above 120 photos with the default graphs and ``k_max = 12``) or fewer than
+    candidates (above 300 photos with the default graphs and ``k_max = 30``) or fewer than
     :data:`MIN_STABILITY_PHOTOS` photos, nothing is computed.
 
     Why a ratio and not ``s(k') > s(k)``: stability favours coarse partitions whatever

@@ -285,6 +285,10 @@ def test_saved_grouping_and_fixed_k(qtbot, window, grouped):
     view.forget_constraints()
     qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
     assert not view.must and not view.cannot
+    from engine.cluster import AUTO_K_MAX
+
+    # the chooser offers every k that "automatic" may make
+    assert view.k_combo.findData(AUTO_K_MAX) == view.k_combo.count() - 1
     i = view.k_combo.findData(3)
     view.k_combo.setCurrentIndex(i)
     with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
