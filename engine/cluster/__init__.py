@@ -120,7 +120,7 @@ from engine.cluster.refine import (
     refine_with_masks_iter,
 )
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
-from engine.cluster.scenes import scene_probabilities_iter, with_scenes
+from engine.cluster.scenes import join_groups, scene_probabilities_iter, with_scenes
 from engine.cluster.stability import finer_stable_k, subsample_stability
 
 __all__ = [
@@ -182,6 +182,7 @@ __all__ = [
     "group_collection_iter",
     "grouping_kernel_rows",
     "hash_of",
+    "join_groups",
     "knn_graph",
     "load_edits",
     "load_grouping",

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +149,10 @@ class CategoryClassifier:
         K = 0.5 * (K + K.T)
         self._K_train = K
         svc = SVC(kernel="precomputed", C=self.C, class_weight=self.class_weight)
-        svc.fit(self._train_gram(K), y)
+        with warnings.catch_warnings():  # (one prototype a group is a classification, not
+            # the regression scikit-learn suspects when most labels are unique)
+            warnings.filterwarnings("ignore", "The number of unique classes", UserWarning)
+            svc.fit(self._train_gram(K), y)
         self._svc = svc
         self.labels_ = y
         self.classes_ = classes.astype(np.int64)

@@ -32,6 +32,7 @@ from engine.cluster.ncut import (
 )
 from engine.cluster.ranking import flag_members, rank_groups
 from engine.cluster.results import Clustering, ClusterProgress
+from engine.cluster.scenes import JOIN_THRESHOLD, join_groups
 from engine.cluster.stability import finer_stable_k
 from engine.core.blas import single_threaded_blas
 from engine.core.progress import run_to_end
@@ -78,6 +79,8 @@ def discover_categories_iter(
     views: Sequence[np.ndarray] = (),
     view_runs: int = 3,
     k_stability: bool = True,
+    join: np.ndarray | None = None,
+    join_threshold: float = JOIN_THRESHOLD,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
@@ -126,12 +129,14 @@ def discover_categories_iter(
     values, vectors = ncut_embedding(W, q)
     yield ClusterProgress("spectrum", 1, 1)
     if Ck is None:
-        kk, reason = _choose_k(W, values, q, k, k_graph, k_min, k_max, k_stability, random_state)
+        kk, reason, finer = _choose_k(
+            W, values, q, k, k_graph, k_min, k_max, k_stability, random_state
+        )
     else:  # the number of groups from other affinities (the same constraints)
         Wk = _exact_affinities(Ck, must_a, cannot_a, power, empirical)
         own = not _graph_sizes(k_graph, n)  # else the graphs' own spectra
         values_k = ncut_embedding(Wk, q)[0] if own else values
-        kk, reason = _choose_k(
+        kk, reason, finer = _choose_k(
             Wk, values_k, q, k, k_graph, k_min, k_max, k_stability, random_state
         )
     if kk >= vectors.shape[1] and method == "spectral":  # a finer k than the eigengap's
@@ -152,6 +157,14 @@ def discover_categories_iter(
     else:
         labels = discretize_embedding(vectors, kk, discretize, n_init, random_state)
     labels = relabel_by_size(enforce_must(labels, must_a))
+    if finer and join is not None:
+        labels, joined = join_groups(labels, join, join_threshold, cannot_a)
+        if joined:
+            labels = relabel_by_size(labels)
+            reason += (
+                f"; {joined} of those groups joined back into others, whose photos the search "
+                f"finds show the same object or place (mean probability >= {join_threshold})"
+            )
     kk = int(labels.max()) + 1
     yield ClusterProgress("discretize", 1, 1)
     flow, protos, outl = rank_groups(
@@ -215,8 +228,9 @@ def _choose_k(
     k_max: int,
     stability: bool = True,
     random_state: int = 0,
-) -> tuple[int, str]:
-    """Number of groups and why (exact mode): given by the user, or the relative eigengap
+) -> tuple[int, str, bool]:
+    """Number of groups, why, and whether the stability check made it finer than the
+    eigengap's (exact mode): given by the user, or the relative eigengap
     of the spectrum ``values`` (q,) of the affinities ``W`` (n, n) -- or, with ``k_graph``,
     of its ``k_graph``-nearest-neighbour graph (:func:`engine.cluster.affinity.knn_graph`);
     with several sizes, the mean relative gap of their spectra
@@ -230,13 +244,14 @@ def _choose_k(
         names = ", ".join(str(m) for m in sizes)
         reason += f" of the {names}-nearest-neighbour graph" + ("s" if len(sizes) > 1 else "")
         if stability:
+            k_eig = kk
             kk, why = finer_stable_k(W, kk, sizes[0], k_max, random_state=random_state)
-            reason += why
+            return kk, reason + why, kk > k_eig
     elif k == "auto":
         kk, reason = eigengap_k(values, k_min, min(k_max, EIGENGAP_K_MAX))
     else:
         kk, reason = int(k), f"k={int(k)} given by the user"
-    return kk, reason
+    return kk, reason, False
 
 
 def _discover_nystrom(
@@ -472,6 +487,13 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         those graphs cannot see when cuts of random subsamples agree on it at least 85 %
         as well (:func:`engine.cluster.stability.finer_stable_k`; folders of 22 to
         ``k_max * min(k_graph) / 2`` photos).
+    join : (n, n) float array, optional
+        Where the stability check chose a finer k: the probability that two images show
+        the same object or place (:func:`engine.cluster.scene_probabilities_iter`); groups
+        whose images it links by ``join_threshold`` on average are joined back
+        (:func:`engine.cluster.scenes.join_groups`; cannot-group constraints kept).
+    join_threshold : float
+        Mean probability between two groups that joins them.
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).

@@ -189,9 +189,11 @@ def categorize_iter(
     scenes : bool
         Step 3 cuts the affinities plus the search's same-object-or-place probabilities
         (:mod:`engine.cluster.scenes`; exact mode only; one query per photo not queried by
-        an earlier grouping, remembered in the index). The SVM of step 5 and the returned
-        ``kernel`` keep the affinities without them, so photos placed later are compared
-        as before. On by default: it gained or tied on every dev family.
+        an earlier grouping, remembered in the index). Where the stability check chose a
+        finer k, groups they link join back (:func:`engine.cluster.scenes.join_groups`).
+        The SVM of step 5 and the returned ``kernel`` keep the affinities without them, so
+        photos placed later are compared as before. On by default: it gained or tied on
+        every dev family.
     jobs, cancel
         Processes for the features and a ``threading.Event`` that stops the run (an
         ``InterruptedError`` is raised after the finished feature chunks are saved).
@@ -265,6 +267,7 @@ def categorize_iter(
             collection, model.paths, hashes=model.hashes, cancel=cancel
         )
         C_cut = with_scenes(C, P)
+        kw["join"] = P  # (groups a finer k split from one object or place join back)
         pairs = int(np.count_nonzero(np.triu(P >= 0.5, 1)))
         scene_note = f"; with {pairs} pair(s) the search finds of the same object or place"
     seconds["scenes"] = time.perf_counter() - t_s

@@ -60,3 +60,46 @@ def test_with_scenes_adds_a_share_of_the_strongest_affinity():
         with_scenes(C, P[:2])
     with pytest.raises(ValueError, match="weight"):
         with_scenes(C, P, weight=-1)
+
+
+def test_join_groups_joins_by_average_linkage_and_keeps_cannot_pairs():
+    from engine.cluster.scenes import join_groups
+
+    labels = np.array([0, 0, 1, 1, 2, 2, 3])
+    P = np.zeros((7, 7))
+    P[0, 2] = P[1, 3] = P[0, 3] = P[1, 2] = 0.8  # groups 0 and 1: the same place
+    P[4, 6] = 0.9  # group 2 and photo 6: one strong pair of two -> mean 0.45
+    P = np.maximum(P, P.T)
+    out, joined = join_groups(labels, P, threshold=0.5)
+    assert joined == 1 and out[0] == out[2] and len(np.unique(out)) == 3
+    assert out.max() == 2 and out[4] != out[6]  # mean 0.45 < 0.5
+    out, joined = join_groups(labels, P, threshold=0.4)
+    assert joined == 2 and out[4] == out[6]
+    out, joined = join_groups(labels, P, threshold=0.4, cannot=np.array([[1, 3], [0, 2]]))
+    assert joined == 1 and out[0] != out[2]  # a cannot pair spans groups 0 and 1
+    assert join_groups(labels, np.zeros((7, 7)))[1] == 0
+    with pytest.raises(ValueError, match="P must be"):
+        join_groups(labels, np.zeros((3, 3)))
+
+
+def test_discovery_joins_only_what_a_finer_k_split():
+    """Where the stability check made k finer than the eigengap's, groups the same-scene
+    probabilities link are joined back; with k given nothing is joined."""
+    import sys
+
+    from engine.cluster import discover_categories
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cluster_stability import GRAPHS, blobs
+
+    K, y = blobs(12, 4, 0.3, 2)  # the stability check alone makes 13 groups of it
+    P = (y[:, None] == y[None]).astype(float) * 0.6
+    np.fill_diagonal(P, 0)
+    alone = discover_categories(K, k="auto", k_graph=GRAPHS)
+    res = discover_categories(K, k="auto", k_graph=GRAPHS, join=P)
+    assert alone.k == 13 and res.k == 12
+    assert "1 of those groups joined back" in res.k_reason
+    for g in range(12):
+        assert np.unique(y[res.labels == g]).size == 1
+    wrong = np.ones_like(P) - np.eye(len(y))  # links everything: but k was given
+    assert discover_categories(K, k=12, join=wrong).k == 12
