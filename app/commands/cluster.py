@@ -14,9 +14,9 @@ reassigns the folder's photos, as in the thesis; that lowered the accuracy on th
 tasks, see :func:`engine.cluster.categorize_iter`). ``--fisher``: the groups that the cuts
 of these affinities and of Fisher vectors of the same features agree on (up to 3,000
 photos; :mod:`engine.cluster.fisher`). The search's pairs of photos of the same object or
-place join the affinities of the cut (up to 3,000 photos; one query per photo, remembered in
-the index so that only new photos are queried next time; :mod:`engine.cluster.scenes`;
-``--no-scenes`` leaves them out).
+place join the affinities of the cut (folders of up to 600 photos, ``--scenes`` up to 3,000;
+one query per photo, remembered in the index so that only new photos are queried next time;
+:mod:`engine.cluster.scenes`; ``--no-scenes`` leaves them out).
 
 ``--features index`` groups on the retrieval index's sparse keypoints instead
 (``--method``, ``--spatial G``: visual words within G x G and coarser cells).
@@ -94,8 +94,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "both cuts agree on (up to 3,000 photos)")  # fmt: skip
     p.add_argument("--scenes", action=argparse.BooleanOptionalAction, default=None,
                    help="join photos the search finds are of the same object or place "
-                        "(default; better on folders of trips and objects; one query per "
-                        "new photo, remembered in the index; up to 3,000 photos)")  # fmt: skip
+                        "(default up to 600 photos, --scenes up to 3,000; better on folders "
+                        "of trips and objects; one query per new photo, remembered in the "
+                        "index)")  # fmt: skip
     p.add_argument("--relabel", action=argparse.BooleanOptionalAction, default=False,
                    help="let the SVM on the prototypes reassign the photos (default: keep "
                         "the cut's groups)")  # fmt: skip
@@ -202,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             k_max=AUTO_K_MAX if args.k_max is None else args.k_max,
             prototype_percentile=args.prototypes, partners=args.partners,
             refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher,
-            scenes=args.scenes is not False, jobs=args.jobs,
+            scenes=args.scenes, jobs=args.jobs,
         )  # fmt: skip
         # a refitted vocabulary is committed with the grouping made with it, in one version
         with col.store.hold_states([keys.DENSE_VOCAB_STATE]):

@@ -193,7 +193,7 @@ def group_collection_iter(
     refine: bool = True,
     relabel: bool = False,
     fisher: bool = False,
-    scenes: bool = True,
+    scenes: bool | None = None,
     jobs: int | None = None,
     cancel: Any = None,
 ) -> Generator[ClusterProgress, None, Grouping]:
@@ -223,9 +223,10 @@ def group_collection_iter(
     fisher : bool
         ``features="dense"``: the consensus with a Fisher view
         (:func:`engine.cluster.categorize_iter`).
-    scenes : bool
+    scenes : bool or None
         ``features="dense"``: the search's same-object-or-place pairs join the affinities
-        of the cut (:mod:`engine.cluster.scenes`; default).
+        of the cut (:mod:`engine.cluster.scenes`; None: up to
+        :data:`~engine.cluster.scenes.SCENES_AUTO_MAX` photos).
     jobs : int, optional
         Processes computing dense features.
     cancel : threading.Event, optional

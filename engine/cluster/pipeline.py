@@ -24,7 +24,7 @@ from engine.cluster.ncut import choose_landmarks
 from engine.cluster.partition import AUTO_K_MAX, discover_categories_iter
 from engine.cluster.refine import refine_with_masks_iter
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
-from engine.cluster.scenes import scene_probabilities_iter, with_scenes
+from engine.cluster.scenes import SCENES_AUTO_MAX, scene_probabilities_iter, with_scenes
 from engine.core.progress import run_to_end
 
 __all__ = [
@@ -123,7 +123,7 @@ def categorize_iter(
     prototype_percentile: float = 25.0,
     nystrom: int | str = "auto",
     fisher: bool = False,
-    scenes: bool = True,
+    scenes: bool | None = None,
     jobs: int | None = None,
     cancel: Any = None,
     random_state: int = 0,
@@ -186,14 +186,16 @@ def categorize_iter(
         The Fisher view's consensus in step 3 (exact mode only). Off by default: it
         raised the random Caltech-101 subsets but cost Caltech-4 nine photos of 160
         (:mod:`engine.cluster.fisher` has the measurement).
-    scenes : bool
+    scenes : bool or None
         Step 3 cuts the affinities plus the search's same-object-or-place probabilities
         (:mod:`engine.cluster.scenes`; exact mode only; one query per photo not queried by
         an earlier grouping, remembered in the index). Where the stability check chose a
         finer k, groups they link join back (:func:`engine.cluster.scenes.join_groups`).
         The SVM of step 5 and the returned ``kernel`` keep the affinities without them, so
-        photos placed later are compared as before. On by default: it gained or tied on
-        every dev family.
+        photos placed later are compared as before. None (default): on for folders of up
+        to :data:`engine.cluster.scenes.SCENES_AUTO_MAX` photos, where it gained or tied on
+        every dev family; True: up to :data:`NYSTROM_AUTO_MIN` (on the first 1,000 and
+        2,900 Caltech-101 photos the automatic k then fell from 12 and 11 to 3 and 2).
     jobs, cancel
         Processes for the features and a ``threading.Event`` that stops the run (an
         ``InterruptedError`` is raised after the finished feature chunks are saved).
@@ -262,6 +264,8 @@ def categorize_iter(
     seconds["fisher"] = time.perf_counter() - t_f
     t_s = time.perf_counter()
     C_cut, scene_note = C, ""
+    if scenes is None:
+        scenes = n <= SCENES_AUTO_MAX
     if scenes and landmarks is None and n > 2:
         P = yield from scene_probabilities_iter(
             collection, model.paths, hashes=model.hashes, cancel=cancel

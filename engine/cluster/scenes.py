@@ -43,6 +43,7 @@ from engine.cluster.scene_cache import RememberedScenes, scene_keys
 
 __all__ = [
     "JOIN_THRESHOLD",
+    "SCENES_AUTO_MAX",
     "SCENE_TOP",
     "SCENE_WEIGHT",
     "join_groups",
@@ -55,6 +56,15 @@ SCENE_TOP = 30
 #: ``w`` of :func:`with_scenes`: the middle of the range 0.1-0.25 that gained or tied on
 #: every dev family (the module docstring).
 SCENE_WEIGHT = 0.15
+#: Largest folder whose grouping uses the pairs by default (``scenes=None``). The dev
+#: tasks that gained reach 557 photos (20 Caltech-101 classes: 0.478 / 0.254 -> 0.488 /
+#: 0.308). On the first 1,000 and 2,900 photos of Caltech-101 dev (32 and 96 classes) they
+#: cost 34 s and 133 s the first time (``tests/benchmarks/bench_scene_pairs.py``) and
+#: lowered the automatic k from 12 and 11 to 3 and 2 (NMI 0.412 -> 0.142, 0.259 ->
+#: 0.082); choosing k on the affinities without them kept those k but cost the small
+#: folders (automatic k: 10 Holidays scenes 0.841 -> 0.739, 12 UKBench objects 0.979 ->
+#: 0.971, 4 draws of 20 UKBench objects 0.978 -> 0.953), so the pairs stop at this size.
+SCENES_AUTO_MAX = 600
 #: Mean same-scene probability between two groups that :func:`join_groups` joins: the
 #: middle of 0.1-0.4, every value of which gained on the four families of small subjects
 #: (the function's docstring).

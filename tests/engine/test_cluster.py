@@ -760,6 +760,19 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
     assert mask.shape == (len(f),) and mask.max() == pytest.approx(1.0)
 
 
+def test_scene_pairs_by_default_only_in_folders_up_to_a_size(small_collection, monkeypatch):
+    """``scenes=None`` queries up to SCENES_AUTO_MAX photos; True: always (exact mode)."""
+    import engine.cluster.pipeline as pipeline
+    from engine.cluster import categorize_iter
+
+    col = small_collection
+    monkeypatch.setattr(pipeline, "SCENES_AUTO_MAX", 7)  # the folder holds 8
+    items, res = _drain(categorize_iter(col, k=2, jobs=1))
+    assert not [p for p in items if p.stage == "scenes"] and "same object" not in res.k_reason
+    items, res = _drain(categorize_iter(col, k=2, jobs=1, scenes=True))
+    assert [p for p in items if p.stage == "scenes"] and "same object" in res.k_reason
+
+
 def test_queries_from_two_threads_answer_as_one_at_a_time(small_collection):
     """The app's grouping worker queries the collection for the scene pairs while the
     person may search from another worker: concurrent ``hybrid`` queries on one cold
