@@ -52,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
             "edited in the app (names, moves, splits, merges) are kept: photos added since "
             "are placed into them and removed ones leave; --regroup (or --k, --must, "
-            "--cannot, --fisher, --no-scenes, --relabel) groups from scratch."
+            "--cannot, --fisher, --[no-]scenes, --relabel) groups from scratch."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")

@@ -695,7 +695,9 @@ class CategoriesView(QWidget):
         self.k_combo.addItem("Number of groups: automatic", "auto")
         for k in range(2, 31):  # (up to engine.cluster.AUTO_K_MAX, what "automatic" may make)
             self.k_combo.addItem(f"{k} groups", k)
-        self.k_combo.setToolTip("How many groups to make (automatic: the largest eigengap)")
+        self.k_combo.setToolTip(
+            "How many groups to make (automatic: Simile chooses; Details says how)"
+        )
         self.k_combo.currentIndexChanged.connect(
             lambda i: self.model.set_k_choice(self.k_combo.itemData(i))
         )
