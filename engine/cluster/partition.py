@@ -158,12 +158,13 @@ def discover_categories_iter(
         labels = discretize_embedding(vectors, kk, discretize, n_init, random_state)
     labels = relabel_by_size(enforce_must(labels, must_a))
     if finer and join is not None:
-        labels, joined = join_groups(labels, join, join_threshold, cannot_a)
-        if joined:
+        labels, joined, moved = join_groups(labels, join, join_threshold, cannot_a)
+        if moved:
             labels = relabel_by_size(labels)
             reason += (
-                f"; {joined} of those groups joined back into others, whose photos the search "
-                f"finds show the same object or place (mean probability >= {join_threshold})"
+                f"; {moved} photo(s) moved back to the group of the same object or place, "
+                f"as the search finds (groups linked with mean probability >= "
+                f"{join_threshold}; {joined} group(s) joined entirely)"
             )
     kk = int(labels.max()) + 1
     yield ClusterProgress("discretize", 1, 1)

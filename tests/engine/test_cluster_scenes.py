@@ -70,16 +70,29 @@ def test_join_groups_joins_by_average_linkage_and_keeps_cannot_pairs():
     P[0, 2] = P[1, 3] = P[0, 3] = P[1, 2] = 0.8  # groups 0 and 1: the same place
     P[4, 6] = 0.9  # group 2 and photo 6: one strong pair of two -> mean 0.45
     P = np.maximum(P, P.T)
-    out, joined = join_groups(labels, P, threshold=0.5)
-    assert joined == 1 and out[0] == out[2] and len(np.unique(out)) == 3
+    out, joined, moved = join_groups(labels, P, threshold=0.5)
+    assert joined == 1 and moved == 2 and out[0] == out[2] and len(np.unique(out)) == 3
     assert out.max() == 2 and out[4] != out[6]  # mean 0.45 < 0.5
-    out, joined = join_groups(labels, P, threshold=0.4)
-    assert joined == 2 and out[4] == out[6]
-    out, joined = join_groups(labels, P, threshold=0.4, cannot=np.array([[1, 3], [0, 2]]))
+    out, joined, moved = join_groups(labels, P, threshold=0.4)
+    assert joined == 2 and moved == 3 and out[4] == out[6]
+    out, joined, _ = join_groups(labels, P, threshold=0.4, cannot=np.array([[1, 3], [0, 2]]))
     assert joined == 1 and out[0] != out[2]  # a cannot pair spans groups 0 and 1
-    assert join_groups(labels, np.zeros((7, 7)))[1] == 0
+    assert join_groups(labels, np.zeros((7, 7)))[1:] == (0, 0)
     with pytest.raises(ValueError, match="P must be"):
         join_groups(labels, np.zeros((3, 3)))
+
+
+def test_join_groups_moves_only_the_photos_the_search_pairs():
+    """A leftover pair of unrelated photos gives its photo of a subject to that subject's
+    group and keeps the other apart."""
+    from engine.cluster.scenes import join_groups
+
+    labels = np.array([0, 0, 0, 1, 1])  # photo 3 shows group 0's subject, photo 4 not
+    P = np.zeros((5, 5))
+    P[3, :3] = P[:3, 3] = 0.9
+    out, joined, moved = join_groups(labels, P, threshold=0.25)
+    assert (joined, moved) == (0, 1)
+    assert out[3] == out[0] and out[4] != out[0] and len(np.unique(out)) == 2
 
 
 def test_discovery_joins_only_what_a_finer_k_split():
@@ -98,7 +111,8 @@ def test_discovery_joins_only_what_a_finer_k_split():
     alone = discover_categories(K, k="auto", k_graph=GRAPHS)
     res = discover_categories(K, k="auto", k_graph=GRAPHS, join=P)
     assert alone.k == 13 and res.k == 12
-    assert "1 of those groups joined back" in res.k_reason
+    assert "1 photo(s) moved back to the group of the same object" in res.k_reason
+    assert "1 group(s) joined entirely" in res.k_reason
     for g in range(12):
         assert np.unique(y[res.labels == g]).size == 1
     wrong = np.ones_like(P) - np.eye(len(y))  # links everything: but k was given
