@@ -24,7 +24,12 @@ from engine.cluster.ncut import choose_landmarks
 from engine.cluster.partition import AUTO_K_MAX, discover_categories_iter
 from engine.cluster.refine import refine_with_masks_iter
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
-from engine.cluster.scenes import SCENES_AUTO_MAX, scene_probabilities_iter, with_scenes
+from engine.cluster.scenes import (
+    JOIN_LINK,
+    SCENES_AUTO_MAX,
+    scene_probabilities_iter,
+    with_scenes,
+)
 from engine.core.progress import run_to_end
 
 __all__ = [
@@ -272,7 +277,7 @@ def categorize_iter(
         )
         C_cut = with_scenes(C, P)
         kw["join"] = P  # (groups a finer k split from one object or place join back)
-        pairs = int(np.count_nonzero(np.triu(P >= 0.5, 1)))
+        pairs = int(np.count_nonzero(np.triu(P >= JOIN_LINK, 1)))
         scene_note = f"; with {pairs} pair(s) the search finds of the same object or place"
     seconds["scenes"] = time.perf_counter() - t_s
     t2 = time.perf_counter()

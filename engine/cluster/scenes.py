@@ -12,23 +12,23 @@ every photo and keeps, for each pair, the larger of the two directions' probabil
 
     ``C' = C + w * max(C) * P``,
 
-so that a pair the search is sure of gains ``w`` of the strongest affinity.
+so that a pair the search is sure of gains ``w`` of the strongest affinity. Where the
+stability check chose a finer k than the eigengap's, :func:`join_groups` moves back the
+photos such a finer cut split from their object or place.
 
-Measured (issue #22; the cut alone on the pipeline's own affinities, mean accuracy with k
-given / automatic; ``w = 0`` is the default pipeline): 10 Holidays scenes (5 draws) 0.758 /
-0.646 -> 0.824 / 0.822 at ``w = 0.15``, 12 UKBench objects 0.946 -> 0.979, Caltech-4 0.925 ->
-0.931, 5 random 4-class Caltech-101 subsets 0.610 / 0.578 -> 0.620 / 0.585, 3 8-class ones
-0.626 / 0.635 -> 0.627 / 0.632, ETH-80 unchanged; gains or ties for every ``w`` in 0.1-0.25,
-but at ``w = 0.35`` Caltech-4 fell to 0.819 (its near-duplicate faces and cars formed
-cliques that took over the cut). As constraints instead (``must`` pairs at ``P >= 0.7``) the
-same pairs lowered Caltech-4 to 0.87 and ETH-80 to 0.39. It costs one query per photo
-(15-60 ms each), remembered in the index by content (:mod:`engine.cluster.scene_cache`), so
-a folder grouped again queries only its new photos; on by default since 2026-11-28
-(``simile cluster --no-scenes`` and ``categorize(scenes=False)`` leave it out). End to end
-(``quality.py``, with the masks and the classifier; k given / automatic): Holidays 10
-scenes 0.758 / 0.646 -> 0.824 / 0.822, UKBench 12 objects 0.946 -> 0.979, 4 random
-Caltech-101 classes 0.610 / 0.578 -> 0.620 / 0.585, 20 classes 0.478 / 0.254 -> 0.488 /
-0.308, Caltech-4 0.925 -> 0.931, ETH-80 unchanged; no family got worse.
+``w = 0.15`` was screened on the cut alone (issue #22): every ``w`` in 0.1-0.25 gained or
+tied on every dev family, and at ``w = 0.35`` Caltech-4 fell from 0.931 to 0.819 (its
+near-duplicate faces and cars formed cliques that took over the cut). As constraints
+instead (``must`` pairs at ``P >= 0.7``) the same pairs lowered Caltech-4 to 0.87 and
+ETH-80 to 0.39. End to end (``quality.py``; k given / automatic): Holidays 10 scenes 0.758
+/ 0.646 -> 0.824 / 0.822, UKBench 12 objects 0.946 -> 0.979, 4 random Caltech-101 classes
+0.610 / 0.578 -> 0.620 / 0.585, 20 classes 0.478 / 0.254 -> 0.488 / 0.308, Caltech-4 0.925
+-> 0.931, ETH-80 unchanged; no family got worse (the README, "Grouping", has the table with
+the finer k and the join). It costs one query per photo (15-60 ms each), remembered in the
+index by content (:mod:`engine.cluster.scene_cache`), so a folder grouped again queries
+only its new photos. On by default since 2026-11-28 in folders of up to
+:data:`SCENES_AUTO_MAX` photos (``simile cluster --no-scenes`` and
+``categorize(scenes=False)`` leave it out, ``--scenes`` forces it).
 """
 
 from __future__ import annotations

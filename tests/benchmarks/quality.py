@@ -101,7 +101,8 @@ code versions are kept. ``--fresh`` rebuilds this checkout's indexes.
 
 Measured on the 2-core dev machine (shared, load 2-5), indexes built afresh and the
 brute-force scores cached: ``--quick`` 141-193 s, full mode 722 s (learn-50c alone 290 s),
-before the small folders joined (4-5 s each: about 20 s more in ``--quick``, 45 s in full).
+before the small folders joined (4-8 s each with their index: 8 tasks, about 1 min more in
+``--quick``; 20 tasks, about 2 min in full).
 Computing the brute-force scores the first time adds about 220 s for UKBench, 175 s for
 Holidays and 17 s for ETH-80.
 """

@@ -1,35 +1,12 @@
 """The search's same-scene pairs remembered in the index (engine.cluster.scene_cache)."""
 
-import threading
-from pathlib import Path
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from engine.cluster.scene_cache import SCENE_CACHE, RememberedScenes, scene_keys
 from engine.cluster.scenes import scene_probabilities_iter
 from engine.core.progress import run_to_end
-from engine.index.methods import Hit
-
-
-class FakeCollection:
-    """``query`` answers from a table (path -> [(path, probability)]); a store whose
-    ``index_dir`` holds the cache."""
-
-    def __init__(self, table, index_dir, readonly=False, stop_after=None):
-        self.table = table
-        self.asked = []
-        self.store = SimpleNamespace(index_dir=index_dir, readonly=readonly)
-        self.stop = threading.Event()
-        self.stop_after = stop_after
-
-    def query(self, image, *, method="hybrid", top=20, box=None):
-        self.asked.append(str(image))
-        if self.stop_after is not None and len(self.asked) >= self.stop_after:
-            self.stop.set()
-        return [Hit(Path(p), 1.0, prob) for p, prob in self.table.get(str(image), [])][:top]
-
+from tests._cluster import FakeCollection
 
 TABLE = {
     "a.jpg": [("b.jpg", 0.9), ("c.jpg", 0.25)],

@@ -1,28 +1,13 @@
 """The search's same-object-or-place pairs as a channel of the grouping (engine.cluster.scenes)."""
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.cluster.scenes import scene_probabilities_iter, with_scenes
 from engine.core.progress import run_to_end
-from engine.index.methods import Hit
-
-
-class FakeCollection:
-    """``query`` answers from a table: path -> [(path, probability)]; "bad" fails."""
-
-    def __init__(self, table):
-        self.table = table
-        self.asked = []
-
-    def query(self, image, *, method="hybrid", top=20, box=None):
-        self.asked.append((str(image), method, top))
-        if str(image).endswith("bad.jpg"):
-            raise OSError("unreadable")
-        return [Hit(Path(p), 1.0, prob) for p, prob in self.table.get(str(image), [])][:top]
+from tests._cluster import GRAPHS, FakeCollection, blobs
 
 
 def test_probabilities_are_the_larger_direction_and_symmetric():
@@ -36,7 +21,7 @@ def test_probabilities_are_the_larger_direction_and_symmetric():
     assert P.shape == (4, 4) and np.array_equal(P, P.T)
     assert P[0, 1] == 0.9 and P[0, 2] == 0.2  # max of 0.9 and 0.6; one direction only
     assert np.all(np.diag(P) == 0) and P[2, 3] == 0 and P[3].sum() == 0
-    assert {m for _, m, _ in col.asked} == {"hybrid"} and {t for *_, t in col.asked} == {3}
+    assert {m for _, m, _ in col.calls} == {"hybrid"} and {t for *_, t in col.calls} == {3}
 
 
 def test_a_failing_query_leaves_a_row_of_zeros_and_cancel_stops():
@@ -98,12 +83,7 @@ def test_join_groups_moves_only_the_photos_the_search_pairs():
 def test_discovery_joins_only_what_a_finer_k_split():
     """Where the stability check made k finer than the eigengap's, groups the same-scene
     probabilities link are joined back; with k given nothing is joined."""
-    import sys
-
     from engine.cluster import discover_categories
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_cluster_stability import GRAPHS, blobs
 
     K, y = blobs(12, 4, 0.3, 2)  # the stability check alone makes 13 groups of it
     P = (y[:, None] == y[None]).astype(float) * 0.6

@@ -8,17 +8,7 @@ from hypothesis import strategies as st
 from engine.cluster import AUTO_K_MAX, discover_categories
 from engine.cluster.evaluation import clustering_accuracy
 from engine.cluster.stability import adjusted_rand, finer_stable_k, subsample_stability
-
-GRAPHS = (20, 25, 30, 35)  # engine.cluster.pipeline.K_GRAPH_SIZES
-
-
-def blobs(groups: int, per: int, spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian affinities of ``groups`` clusters of ``per`` points in 8-D, and the truth."""
-    rng = np.random.default_rng(seed)
-    centres = rng.uniform(0, 10, (groups, 8))
-    X = np.repeat(centres, per, axis=0) + spread * rng.standard_normal((groups * per, 8))
-    d2 = ((X[:, None] - X[None]) ** 2).sum(-1)
-    return np.exp(-d2 / np.median(d2)), np.repeat(np.arange(groups), per)
+from tests._cluster import GRAPHS, blobs
 
 
 def test_stability_peaks_at_the_true_number_of_groups():
