@@ -19,14 +19,12 @@ search's calibration curve), and not written to a read-only index.
 
 from __future__ import annotations
 
-import os
-import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from engine.index.files import atomic_write
+from engine.index.files import read_cache, write_cache
 from engine.index.row_key import row_keys
 
 __all__ = ["SCENE_CACHE", "SCENE_CACHE_VERSION", "RememberedScenes", "scene_keys"]
@@ -35,6 +33,8 @@ __all__ = ["SCENE_CACHE", "SCENE_CACHE_VERSION", "RememberedScenes", "scene_keys
 SCENE_CACHE = Path("cache") / "scene-pairs.npz"
 #: Raise whenever what a remembered query holds changes for equal settings.
 SCENE_CACHE_VERSION = 1
+#: The arrays of a remembered query set, beside its settings.
+_ARRAYS = ("queried", "key_a", "key_b", "probability")
 
 
 def scene_keys(hashes: Iterable[str]) -> np.ndarray:
@@ -78,19 +78,16 @@ class RememberedScenes:
         cache = cls(None if index_dir is None else Path(index_dir) / SCENE_CACHE, settings)
         if cache.path is None:
             return cache
-        try:
-            with np.load(cache.path, allow_pickle=False) as npz:
-                if int(npz["version"]) != SCENE_CACHE_VERSION:
-                    return cache
-                same = npz["settings"].shape == cache.settings.shape and np.allclose(
-                    npz["settings"], cache.settings, rtol=0, atol=1e-9
-                )
-                if not same:
-                    return cache
-                arrays = [npz[k] for k in ("queried", "key_a", "key_b", "probability")]
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        found = read_cache(cache.path, SCENE_CACHE_VERSION, ("settings", *_ARRAYS))
+        if found is None:
             return cache
-        queried, a, b, p = arrays
+        settings = found["settings"]
+        same = settings.shape == cache.settings.shape and np.allclose(
+            settings, cache.settings, rtol=0, atol=1e-9
+        )
+        if not same:
+            return cache
+        queried, a, b, p = (found[k] for k in _ARRAYS)
         m = a.shape[0]
         if queried.ndim != 1 or any(x.shape != (m,) for x in (a, b, p)):
             return cache
@@ -159,18 +156,10 @@ class RememberedScenes:
         live = np.asarray(live_keys, np.uint64)
         keep = np.isin(self.key_a, live) & np.isin(self.key_b, live)
         arrays = {
-            "version": np.int64(SCENE_CACHE_VERSION),
             "settings": self.settings,
             "queried": self.queried[np.isin(self.queried, live)],
             "key_a": self.key_a[keep],
             "key_b": self.key_b[keep],
             "probability": self.probability[keep],
         }
-        try:
-            self.path.parent.mkdir(exist_ok=True)
-            if not os.access(self.path.parent, os.W_OK):
-                return False
-            atomic_write(self.path, lambda fh: np.savez(fh, **arrays))
-        except OSError:
-            return False
-        return True
+        return write_cache(self.path, SCENE_CACHE_VERSION, arrays)

@@ -16,7 +16,7 @@ import hashlib
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,54 @@ def atomic_write(final: Path, write: Any) -> None:
     fsync_dir(final.parent)
     if WRITE_HOOK is not None:
         WRITE_HOOK("after", final)
+
+
+def read_cache(path: Path, version: int, names: Sequence[str]) -> dict[str, Any] | None:
+    """The arrays ``names`` of a cache file written by :func:`write_cache`, or None when
+    there is none, it cannot be read (damaged, not a zip of arrays) or it was written at
+    another ``version``. Nothing in it can execute code (``allow_pickle=False``).
+
+    Parameters
+    ----------
+    path : Path
+        The cache file (``<index>/cache/<name>.npz``).
+    version : int
+        The version its writer stamps now.
+    names : sequence of str
+        The arrays to read (a file lacking one is unusable: None).
+
+    Returns
+    -------
+    dict of str to ndarray, or None
+    """
+    import zipfile
+
+    import numpy as np
+
+    try:  # (our own handle: np.load leaks its file when the zip is damaged)
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as npz:
+            if int(npz["version"]) != int(version):
+                return None
+            return {k: npz[k] for k in names}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def write_cache(path: Path, version: int, arrays: dict[str, Any]) -> bool:
+    """Write a cache file of plain ``arrays`` stamped with ``version``, atomically
+    (:func:`atomic_write`); False, writing nothing, when its folder is not writable (a
+    read-only index) or the disk is full. A cache is never part of the index's versions:
+    losing it only costs the work it remembers."""
+    import numpy as np
+
+    try:
+        path.parent.mkdir(exist_ok=True)
+        if not os.access(path.parent, os.W_OK):
+            return False
+        atomic_write(path, lambda fh: np.savez(fh, version=np.int64(version), **arrays))
+    except OSError:
+        return False
+    return True
 
 
 def file_digest(path: Path | str) -> str:

@@ -68,7 +68,6 @@ from __future__ import annotations
 import functools
 import os
 import threading
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +76,7 @@ import numpy as np
 
 from engine.core.blas import single_threaded_opencv
 from engine.features.keypoints import Features, extract_features
-from engine.index.files import atomic_write
+from engine.index.files import read_cache, write_cache
 from engine.index.verify import VERIFY_MIN_INLIERS
 from engine.workflows.pixels import (
     PIXEL_SIDE,
@@ -572,14 +571,9 @@ def _signatures(
     cache_path = None if index_dir is None else Path(index_dir) / CACHE_FILE
     known: dict[int, np.ndarray] = {}
     if cache_path is not None and keys is not None:
-        try:
-            with np.load(cache_path, allow_pickle=False) as npz:
-                if int(npz["version"]) == VERSION:
-                    ck, cs = npz["keys"], npz["sigs"]
-                    if cs.shape == (len(ck), 8, 8):
-                        known = {int(k): s for k, s in zip(ck.tolist(), cs, strict=True)}
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-            known = {}
+        found = read_cache(cache_path, VERSION, ("keys", "sigs"))
+        if found is not None and found["sigs"].shape == (len(found["keys"]), 8, 8):
+            known = {int(k): s for k, s in zip(found["keys"].tolist(), found["sigs"], strict=True)}
     out: dict[int, np.ndarray] = {}
     new = False
     for r in rows:
@@ -597,20 +591,8 @@ def _signatures(
     if new and cache_path is not None and keys is not None:
         live = {int(k) for k in np.asarray(keys).tolist()}
         ks = [k for k in known if k in live]
-        try:
-            cache_path.parent.mkdir(exist_ok=True)
-            if os.access(cache_path.parent, os.W_OK):
-                atomic_write(
-                    cache_path,
-                    lambda fh: np.savez(
-                        fh,
-                        version=np.int64(VERSION),
-                        keys=np.array(ks, np.uint64),
-                        sigs=np.array([known[k] for k in ks], np.float32).reshape(-1, 8, 8),
-                    ),
-                )
-        except OSError:  # a cache: a read-only or full disk only costs time
-            pass
+        sigs = np.array([known[k] for k in ks], np.float32).reshape(-1, 8, 8)
+        write_cache(cache_path, VERSION, {"keys": np.array(ks, np.uint64), "sigs": sigs})
     return out
 
 

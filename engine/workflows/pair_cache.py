@@ -20,15 +20,13 @@ rule in use would compare, is checked again.
 
 from __future__ import annotations
 
-import os
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.index.files import atomic_write
+from engine.index.files import read_cache, write_cache
 
 __all__ = [
     "CACHE_FILE",
@@ -102,12 +100,8 @@ class PairCache:
     def load(cls, index_dir: Path) -> PairCache:
         """The cache of ``index_dir`` (empty when there is none, or it cannot be used)."""
         cache = cls(Path(index_dir) / CACHE_FILE)
-        try:
-            with np.load(cache.path, allow_pickle=False) as npz:
-                if int(npz["version"]) != VERSION:
-                    return cache
-                arrays = {k: npz[k] for k in _empty(0)}
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        arrays = read_cache(cache.path, VERSION, tuple(_empty(0)))
+        if arrays is None:
             return cache
         m = arrays["key_a"].shape[0]
         if any(a.shape != (m,) for a in arrays.values()):
@@ -167,17 +161,7 @@ class PairCache:
         live = np.asarray(live_keys, np.uint64)
         keep = np.isin(self.arrays["key_a"], live) & np.isin(self.arrays["key_b"], live)
         arrays = {k: a[keep] for k, a in self.arrays.items()}
-        try:
-            self.path.parent.mkdir(exist_ok=True)
-            if not os.access(self.path.parent, os.W_OK):
-                return False
-            atomic_write(
-                self.path,
-                lambda fh: np.savez(fh, version=np.int64(VERSION), **arrays),
-            )
-        except OSError:
-            return False
-        return True
+        return write_cache(self.path, VERSION, arrays)
 
 
 def _empty(m: int) -> dict[str, np.ndarray]:

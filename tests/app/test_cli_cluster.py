@@ -373,3 +373,21 @@ def test_cluster_fisher_consensus_groups_the_scenes_too(folder, capsys):
     assert "consensus of 3 cuts of each of 2 views" in res["k_reason"]
     assert "consensus" not in plain["k_reason"]
     assert "reassigned" not in plain["k_reason"]  # the SVM keeps the cut's groups by default
+
+
+def test_cluster_help_states_the_engines_defaults(capsys):
+    """The help spells the defaults as numbers (the parser stays free of the engine's
+    imports); they must be the engine's."""
+    import re
+
+    from engine.cluster import AUTO_K_MAX
+    from engine.cluster.pipeline import NYSTROM_AUTO_MIN
+    from engine.cluster.scenes import SCENES_AUTO_MAX
+
+    with pytest.raises(SystemExit):
+        main(["cluster", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {AUTO_K_MAX}, engine.cluster.AUTO_K_MAX" in text
+    assert f"default up to {SCENES_AUTO_MAX} photos" in text
+    limits = {int(m.replace(",", "")) for m in re.findall(r"up to ([\d,]+) photos", text)}
+    assert limits == {SCENES_AUTO_MAX, NYSTROM_AUTO_MIN}
