@@ -17,12 +17,14 @@ Modules, in the order the data flows through them:
 - :mod:`~engine.cluster.edits` -- the person's edits: move, merge, split, names;
 - :mod:`~engine.cluster.evaluation` -- accuracy against known classes;
 - :mod:`~engine.cluster.appearance` -- a global HOG of every photo and its kernel;
+- :mod:`~engine.cluster.semantic` -- what a photo shows, as a network pretrained on
+  ImageNet embeds it (run by OpenCV), and its kernel: most of the affinities;
 - :mod:`~engine.cluster.fisher` -- Fisher vectors of the dense features, the second view
   the cut's consensus takes (:func:`consensus_cut`);
 - :mod:`~engine.cluster.scenes` -- the search's pairs of photos of the same object or
   place, a channel of the cut (:mod:`~engine.cluster.scene_cache`: remembered in the index);
-- :mod:`~engine.cluster.channel` -- dense SIFT for grouping (9.5) and the appearance
-  descriptor, cached in the index;
+- :mod:`~engine.cluster.channel` -- dense SIFT for grouping (9.5), the appearance
+  descriptor and the semantic embedding, cached in the index;
 - :mod:`~engine.cluster.model` -- a collection's vocabulary, binned sets and affinities;
 - :mod:`~engine.cluster.pipeline` -- :func:`categorize_iter`, the whole-folder pipeline;
 - :mod:`~engine.cluster.grouping` -- the grouping of ``simile cluster`` and the app, and its
@@ -121,6 +123,14 @@ from engine.cluster.refine import (
 )
 from engine.cluster.results import Clustering, ClusterProgress, Refinement
 from engine.cluster.scenes import join_groups, scene_probabilities_iter, with_scenes
+from engine.cluster.semantic import (
+    SEMANTIC,
+    SEMANTIC_DIM,
+    SemanticModelError,
+    mix_semantic,
+    semantic_embedding,
+    semantic_kernel,
+)
 from engine.cluster.stability import finer_stable_k, subsample_stability
 
 __all__ = [
@@ -133,6 +143,8 @@ __all__ = [
     "NYSTROM_AUTO_MIN",
     "NYSTROM_LANDMARKS",
     "REVIEW_NAME",
+    "SEMANTIC",
+    "SEMANTIC_DIM",
     "BinnedMatcher",
     "BinsMatcher",
     "CategoryChannel",
@@ -147,6 +159,7 @@ __all__ = [
     "Placement",
     "Refinement",
     "SavedEdits",
+    "SemanticModelError",
     "SplitResult",
     "appearance_descriptor",
     "appearance_kernel",
@@ -191,6 +204,7 @@ __all__ = [
     "merge_edit",
     "merge_groups",
     "merge_ranks",
+    "mix_semantic",
     "move_constraints",
     "move_edit",
     "ncut_embedding",
@@ -206,6 +220,8 @@ __all__ = [
     "save_edits",
     "save_grouping",
     "scene_probabilities_iter",
+    "semantic_embedding",
+    "semantic_kernel",
     "spatial_pyramid_kernel",
     "split_edit",
     "split_group",

@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.cluster.appearance import APPEARANCE, APPEARANCE_DIM, appearance_descriptor
 from engine.cluster.results import ClusterProgress
+from engine.cluster.semantic import SEMANTIC, SEMANTIC_DIM, semantic_embedding
 from engine.features.keypoints import Features
 from engine.index import keys
 
@@ -44,6 +45,12 @@ CATEGORY_FEATURES: dict[str, Any] = {
     "trim": 245,
     "rootsift": True,
 }
+#: The global descriptors a chunk may keep beside its dense features, by the suffix of their
+#: array: (the :class:`CategoryFeatures` field, length, stored dtype).
+_GLOBALS: dict[str, tuple[str, int, Any]] = {
+    "app": ("appearance", APPEARANCE_DIM, np.float32),
+    "sem": ("semantic", SEMANTIC_DIM, np.float32),
+}
 #: Bumped whenever :func:`category_features` changes its output for equal settings.
 CATEGORY_FEATURES_VERSION = 1
 #: Images per cached chunk of dense features (an interrupted run keeps finished chunks).
@@ -59,9 +66,13 @@ class CategoryFeatures(Features):
     ----------
     appearance : (d,) float32 or None
         None when it was not asked for (``category_features(appearance=False)``).
+    semantic : (1280,) float32 or None
+        The network's embedding (:func:`engine.cluster.semantic_embedding`); None when it
+        was not asked for (``category_features(semantic=False)``).
     """
 
     appearance: np.ndarray | None = None
+    semantic: np.ndarray | None = None
 
 
 def category_features(
@@ -74,6 +85,7 @@ def category_features(
     rootsift: bool = True,
     octaves: bool = True,
     appearance: bool = False,
+    semantic: bool = False,
 ) -> CategoryFeatures:
     """Dense multi-scale SIFT of one image for categorisation (thesis Sec. 9.5).
 
@@ -108,18 +120,25 @@ def category_features(
         :func:`engine.cluster.appearance_descriptor` with the settings of
         :data:`engine.cluster.APPEARANCE`, from the same decoded image (the grouping's
         channel does; learned similarity does not).
+    semantic : bool
+        Also embed the photo by :func:`engine.cluster.semantic_embedding` (colour, from the
+        same file; the grouping's channel does).
 
     Returns
     -------
     CategoryFeatures
         ``descriptors`` (M, 128) float32 RootSIFT (unit L2 norm, values in [0, 1]); ``xy``
         (M, 2) float32 window centres in pixels of the image as loaded
-        (``image_size``); ``kind = "category_dense"``; ``appearance`` (d,) float32 or None.
+        (``image_size``); ``kind = "category_dense"``; ``appearance`` (d,) float32 or None;
+        ``semantic`` (1280,) float32 or None.
     """
     import cv2
 
     from engine.features.dense import dense_sift, gray_image, trim_box
 
+    sem = None
+    if semantic:  # (in colour: before an array is reduced to grey)
+        sem = _semantic_of(image)
     if isinstance(image, np.ndarray):  # arrays are taken as uint8 grey levels, as always
         gray = np.asarray(image)
         if gray.ndim == 3:
@@ -154,7 +173,20 @@ def category_features(
         image_size=f.input_size,
         kind="category_dense",
         appearance=app,
+        semantic=sem,
     )
+
+
+def _semantic_of(image: Any) -> np.ndarray:
+    """:func:`engine.cluster.semantic_embedding` of a path, bytes or array (the network's
+    input is 224 pixels a side: a JPEG is decoded at a fraction of its size)."""
+    from engine.io.imageio import load_image
+
+    net = {"size": int(SEMANTIC["size"]), "model": str(SEMANTIC["model"])}
+    if isinstance(image, np.ndarray):
+        return semantic_embedding(np.asarray(image[..., :3] if image.ndim == 3 else image,
+                                             np.uint8), **net)  # fmt: skip
+    return semantic_embedding(load_image(image, max_side=4 * net["size"]), **net)
 
 
 def category_extractor(data: bytes, **kwargs: Any) -> CategoryFeatures:
@@ -167,9 +199,11 @@ def category_extractor(data: bytes, **kwargs: Any) -> CategoryFeatures:
 def _settings_key(settings: dict[str, Any]) -> str:
     import json
 
-    extra = {}
+    extra: dict[str, Any] = {}
     if settings.get("appearance"):  # the descriptor's own settings are part of the key
         extra = {"appearance_hog": [int(APPEARANCE["size"]), int(APPEARANCE["cell"])]}
+    if settings.get("semantic"):
+        extra["semantic_net"] = [str(SEMANTIC["model"]), int(SEMANTIC["size"])]
     return json.dumps(
         {"v": CATEGORY_FEATURES_VERSION, **{k: settings[k] for k in sorted(settings)},
          **extra},
@@ -190,7 +224,8 @@ class CategoryChannel:
     ``cluster.dense.<token>.{desc,xy,off}`` (descriptors as uint8 ``round(255 v)``, RootSIFT
     values lie in [0, 1]; xy float32; offsets (c+1,) int64), with the appearance channel a
     fourth, ``.app`` ((c, d) float32, one appearance descriptor per image, rows as the
-    manifest's), and a JSON manifest in the
+    manifest's), with the semantic channel a fifth, ``.sem`` ((c, 1280) float32, one
+    embedding per image), and a JSON manifest in the
     key-value table (``cluster.dense.manifest``) mapping every image's CONTENT HASH to
     ``(chunk, row, width, height)``. A chunk is written (atomically) before the manifest
     names it, so an interrupted run keeps every finished chunk and leaves a usable cache;
@@ -214,6 +249,9 @@ class CategoryChannel:
         (:func:`category_features` ``appearance=True``; :meth:`appearance` reads them).
         Default: with the default ``settings`` (the grouping's channel), else as
         ``settings["appearance"]`` says (learned similarity's channel has none).
+    semantic : bool, optional
+        Also compute and keep every image's semantic embedding (:meth:`semantic` reads
+        them); default as ``appearance``.
     """
 
     def __init__(
@@ -222,16 +260,18 @@ class CategoryChannel:
         settings: dict[str, Any] | None = None,
         namespace: str = keys.DENSE_NAMESPACE,
         appearance: bool | None = None,
+        semantic: bool | None = None,
     ) -> None:
         import json
 
         self.store = store
         self.settings = dict(CATEGORY_FEATURES if settings is None else settings)
-        if appearance is None:
-            appearance = settings is None or bool(self.settings.get("appearance", False))
-        self.settings.pop("appearance", None)
-        if appearance:
-            self.settings["appearance"] = True
+        for name, on in (("appearance", appearance), ("semantic", semantic)):
+            if on is None:
+                on = settings is None or bool(self.settings.get(name, False))
+            self.settings.pop(name, None)
+            if on:
+                self.settings[name] = True
         self.key = _settings_key(self.settings)
         # each namespace has its own cache (grouping: "cluster", learned similarity: "learn")
         self._prefix = keys.dense_array_prefix(namespace)
@@ -247,14 +287,21 @@ class CategoryChannel:
             man = {"key": self.key, "chunks": {}, "items": {}}
         self.manifest: dict[str, Any] = man
         self._memory: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
-        self._memory_app: dict[str, np.ndarray] = {}
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._app_arrays: dict[str, np.ndarray] = {}
+        # the global descriptors kept, by array suffix: computed in memory, loaded chunks
+        self._globals = [g for g, (field, _, _) in _GLOBALS.items() if self.settings.get(field)]
+        self._memory_glob: dict[str, dict[str, np.ndarray]] = {g: {} for g in _GLOBALS}
+        self._glob_arrays: dict[str, dict[str, np.ndarray]] = {g: {} for g in _GLOBALS}
 
     @property
     def with_appearance(self) -> bool:
         """Whether this channel computes and keeps the appearance descriptors."""
-        return bool(self.settings.get("appearance", False))
+        return "app" in self._globals
+
+    @property
+    def with_semantic(self) -> bool:
+        """Whether this channel computes and keeps the semantic embeddings."""
+        return "sem" in self._globals
 
     # -- bookkeeping --------------------------------------------------------------------------
     def has(self, content_hash: str) -> bool:
@@ -283,15 +330,15 @@ class CategoryChannel:
         self.store.save_array(n_desc, q)
         self.store.save_array(n_xy, xy)
         self.store.save_array(n_off, off)
-        if self.with_appearance:
-            self.store.save_array(f"{self._prefix}{token}.app", _appearance_rows(feats))
+        for g in self._globals:
+            self.store.save_array(f"{self._prefix}{token}.{g}", _global_rows(g, feats))
         self.manifest["chunks"][token] = len(feats)
         for row, (h, f) in enumerate(feats):
             self.manifest["items"][h] = [token, row, int(f.image_size[0]), int(f.image_size[1])]
         self._write_manifest()
 
     def _drop_chunk(self, token: str) -> None:
-        for suffix in (".bins", ".app"):
+        for suffix in (".bins", *(f".{g}" for g in _GLOBALS)):
             name = f"{self._prefix}{token}{suffix}"
             if self.store.has_array(name):
                 self.store.delete_array(name)
@@ -300,7 +347,8 @@ class CategoryChannel:
                 self.store.delete_array(name)
         self.manifest.get("bins", {}).pop(token, None)
         self._arrays.pop(token, None)
-        self._app_arrays.pop(token, None)
+        for arrays in self._glob_arrays.values():
+            arrays.pop(token, None)
 
     def _collect_garbage(self, live: set[str]) -> None:
         """Forget images not in ``live`` (content hashes); compact mostly dead chunks;
@@ -338,7 +386,7 @@ class CategoryChannel:
             stem = f.name[: -len(".npy")]
             base = stem.rsplit(".", 1)[0]
             suffix = stem.rsplit(".", 1)[-1]
-            if base not in named and suffix in ("desc", "xy", "off", "bins", "app"):
+            if base not in named and suffix in ("desc", "xy", "off", "bins", *_GLOBALS):
                 self.store.delete_array(stem)
 
     # -- computing ----------------------------------------------------------------------------
@@ -382,7 +430,8 @@ class CategoryChannel:
                 if f is None:  # unreadable now: an empty set for this run, not cached
                     self._memory[h] = (np.zeros((0, 128), np.float32),
                                        np.zeros((0, 2), np.float32), (0, 0))  # fmt: skip
-                    self._memory_app[h] = _blank_appearance()
+                    for g in _GLOBALS:
+                        self._memory_glob[g][h] = _global_of(g, None)
                 elif writable:
                     pending.append((h, f))
                     if len(pending) >= DENSE_CHUNK:
@@ -390,8 +439,8 @@ class CategoryChannel:
                         pending = []
                 else:
                     self._memory[h] = (f.descriptors, f.xy, f.image_size)
-                    if self.with_appearance:
-                        self._memory_app[h] = _appearance_of(f)
+                    for g in self._globals:
+                        self._memory_glob[g][h] = _global_of(g, f)
                 done += 1
                 yield ClusterProgress("features", done, total, "dense features for grouping")
         finally:
@@ -471,48 +520,56 @@ class CategoryChannel:
     def appearance(self, hashes: Sequence[str]) -> np.ndarray | None:
         """(n, d) float32 appearance descriptors of the images of ``hashes``, or None when
         the channel keeps none (``appearance=False``). KeyError if one is not computed."""
-        if not self.with_appearance:
+        return self._global_matrix("app", hashes)
+
+    def semantic(self, hashes: Sequence[str]) -> np.ndarray | None:
+        """(n, 1280) float32 semantic embeddings of the images of ``hashes``, or None when
+        the channel keeps none (``semantic=False``). KeyError if one is not computed."""
+        return self._global_matrix("sem", hashes)
+
+    def _global_matrix(self, g: str, hashes: Sequence[str]) -> np.ndarray | None:
+        if g not in self._globals:
             return None
-        rows = [self._appearance_row(h) for h in hashes]
+        rows = [self._global_row(g, h) for h in hashes]
         if not rows:
-            return np.zeros((0, APPEARANCE_DIM), np.float32)
+            return np.zeros((0, _GLOBALS[g][1]), np.float32)
         return np.stack(rows).astype(np.float32, copy=False)
 
-    def _appearance_row(self, content_hash: str) -> np.ndarray:
-        if content_hash in self._memory_app:
-            return self._memory_app[content_hash]
+    def _global_row(self, g: str, content_hash: str) -> np.ndarray:
+        if content_hash in self._memory_glob[g]:
+            return self._memory_glob[g][content_hash]
         tok, row, _w, _h = self.manifest["items"][content_hash]
-        if tok not in self._app_arrays:
-            name = f"{self._prefix}{tok}.app"
+        loaded = self._glob_arrays[g]
+        if tok not in loaded:
+            name = f"{self._prefix}{tok}.{g}"
             if not self.store.has_array(name):
-                raise KeyError(f"{content_hash}: no appearance descriptor in chunk {tok}")
-            self._app_arrays[tok] = np.asarray(self.store.load_array(name, mmap=False))
-        return np.asarray(self._app_arrays[tok][row], np.float32)
+                raise KeyError(f"{content_hash}: no {_GLOBALS[g][0]} descriptor in chunk {tok}")
+            loaded[tok] = np.asarray(self.store.load_array(name, mmap=False))
+        return np.asarray(loaded[tok][row], np.float32)
 
     def features(self, content_hash: str) -> CategoryFeatures:
         """:class:`CategoryFeatures` of one image (float32 descriptors; its appearance
-        descriptor when the channel keeps them)."""
+        descriptor and semantic embedding when the channel keeps them)."""
         d, xy, size = self.raw(content_hash)
-        app = self._appearance_row(content_hash) if self.with_appearance else None
+        glob = {_GLOBALS[g][0]: self._global_row(g, content_hash) for g in self._globals}
         return CategoryFeatures(as_float(d), np.asarray(xy, np.float32), None, None, size,
-                                "category_dense", app)  # fmt: skip
+                                "category_dense", **glob)  # fmt: skip
 
 
-def _blank_appearance() -> np.ndarray:
-    """The appearance descriptor of an unreadable image: zeros (no gradients)."""
-    return np.zeros(APPEARANCE_DIM, np.float32)
+def _global_of(g: str, f: Any) -> np.ndarray:
+    """The global descriptor ``g`` (a suffix of :data:`_GLOBALS`) of features ``f``, float32;
+    zeros for an unreadable image (``f`` None) or one computed without it."""
+    field, dim, _ = _GLOBALS[g]
+    a = getattr(f, field, None)
+    return np.zeros(dim, np.float32) if a is None else np.asarray(a, np.float32).reshape(-1)
 
 
-def _appearance_of(f: Any) -> np.ndarray:
-    a = getattr(f, "appearance", None)
-    return _blank_appearance() if a is None else np.asarray(a, np.float32).reshape(-1)
-
-
-def _appearance_rows(feats: Sequence[tuple[str, Any]]) -> np.ndarray:
-    """(c, d) float32 appearance descriptors of one chunk's ``(hash, features)``."""
+def _global_rows(g: str, feats: Sequence[tuple[str, Any]]) -> np.ndarray:
+    """(c, d) descriptors ``g`` of one chunk's ``(hash, features)``, in the stored dtype."""
+    _, dim, dtype = _GLOBALS[g]
     if not feats:
-        return np.zeros((0, APPEARANCE_DIM), np.float32)
-    return np.stack([_appearance_of(f) for _, f in feats])
+        return np.zeros((0, dim), dtype)
+    return np.stack([_global_of(g, f) for _, f in feats]).astype(dtype)
 
 
 def as_float(d: np.ndarray) -> np.ndarray:

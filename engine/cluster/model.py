@@ -4,7 +4,8 @@
 grouping vocabulary stored in the index and bins every image's features; the result,
 :class:`CategoryModel`, is what :func:`engine.cluster.categorize_iter` groups, on the
 affinities :meth:`CategoryModel.kernel` (pyramid match of the binned sets mixed with the
-global appearance kernel, :mod:`engine.cluster.appearance`). The other
+global appearance kernel, :mod:`engine.cluster.appearance`, and the semantic kernel,
+:mod:`engine.cluster.semantic`). The other
 functions place single images with the stored vocabulary: their features
 (:func:`category_features_of`), kernel rows against indexed images
 (:func:`category_kernel_rows`, for the classifier) and feature masks (:func:`category_mask`).
@@ -29,6 +30,7 @@ from engine.cluster.channel import (
     vocab_sample,
 )
 from engine.cluster.results import ClusterProgress
+from engine.cluster.semantic import mix_semantic, semantic_kernel
 from engine.index import keys
 
 __all__ = [
@@ -71,6 +73,9 @@ class CategoryModel:
     appearance : (n, d) float32 or None
         Global appearance descriptor of every image (None: the channel keeps none, and
         the affinities are the pyramid match alone).
+    semantic : (n, 1280) float32 or None
+        Semantic embedding of every image (:mod:`engine.cluster.semantic`; None: the
+        channel keeps none, and the affinities leave it out).
     """
 
     channel: CategoryChannel
@@ -79,6 +84,7 @@ class CategoryModel:
     hashes: list[str]
     bins: list[np.ndarray]
     appearance: np.ndarray | None = None
+    semantic: np.ndarray | None = None
 
     def kernel(
         self, rows: Sequence[int] | None = None, columns: Sequence[int] | None = None
@@ -95,7 +101,9 @@ class CategoryModel:
         The normalised vocabulary-guided pyramid match of the binned sets
         (:func:`binned_pyramid_kernel`) mixed with the appearance kernel
         (:func:`engine.cluster.combine_kernels` with ``APPEARANCE["weight"]`` and
-        ``APPEARANCE["gamma"]``) when the model has appearance descriptors.
+        ``APPEARANCE["gamma"]``) when the model has appearance descriptors, then with the
+        semantic kernel (:func:`engine.cluster.semantic.mix_semantic`,
+        ``SEMANTIC["weight"]``) when it has semantic embeddings.
 
         Parameters
         ----------
@@ -122,9 +130,13 @@ class CategoryModel:
             both, inverse = np.unique(np.concatenate([r, c]), return_inverse=True)
             K = binned_pyramid_kernel([self.bins[int(i)] for i in both],
                                       columns=inverse[r.size :])[inverse[: r.size]]  # fmt: skip
+        square = rows is None and columns is None
+        sem = None
+        if self.semantic is not None:
+            sem = (self.semantic[r], None if square else self.semantic[c])
         if self.appearance is None:
-            return K, K
-        return K, mix_appearance(K, self.appearance[r], self.appearance[c])
+            return K, (K if sem is None else mix_semantic(K, semantic_kernel(*sem)))
+        return K, mix_appearance(K, self.appearance[r], self.appearance[c], semantic=sem)
 
     def bin_features(self, descriptors: np.ndarray) -> np.ndarray:
         """(m, L) int64 bins of new descriptors (e.g. an image to classify)."""
@@ -139,6 +151,7 @@ class CategoryModel:
         bins: Sequence[np.ndarray],
         columns: np.ndarray,
         appearance: np.ndarray | None = None,
+        semantic: np.ndarray | None = None,
     ) -> np.ndarray:
         """Affinities (q, len(columns)) of new images against the collection images
         ``columns`` (row indices), as :meth:`kernel`.
@@ -151,18 +164,24 @@ class CategoryModel:
         appearance : (q, d) float, optional
             The new images' appearance descriptors; needed when the model has them
             (``ValueError`` otherwise), ignored when it has none.
+        semantic : (q, 1280) float, optional
+            The new images' semantic embeddings; likewise.
         """
         cols = np.asarray(columns, np.int64)
         sets = list(bins) + [self.bins[int(c)] for c in cols]
         K = binned_pyramid_kernel(sets, columns=np.arange(len(bins), len(sets)))
         K = K[: len(bins)]
+        sem = None
+        if self.semantic is not None:
+            if semantic is None:
+                raise ValueError("the model has semantic embeddings: pass the new images'")
+            sem = (np.asarray(semantic).reshape(len(bins), -1), self.semantic[cols])
         if self.appearance is None:
-            return K
+            return K if sem is None else mix_semantic(K, semantic_kernel(*sem))
         if appearance is None:
             raise ValueError("the model has appearance descriptors: pass the new images'")
-        A = appearance_kernel(np.asarray(appearance).reshape(len(bins), -1),
-                              self.appearance[cols], gamma=float(APPEARANCE["gamma"]))  # fmt: skip
-        return combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
+        app = np.asarray(appearance).reshape(len(bins), -1)
+        return mix_appearance(K, app, self.appearance[cols], semantic=sem)
 
 
 def category_model_iter(
@@ -223,7 +242,9 @@ def category_model_iter(
                                             "n_fit": n, "token": vocab_token})  # fmt: skip
         yield ClusterProgress("vocabulary", 1, 1, "fitting the grouping vocabulary")
     bins = yield from channel.bins(hashes, tree, vocab_token, levels)
-    return CategoryModel(channel, tree, paths, hashes, bins, channel.appearance(hashes))
+    return CategoryModel(
+        channel, tree, paths, hashes, bins, channel.appearance(hashes), channel.semantic(hashes)
+    )
 
 
 def _load_tree(store: Any, channel: CategoryChannel):
@@ -292,23 +313,44 @@ def category_kernel_rows(
     cols = [binned(channel.raw(h)[0]) for h in col_hashes]
     K = binned_pyramid_kernel(q + cols, columns=np.arange(len(q), len(q) + len(cols)))
     K = K[: len(q)]
+    sem_cols = channel.semantic(col_hashes)
+    sem = None
+    if sem_cols is not None:
+        sem = (_stacked([f.semantic for f in feats], sem_cols.shape[1]), sem_cols)
     app_cols = channel.appearance(col_hashes)
     if app_cols is None:
-        return K
-    app_q = np.stack([np.asarray(f.appearance, np.float32) for f in feats]) if feats else (
-        np.zeros((0, app_cols.shape[1]), np.float32))  # fmt: skip
-    return mix_appearance(K, app_q, app_cols)
+        return K if sem is None else mix_semantic(K, semantic_kernel(*sem))
+    app_q = _stacked([f.appearance for f in feats], app_cols.shape[1])
+    return mix_appearance(K, app_q, app_cols, semantic=sem)
+
+
+def _stacked(rows: Sequence[np.ndarray | None], dim: int) -> np.ndarray:
+    """(q, dim) float32 of per-image global descriptors (zeros where one is missing)."""
+    out = np.zeros((len(rows), dim), np.float32)
+    for i, v in enumerate(rows):
+        if v is not None:
+            out[i] = np.asarray(v, np.float32).reshape(-1)
+    return out
 
 
 def mix_appearance(
-    K: np.ndarray, app_rows: np.ndarray, app_cols: np.ndarray | None = None
+    K: np.ndarray,
+    app_rows: np.ndarray,
+    app_cols: np.ndarray | None = None,
+    *,
+    semantic: tuple[np.ndarray, np.ndarray | None] | None = None,
 ) -> np.ndarray:
     """The pyramid match ``K`` (r, c) -- or another kernel of unit diagonal, the Fisher view
     (:func:`engine.cluster.fisher.fisher_view`) -- mixed with the appearance kernel of the
     rows' and the columns' descriptors (:func:`engine.cluster.combine_kernels`,
-    :data:`APPEARANCE`; ``app_cols`` None: the rows' square kernel, unit diagonal)."""
+    :data:`APPEARANCE`; ``app_cols`` None: the rows' square kernel, unit diagonal), then,
+    with ``semantic`` = (the rows' embeddings, the columns' or None), with the semantic
+    kernel (:func:`engine.cluster.semantic.mix_semantic`, :data:`SEMANTIC` weight)."""
     A = appearance_kernel(app_rows, app_cols, gamma=float(APPEARANCE["gamma"]))
-    return combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
+    M = combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
+    if semantic is None:
+        return M
+    return mix_semantic(M, semantic_kernel(*semantic))
 
 
 def category_mask(

@@ -81,6 +81,7 @@ def discover_categories_iter(
     k_stability: bool = True,
     join: np.ndarray | None = None,
     join_threshold: float = JOIN_THRESHOLD,
+    eigengap_max: int = EIGENGAP_K_MAX,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
@@ -111,7 +112,7 @@ def discover_categories_iter(
         landmarks = np.asarray(landmarks, dtype=np.int64)
         res = yield from _discover_nystrom(
             C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
-            prototype_percentile, outlier_z, random_state, Ck,
+            prototype_percentile, outlier_z, random_state, Ck, eigengap_max,
         )  # fmt: skip
         return res
     W = _exact_affinities(C, must_a, cannot_a, power, empirical)
@@ -123,21 +124,21 @@ def discover_categories_iter(
             labels, 1, "k=1: a single image", np.ones(1), np.zeros(1), np.ones(1, bool),
             np.zeros(1, bool), 0.0, method, discretize,
         )  # fmt: skip
-    q = min(n - 1, (min(k_max, EIGENGAP_K_MAX) if k == "auto" else int(k)) + 1)
+    q = min(n - 1, (min(k_max, eigengap_max) if k == "auto" else int(k)) + 1)
     q = max(q, 1)
     yield ClusterProgress("spectrum", 0, 1, f"{q} leading eigenvectors of {n}x{n}")
     values, vectors = ncut_embedding(W, q)
     yield ClusterProgress("spectrum", 1, 1)
     if Ck is None:
         kk, reason, finer = _choose_k(
-            W, values, q, k, k_graph, k_min, k_max, k_stability, random_state
+            W, values, q, k, k_graph, k_min, k_max, k_stability, random_state, eigengap_max
         )
     else:  # the number of groups from other affinities (the same constraints)
         Wk = _exact_affinities(Ck, must_a, cannot_a, power, empirical)
         own = not _graph_sizes(k_graph, n)  # else the graphs' own spectra
         values_k = ncut_embedding(Wk, q)[0] if own else values
         kk, reason, finer = _choose_k(
-            Wk, values_k, q, k, k_graph, k_min, k_max, k_stability, random_state
+            Wk, values_k, q, k, k_graph, k_min, k_max, k_stability, random_state, eigengap_max
         )
     if kk >= vectors.shape[1] and method == "spectral":  # a finer k than the eigengap's
         values, vectors = ncut_embedding(W, min(n - 1, kk + 1))
@@ -229,6 +230,7 @@ def _choose_k(
     k_max: int,
     stability: bool = True,
     random_state: int = 0,
+    eigengap_max: int = EIGENGAP_K_MAX,
 ) -> tuple[int, str, bool]:
     """Number of groups, why, and whether the stability check made it finer than the
     eigengap's (exact mode): given by the user, or the relative eigengap
@@ -241,7 +243,7 @@ def _choose_k(
     sizes = _graph_sizes(k_graph, n)
     if k == "auto" and sizes:
         spectra = np.stack([sparse_graph_spectrum(knn_graph(W, m), q) for m in sizes])
-        kk, reason = eigengap_k(spectra, k_min, min(k_max, EIGENGAP_K_MAX))
+        kk, reason = eigengap_k(spectra, k_min, min(k_max, eigengap_max))
         names = ", ".join(str(m) for m in sizes)
         reason += f" of the {names}-nearest-neighbour graph" + ("s" if len(sizes) > 1 else "")
         if stability:
@@ -249,7 +251,7 @@ def _choose_k(
             kk, why = finer_stable_k(W, kk, sizes[0], k_max, random_state=random_state)
             return kk, reason + why, kk > k_eig
     elif k == "auto":
-        kk, reason = eigengap_k(values, k_min, min(k_max, EIGENGAP_K_MAX))
+        kk, reason = eigengap_k(values, k_min, min(k_max, eigengap_max))
     else:
         kk, reason = int(k), f"k={int(k)} given by the user"
     return kk, reason, False
@@ -257,7 +259,7 @@ def _choose_k(
 
 def _discover_nystrom(
     C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
-    prototype_percentile, outlier_z, random_state, Ck=None,
+    prototype_percentile, outlier_z, random_state, Ck=None, eigengap_max=EIGENGAP_K_MAX,
 ):  # fmt: skip
     """Nystrom mode of :func:`discover_categories_iter` (same arguments, ``C`` the (n, m)
     landmark columns, ``Ck`` those of ``k_kernel`` or None): constraints written into the
@@ -278,7 +280,7 @@ def _discover_nystrom(
         raise ValueError(f"power must be in (0, 1], got {power!r}")
     W = _landmark_affinities(C, landmarks, must_a, cannot_a, power)
     yield ClusterProgress("affinity", 1, 1, f"{n} images, {m} landmarks (Nystrom)")
-    q = min(m, (min(k_max, EIGENGAP_K_MAX) if k == "auto" else int(k)) + 1)
+    q = min(m, (min(k_max, eigengap_max) if k == "auto" else int(k)) + 1)
     yield ClusterProgress("spectrum", 0, 1, f"Nystrom extension of {q} eigenvectors")
     with single_threaded_blas():  # m x m problems: thread hand-offs cost more than they save
         values, vectors = nystrom_embedding(W, landmarks, q)
@@ -287,7 +289,7 @@ def _discover_nystrom(
             values = nystrom_embedding(Wk, landmarks, q)[0]
     yield ClusterProgress("spectrum", 1, 1)
     if k == "auto":
-        kk, reason = eigengap_k(values, k_min, min(k_max, EIGENGAP_K_MAX))
+        kk, reason = eigengap_k(values, k_min, min(k_max, eigengap_max))
         reason += f" (Nystrom, {m} landmarks)"
     else:
         kk, reason = int(k), f"k={int(k)} given by the user"
@@ -461,9 +463,8 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         k-means with ``n_init`` k-means++ restarts on row-normalised eigenvectors (default),
         or Yu & Shi's rotation-based discretisation.
     k_min, k_max : int
-        Range of ``k="auto"``: the eigengap compares k up to ``min(k_max,``
-        :data:`EIGENGAP_K_MAX` ``)``; finer k up to ``k_max`` are reached only by the
-        stability check (``k_stability``).
+        Range of ``k="auto"``: the eigengap compares k up to ``min(k_max, eigengap_max)``;
+        finer k up to ``k_max`` are reached only by the stability check (``k_stability``).
     k_graph : int or sequence of int, optional
         With ``k="auto"`` (exact mode), read the eigengap from the spectrum of the
         symmetric ``k_graph``-nearest-neighbour graph of the affinities
@@ -495,6 +496,10 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         (:func:`engine.cluster.scenes.join_groups`; cannot-group constraints kept).
     join_threshold : float
         Mean probability between two groups that joins them.
+    eigengap_max : int
+        Largest k the eigengap compares (default :data:`EIGENGAP_K_MAX`; the grouping
+        pipeline passes ``k_max`` when its affinities include the semantic channel, whose
+        gaps above 12 are reliable, :mod:`engine.cluster.semantic`).
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).

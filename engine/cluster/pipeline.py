@@ -3,7 +3,8 @@
 :func:`categorize_iter` groups a whole collection: dense features and vocabulary
 (:mod:`engine.cluster.model`), vocabulary-guided pyramid-match affinities
 (:mod:`engine.cluster.binned`) mixed with a global appearance kernel
-(:mod:`engine.cluster.appearance`), normalized cuts (:mod:`engine.cluster.partition`), feature
+(:mod:`engine.cluster.appearance`) and a pretrained network's embeddings
+(:mod:`engine.cluster.semantic`), normalized cuts (:mod:`engine.cluster.partition`), feature
 masks (:mod:`engine.cluster.refine`) and an SVM on the prototypes
 (:mod:`engine.cluster.classify`); :class:`CategoryResult` holds everything it found.
 """
@@ -30,6 +31,7 @@ from engine.cluster.scenes import (
     scene_probabilities_iter,
     with_scenes,
 )
+from engine.cluster.semantic import SEMANTIC
 from engine.core.progress import run_to_end
 
 __all__ = [
@@ -257,6 +259,11 @@ def categorize_iter(
             # neighbour graph, as before them; they were chosen on folders of 79 photos
             # and more, and on 18 photos of 2 scenes the mixed affinities found 3)
             kw["k_kernel"] = C_k
+    if model.semantic is not None and "k_kernel" not in kw:
+        # k read from affinities with the semantic channel: their gaps above 12 are reliable
+        # (engine.cluster.semantic); from the pyramid match alone (Nystrom mode, tiny
+        # folders) the eigengap keeps to 2..12 as it was measured
+        kw["eigengap_max"] = kw["k_max"]
     t_f = time.perf_counter()
     if fisher and landmarks is None and n > 2:
         yield ClusterProgress("affinity", 0, 1, "Fisher vectors")
@@ -291,6 +298,11 @@ def categorize_iter(
     labels, flow = res.labels.copy(), res.flow.copy()
     protos, outl = res.prototypes.copy(), res.outliers.copy()
     reason = res.k_reason + scene_note
+    if model.semantic is not None:
+        reason += (
+            f"; {SEMANTIC['weight']:.0%} of each affinity is how alike a network trained on "
+            f"ImageNet ({SEMANTIC['model']}) finds the two photos"
+        )
     refinement = None
     t3 = time.perf_counter()
     if refine and res.k >= 1 and n > 1:

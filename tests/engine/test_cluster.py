@@ -819,9 +819,11 @@ def test_interrupted_dense_channel_keeps_finished_chunks(small_collection):
     ch = CategoryChannel(col.store)
     assert 3 <= len(ch.manifest["items"]) < 8
     arrays = sorted(f.name for f in (col.index_dir / "arrays").glob("cluster.dense.*"))
-    chunk_files = [a for a in arrays if not a.endswith((".bins.npy", ".app.npy"))]
+    globals_ = (".app.npy", ".sem.npy")  # (appearance descriptors, semantic embeddings)
+    chunk_files = [a for a in arrays if not a.endswith((".bins.npy", *globals_))]
     assert len(chunk_files) == 3 * len(ch.manifest["chunks"])  # no orphan chunk files
-    assert sum(a.endswith(".app.npy") for a in arrays) == len(ch.manifest["chunks"])
+    for suffix in globals_:
+        assert sum(a.endswith(suffix) for a in arrays) == len(ch.manifest["chunks"])
     items, res = _drain(categorize_iter(col, k=2, jobs=1))
     first = next(p for p in items if p.stage == "features")
     assert first.total == 8 - len(ch.manifest["items"])  # only the missing ones

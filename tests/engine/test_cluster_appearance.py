@@ -163,27 +163,32 @@ def test_channel_caches_the_appearance_and_keeps_it_across_reopening_and_updates
 def test_model_kernel_mixes_the_channels_and_its_blocks_agree(photos):
     from engine.cluster import (
         APPEARANCE,
+        SEMANTIC,
         appearance_kernel,
         binned_pyramid_kernel,
         category_kernel_rows,
+        semantic_kernel,
     )
 
     col, _folder, _index = photos
     model, _ = _model(col)
     K = model.kernel()
     assert K.shape == (5, 5) and np.allclose(K, K.T) and np.allclose(np.diag(K), 1.0)
-    w, g = APPEARANCE["weight"], APPEARANCE["gamma"]
-    want = (1 - w) * binned_pyramid_kernel(model.bins) + w * appearance_kernel(
+    w, g, a = APPEARANCE["weight"], APPEARANCE["gamma"], SEMANTIC["weight"]
+    local = (1 - w) * binned_pyramid_kernel(model.bins) + w * appearance_kernel(
         model.appearance, gamma=g
     )
-    assert np.allclose(K, want)
+    assert model.semantic.shape == (5, 1280)
+    assert np.allclose(K, (1 - a) * local + a * semantic_kernel(model.semantic))
     rows, cols = np.array([4, 0, 2]), np.array([1, 3])
     assert np.allclose(model.kernel(columns=cols), K[:, cols])
     assert np.allclose(model.kernel(rows=rows, columns=cols), K[np.ix_(rows, cols)])
-    got = model.kernel_rows([model.bins[2]], cols, model.appearance[[2]])
+    got = model.kernel_rows([model.bins[2]], cols, model.appearance[[2]], model.semantic[[2]])
     assert np.allclose(got, K[[2]][:, cols])
     with pytest.raises(ValueError, match="appearance"):
-        model.kernel_rows([model.bins[2]], cols)
+        model.kernel_rows([model.bins[2]], cols, semantic=model.semantic[[2]])
+    with pytest.raises(ValueError, match="semantic"):
+        model.kernel_rows([model.bins[2]], cols, model.appearance[[2]])
     # new photos are compared as the grouping compares them (the SVM's rows)
     rows = category_kernel_rows(col, [model.paths[2]], [model.paths[1], model.paths[3]])
     assert np.allclose(rows, K[[2]][:, cols], atol=1e-6)
@@ -198,8 +203,13 @@ def test_only_the_grouping_channel_keeps_appearance_descriptors(photos):
     assert grouping.with_appearance and not learn_like.with_appearance
     assert learn_like.appearance(["anything"]) is None
     assert grouping.key != learn_like.key and "appearance" in grouping.key
-    explicit = CategoryChannel(col.store, {**CATEGORY_FEATURES, "appearance": True})
+    assert grouping.with_semantic and not learn_like.with_semantic
+    assert learn_like.semantic(["anything"]) is None
+    explicit = CategoryChannel(
+        col.store, {**CATEGORY_FEATURES, "appearance": True, "semantic": True}
+    )
     assert explicit.with_appearance and explicit.key == grouping.key
+    assert CategoryChannel(col.store, semantic=False).key != grouping.key
 
 
 def test_the_number_of_groups_can_be_read_from_other_affinities():

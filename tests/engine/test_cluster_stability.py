@@ -145,3 +145,18 @@ def test_no_check_without_graphs_or_with_k_given():
     K, _ = blobs(12, 4, 0.3, 0)
     assert "adjusted Rand" not in discover_categories(K, k="auto").k_reason
     assert discover_categories(K, k=5, k_graph=GRAPHS).k == 5
+
+
+def test_the_eigengap_reaches_past_twelve_only_when_asked():
+    """16 subjects of 30 photos, the eigengap alone (no stability check): it compares up to
+    EIGENGAP_K_MAX (12) by default, up to k_max with ``eigengap_max`` (the pipeline's choice
+    with the semantic channel)."""
+    from engine.cluster import EIGENGAP_K_MAX
+
+    K, y = blobs(16, 30, 0.3, 0)
+    kw = dict(k="auto", k_graph=GRAPHS, k_stability=False)
+    default = discover_categories(K, **kw)
+    wide = discover_categories(K, eigengap_max=AUTO_K_MAX, **kw)
+    assert default.k <= EIGENGAP_K_MAX < 16
+    assert wide.k == 16 and clustering_accuracy(y, wide.labels) == 1.0
+    assert f"among k in 2..{AUTO_K_MAX}" in wide.k_reason
