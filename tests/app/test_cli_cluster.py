@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -293,15 +294,22 @@ def test_classify_refuses_a_grouping_whose_vocabulary_was_replaced(folder, demo_
     assert code != 0 and f"run 'simile cluster {photos}' again" in err
 
 
-def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, capsys):
+def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, demo_folder, capsys):
     """Plain 'simile cluster' keeps the groups the person edited in the app (names,
     moves): photos added since are placed into them and saved; --regroup starts over."""
     from engine.cluster import EditableGrouping, load_edits, move_edit, save_edits
     from engine.collection import Collection
-    from tests.app._gui import make_grouped_folder
 
     photos = tmp_path / "photos"
-    groups = make_grouped_folder(photos, per_group=4, seed=11)
+    groups = {}  # two subjects of the demo photos, four versions each
+    for g, subject in (("g0", "chelsea"), ("g1", "coffee")):
+        (photos / g).mkdir(parents=True)
+        groups[g] = []
+        for version in ("", "_crop", "_light", "_perspective"):
+            src = demo_folder / f"{subject}{version}.jpg"
+            if not src.exists():
+                src = demo_folder / f"{subject}_jpeg.jpg"
+            groups[g].append(Path(shutil.copy(src, photos / g / src.name)))
     later = groups["g1"][-1]
     aside = tmp_path / later.name
     shutil.move(later, aside)

@@ -193,3 +193,41 @@ def test_the_reason_counts_every_placement_in_one_clause():
     r = _placed_reason(r, 2, 0)
     assert r.count("placed by an SVM") == 1 and "12 new photo(s)" in r and "(1 to review)" in r
     assert r.startswith("k=4 by relative eigengap; moved a.jpg by hand; ")
+
+
+@pytest.mark.data
+def test_new_photos_are_placed_on_the_groupings_affinities(tmp_path, shared_data):
+    """Caltech-101 photos: three classes grouped (8 photos each), then 2 more photos of each
+    and 4 photos of a class no group holds arrive. The new photos of the three classes join
+    their class's group, the others go to review (placed on the pyramid match alone, before
+    the semantic channel, the novel class joined the groups)."""
+    root = shared_data / "caltech101"
+    grouped, novel = ("sunflower", "car_side", "Leopards"), "pizza"
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    files = {c: sorted((root / c).glob("*.jpg")) for c in (*grouped, novel)}
+    for c in grouped:
+        for f in files[c][:8]:
+            shutil.copy(f, photos / f"{c}_{f.name}")
+    with Collection.open(photos) as col:
+        run_to_end(col.update(jobs=1))
+        g = EditableGrouping.from_grouping(run_to_end(group_collection_iter(col, k=3)))
+        cls = {p: p.rsplit("/", 1)[-1].rsplit("_image", 1)[0] for p in g.paths}
+        for k in range(3):
+            assert len({cls[p] for p in np.array(g.paths)[g.labels == k]}) == 1
+        new = [(c, f) for c in grouped for f in files[c][8:10]] + [
+            (novel, f) for f in files[novel][:4]
+        ]
+        for c, f in new:
+            shutil.copy(f, photos / f"{c}_{f.name}")
+        run_to_end(col.update(jobs=1))
+        placed = run_to_end(place_photos_iter(col, g))
+    out = placed.grouping
+    group = {p: int(out.labels[i]) for i, p in enumerate(out.paths)}
+    home = {cls[p]: int(g.labels[i]) for i, p in enumerate(g.paths)}
+    for p, label, _confidence in placed.placed:
+        c = p.rsplit("/", 1)[-1].rsplit("_image", 1)[0]
+        if c == novel:
+            assert out.names.get(group[p]) == REVIEW_NAME, p
+        else:
+            assert label == home[c], p
