@@ -176,12 +176,10 @@ def semantic_kernel(rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndar
 
 
 def mix_semantic(C: np.ndarray, S: np.ndarray, weight: float = SEMANTIC["weight"]) -> np.ndarray:
-    """``(1 - weight) C + weight S``: the grouping's affinities ``C`` (r, c) with the
-    semantic kernel ``S`` of the same photos (both unit-diagonal when square)."""
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"weight must be in [0, 1], got {weight}")
-    C = np.asarray(C, np.float64)
-    S = np.asarray(S, np.float64)
-    if C.shape != S.shape:
-        raise ValueError(f"kernels of different shapes: {C.shape}, {S.shape}")
-    return (1.0 - weight) * C + weight * S
+    """``(1 - weight) C + weight S`` (n, m) float64: the grouping's affinities ``C`` with the
+    semantic kernel ``S`` of the same photos (both unit-diagonal when square), as
+    :func:`engine.cluster.combine_kernels` mixes its two (``ValueError`` for a weight
+    outside [0, 1] or kernels of different shapes)."""
+    from engine.cluster.appearance import combine_kernels
+
+    return combine_kernels(C, S, weight=weight)

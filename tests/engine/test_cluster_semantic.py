@@ -69,7 +69,7 @@ def test_kernel_and_mix():
     assert np.allclose(mix_semantic(C, S, 0.25), 0.75 * C + 0.25 * S)
     with pytest.raises(ValueError, match="weight"):
         mix_semantic(C, S, 1.5)
-    with pytest.raises(ValueError, match="shapes"):
+    with pytest.raises(ValueError, match="shape"):
         mix_semantic(C[:4], S)
 
 
