@@ -81,8 +81,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "Helps for objects photographed in similar poses")  # fmt: skip
     p.add_argument("--k-max", type=int, default=None, metavar="K",
                    help="largest k of --k auto (default 30, engine.cluster.AUTO_K_MAX; "
-                        "the eigengap compares up to 12, finer k must be stable on "
-                        "subsamples)")  # fmt: skip
+                        "the eigengap compares up to it, or up to 12 on the pyramid match "
+                        "alone; finer k must be stable on subsamples)")  # fmt: skip
     p.add_argument("--prototypes", type=float, default=25.0, metavar="PCT",
                    help="top percent of each group kept as prototypes (default 25)")  # fmt: skip
     p.add_argument("--partners", type=int, default=8, metavar="N",

@@ -31,6 +31,7 @@ __all__ = [
     "category_extractor",
     "category_features",
     "collection_rows",
+    "global_descriptors",
     "hash_of",
     "vocab_sample",
 ]
@@ -331,7 +332,8 @@ class CategoryChannel:
         self.store.save_array(n_xy, xy)
         self.store.save_array(n_off, off)
         for g in self._globals:
-            self.store.save_array(f"{self._prefix}{token}.{g}", _global_rows(g, feats))
+            rows = global_descriptors([f for _, f in feats], _GLOBALS[g][0])
+            self.store.save_array(f"{self._prefix}{token}.{g}", rows.astype(_GLOBALS[g][2]))
         self.manifest["chunks"][token] = len(feats)
         for row, (h, f) in enumerate(feats):
             self.manifest["items"][h] = [token, row, int(f.image_size[0]), int(f.image_size[1])]
@@ -564,12 +566,13 @@ def _global_of(g: str, f: Any) -> np.ndarray:
     return np.zeros(dim, np.float32) if a is None else np.asarray(a, np.float32).reshape(-1)
 
 
-def _global_rows(g: str, feats: Sequence[tuple[str, Any]]) -> np.ndarray:
-    """(c, d) descriptors ``g`` of one chunk's ``(hash, features)``, in the stored dtype."""
-    _, dim, dtype = _GLOBALS[g]
+def global_descriptors(feats: Sequence[Any], field: str) -> np.ndarray:
+    """(q, d) float32 global descriptors ``field`` (``"appearance"`` or ``"semantic"``) of
+    :class:`CategoryFeatures` ``feats``; zeros for one computed without it."""
+    g = next(g for g, (name, _, _) in _GLOBALS.items() if name == field)
     if not feats:
-        return np.zeros((0, dim), dtype)
-    return np.stack([_global_of(g, f) for _, f in feats]).astype(dtype)
+        return np.zeros((0, _GLOBALS[g][1]), np.float32)
+    return np.stack([_global_of(g, f) for f in feats])
 
 
 def as_float(d: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from engine.cluster.channel import (
     as_float,
     category_features,
     collection_rows,
+    global_descriptors,
     hash_of,
     vocab_sample,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "category_mask",
     "category_model_iter",
     "mix_appearance",
+    "mix_globals",
 ]
 
 
@@ -130,13 +132,12 @@ class CategoryModel:
             both, inverse = np.unique(np.concatenate([r, c]), return_inverse=True)
             K = binned_pyramid_kernel([self.bins[int(i)] for i in both],
                                       columns=inverse[r.size :])[inverse[: r.size]]  # fmt: skip
-        square = rows is None and columns is None
+        square = rows is None and columns is None  # (None: the rows' own, unit diagonal)
+        app = None if self.appearance is None else (self.appearance[r], self.appearance[c])
         sem = None
         if self.semantic is not None:
             sem = (self.semantic[r], None if square else self.semantic[c])
-        if self.appearance is None:
-            return K, (K if sem is None else mix_semantic(K, semantic_kernel(*sem)))
-        return K, mix_appearance(K, self.appearance[r], self.appearance[c], semantic=sem)
+        return K, mix_globals(K, app, sem)
 
     def bin_features(self, descriptors: np.ndarray) -> np.ndarray:
         """(m, L) int64 bins of new descriptors (e.g. an image to classify)."""
@@ -171,17 +172,14 @@ class CategoryModel:
         sets = list(bins) + [self.bins[int(c)] for c in cols]
         K = binned_pyramid_kernel(sets, columns=np.arange(len(bins), len(sets)))
         K = K[: len(bins)]
-        sem = None
-        if self.semantic is not None:
-            if semantic is None:
-                raise ValueError("the model has semantic embeddings: pass the new images'")
-            sem = (np.asarray(semantic).reshape(len(bins), -1), self.semantic[cols])
-        if self.appearance is None:
-            return K if sem is None else mix_semantic(K, semantic_kernel(*sem))
-        if appearance is None:
-            raise ValueError("the model has appearance descriptors: pass the new images'")
-        app = np.asarray(appearance).reshape(len(bins), -1)
-        return mix_appearance(K, app, self.appearance[cols], semantic=sem)
+        pairs = []
+        for name, kept, new in (("appearance descriptors", self.appearance, appearance),
+                                ("semantic embeddings", self.semantic, semantic)):  # fmt: skip
+            if kept is not None and new is None:
+                raise ValueError(f"the model has {name}: pass the new images'")
+            pairs.append(None if kept is None else
+                         (np.asarray(new).reshape(len(bins), -1), kept[cols]))  # fmt: skip
+        return mix_globals(K, *pairs)
 
 
 def category_model_iter(
@@ -313,44 +311,37 @@ def category_kernel_rows(
     cols = [binned(channel.raw(h)[0]) for h in col_hashes]
     K = binned_pyramid_kernel(q + cols, columns=np.arange(len(q), len(q) + len(cols)))
     K = K[: len(q)]
-    sem_cols = channel.semantic(col_hashes)
-    sem = None
-    if sem_cols is not None:
-        sem = (_stacked([f.semantic for f in feats], sem_cols.shape[1]), sem_cols)
-    app_cols = channel.appearance(col_hashes)
-    if app_cols is None:
-        return K if sem is None else mix_semantic(K, semantic_kernel(*sem))
-    app_q = _stacked([f.appearance for f in feats], app_cols.shape[1])
-    return mix_appearance(K, app_q, app_cols, semantic=sem)
+    pairs = []
+    for name, cols_desc in (("appearance", channel.appearance(col_hashes)),
+                            ("semantic", channel.semantic(col_hashes))):  # fmt: skip
+        pairs.append(None if cols_desc is None else
+                     (global_descriptors(feats, name), cols_desc))  # fmt: skip
+    return mix_globals(K, *pairs)
 
 
-def _stacked(rows: Sequence[np.ndarray | None], dim: int) -> np.ndarray:
-    """(q, dim) float32 of per-image global descriptors (zeros where one is missing)."""
-    out = np.zeros((len(rows), dim), np.float32)
-    for i, v in enumerate(rows):
-        if v is not None:
-            out[i] = np.asarray(v, np.float32).reshape(-1)
-    return out
+def mix_globals(
+    K: np.ndarray,
+    appearance: tuple[np.ndarray, np.ndarray | None] | None,
+    semantic: tuple[np.ndarray, np.ndarray | None] | None,
+) -> np.ndarray:
+    """The grouping's affinities (r, c) float64 from the pyramid match ``K`` (r, c): mixed
+    with the appearance kernel (:func:`mix_appearance`), then with the semantic kernel
+    (:func:`engine.cluster.semantic.mix_semantic`). Each of ``appearance`` and ``semantic``
+    is (the rows' descriptors, the columns' or None for the rows' own square kernel), or
+    None when the channel keeps none."""
+    M = K if appearance is None else mix_appearance(K, *appearance)
+    return M if semantic is None else mix_semantic(M, semantic_kernel(*semantic))
 
 
 def mix_appearance(
-    K: np.ndarray,
-    app_rows: np.ndarray,
-    app_cols: np.ndarray | None = None,
-    *,
-    semantic: tuple[np.ndarray, np.ndarray | None] | None = None,
+    K: np.ndarray, app_rows: np.ndarray, app_cols: np.ndarray | None = None
 ) -> np.ndarray:
     """The pyramid match ``K`` (r, c) -- or another kernel of unit diagonal, the Fisher view
     (:func:`engine.cluster.fisher.fisher_view`) -- mixed with the appearance kernel of the
     rows' and the columns' descriptors (:func:`engine.cluster.combine_kernels`,
-    :data:`APPEARANCE`; ``app_cols`` None: the rows' square kernel, unit diagonal), then,
-    with ``semantic`` = (the rows' embeddings, the columns' or None), with the semantic
-    kernel (:func:`engine.cluster.semantic.mix_semantic`, :data:`SEMANTIC` weight)."""
+    :data:`APPEARANCE`; ``app_cols`` None: the rows' square kernel, unit diagonal)."""
     A = appearance_kernel(app_rows, app_cols, gamma=float(APPEARANCE["gamma"]))
-    M = combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
-    if semantic is None:
-        return M
-    return mix_semantic(M, semantic_kernel(*semantic))
+    return combine_kernels(K, A, weight=float(APPEARANCE["weight"]))
 
 
 def category_mask(

@@ -46,8 +46,9 @@ __all__ = [
     "discover_categories_iter",
 ]
 
-#: Largest k the eigengap compares: its nearest-neighbour graphs (20-35 neighbours) cannot
-#: see finer groups, and every setting of it was chosen over k in 2..12.
+#: Largest k the eigengap compares by default: on the hand-made affinities every setting of
+#: it was chosen over k in 2..12 (the grouping pipeline lets it reach ``k_max`` when its
+#: affinities include the semantic channel: ``discover_categories_iter(eigengap_max=)``).
 EIGENGAP_K_MAX = 12
 #: Default largest number of groups of ``k="auto"``: above :data:`EIGENGAP_K_MAX` only the
 #: stability check of finer partitions (:func:`engine.cluster.stability.finer_stable_k`)

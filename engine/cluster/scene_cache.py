@@ -73,12 +73,16 @@ class RememberedScenes:
         self.probability = np.zeros(0, np.float64)
 
     @classmethod
-    def load(cls, index_dir: Path | None, settings: Sequence[float]) -> RememberedScenes:
-        """The cache of ``index_dir`` (empty when there is none, or it cannot be used)."""
-        cache = cls(None if index_dir is None else Path(index_dir) / SCENE_CACHE, settings)
-        if cache.path is None:
+    def load(
+        cls, index_dir: Path | None, settings: Sequence[float], *, writable: bool = True
+    ) -> RememberedScenes:
+        """The cache of ``index_dir`` (empty when there is none, or it cannot be used);
+        ``writable`` False: read, never written (a read-only index)."""
+        path = None if index_dir is None else Path(index_dir) / SCENE_CACHE
+        cache = cls(path if writable else None, settings)
+        if path is None:
             return cache
-        found = read_cache(cache.path, SCENE_CACHE_VERSION, ("settings", *_ARRAYS))
+        found = read_cache(path, SCENE_CACHE_VERSION, ("settings", *_ARRAYS))
         if found is None:
             return cache
         settings = found["settings"]

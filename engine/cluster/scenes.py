@@ -128,9 +128,9 @@ def scene_probabilities_iter(
             raise ValueError(f"hashes must name the {n} paths, got {len(hashes)}")
         store = getattr(collection, "store", None)
         index_dir = getattr(store, "index_dir", None)
-        keys, cache = scene_keys(hashes), RememberedScenes.load(index_dir, settings)
-        if getattr(store, "readonly", True):
-            cache.path = None  # (read, never written)
+        writable = not getattr(store, "readonly", True)
+        keys, cache = scene_keys(hashes), RememberedScenes.load(index_dir, settings,
+                                                                writable=writable)  # fmt: skip
     row = {str(p): i for i, p in enumerate(paths)}
     todo = np.flatnonzero(~cache.known(keys))
     k = int(min(top, max(n - 1, 1)))
