@@ -142,6 +142,13 @@ def __getattr__(name: str):
 _UNSAFE = re.compile(r"[^\w\-. ]+", re.UNICODE)
 
 
+def group_label(grouping, g: int) -> str:
+    """How a menu names group ``g``: its name and size ("Pizza (11 photos)"), with a "&" in
+    the name doubled so that Qt shows it instead of taking it for a shortcut mark."""
+    n = int(np.count_nonzero(np.asarray(grouping.labels) == g))
+    return f"{grouping.name(g).replace('&', '&&')} ({n} photo{'s' if n != 1 else ''})"
+
+
 def _folder_name(name: str, g: int) -> str:
     safe = _UNSAFE.sub("_", name).strip(" ._")
     return f"{g + 1:02d} {safe}" if safe else f"{g + 1:02d} Group {g + 1}"
@@ -597,7 +604,7 @@ class GroupRow(QFrame):
         self.merge_menu.clear()
         for other in range(g.k):
             if other != self.group:
-                a = self.merge_menu.addAction(g.name(other))
+                a = self.merge_menu.addAction(group_label(g, other))
                 a.triggered.connect(lambda _=False, o=other: self.view.merge_groups(self.group, o))
         self.merge_btn.setEnabled(g.k > 1)
 
@@ -1085,8 +1092,13 @@ class CategoriesView(QWidget):
 
     # -- edits -------------------------------------------------------------------------------
     def rename_group(self, group: int, name: str) -> None:
+        g = self.grouping
+        old = g.name(group) if g is not None and 0 <= group < g.k else ""
         if self.model.rename(group, name):
             self._save()
+            new = self.grouping.name(group)
+            if new != old:
+                self.window.status_label.setText(f"Renamed “{old}” to “{new}” (Ctrl+Z undoes it).")
 
     def _add_constraints(self, must, cannot) -> None:
         self.model.add_constraints(must, cannot)
@@ -1204,7 +1216,7 @@ class CategoriesView(QWidget):
         move = menu.addMenu("Move to group")
         cur = g.group_of(path) if g is not None else -1
         for other in range(g.k if g is not None else 0):
-            a = QAction(g.name(other), move)
+            a = QAction(group_label(g, other), move)
             a.setEnabled(other != cur and not self._busy)
             a.triggered.connect(lambda _=False, o=other: self.move_photo(path, o))
             move.addAction(a)

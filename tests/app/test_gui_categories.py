@@ -90,11 +90,13 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
 
     # rename the first group like a person: click the name, type, press Enter
     row0 = view.rows[0]
+    was = view.grouping.name(0)
     qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
     row0.name.selectAll()
     qtbot.keyClicks(row0.name, "Blue things")
     qtbot.keyClick(row0.name, Qt.Key.Key_Return)
     assert view.grouping.name(0) == "Blue things"
+    assert window.status_label.text() == f"Renamed “{was}” to “Blue things” (Ctrl+Z undoes it)."
     from engine.index import keys
 
     saved = json.loads(window.collection.store.get_kv(keys.CATEGORY_EDITS_KEY))
@@ -126,7 +128,10 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     # the context menu offers the same move, to every other group
     menu = view.photo_menu(moved)
     move = next(a.menu() for a in menu.actions() if a.text() == "Move to group")
-    assert sorted(a.text() for a in move.actions()) == sorted(g.name(k) for k in range(g.k))
+    sizes = np.bincount(g.labels, minlength=g.k)
+    assert sorted(a.text() for a in move.actions()) == sorted(
+        f"{g.name(k)} ({sizes[k]} photo{'s' if sizes[k] != 1 else ''})" for k in range(g.k)
+    )
 
     # feature mask of a photo: one weight in [0, 1] per dense grouping feature, drawn
     from engine.cluster import category_features_of
@@ -395,3 +400,20 @@ def test_a_tile_names_a_photo_that_is_not_utf8_with_ufffd(qtbot):
     idx = model.index(0)
     assert model.data(idx, Qt.ItemDataRole.DisplayRole) == "Rose_\ufffdt\ufffd.jpg"
     assert model.data(idx, PATH_ROLE) == odd
+
+
+def test_a_menu_names_a_group_with_its_size_and_shows_an_ampersand(qtbot):
+    """The "Merge with" and "Move to group" menus name each group with its size, and a "&"
+    in a name the person typed ("Tom & Jerry") is shown, not taken for a shortcut mark."""
+    from PySide6.QtWidgets import QMenu
+
+    from app.gui.categories import Grouping, group_label
+
+    g = Grouping(["a", "b", "c"], np.array([0, 0, 1]), np.ones(3), np.zeros(3, bool),
+                 np.zeros(3, bool), names={0: "Tom & Jerry"})  # fmt: skip
+    assert group_label(g, 0) == "Tom && Jerry (2 photos)"
+    assert group_label(g, 1) == "Group 2 (1 photo)"
+    menu = QMenu()
+    qtbot.addWidget(menu)
+    action = menu.addAction(group_label(g, 0))
+    assert action.iconText() == "Tom & Jerry (2 photos)"  # what Qt shows: one "&"
