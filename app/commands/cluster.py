@@ -52,7 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
             "edited in the app (names, moves, splits, merges) are kept: photos added since "
             "are placed into them and removed ones leave; --regroup (or --k, --must, "
-            "--cannot, --fisher, --[no-]scenes, --relabel) groups from scratch."
+            "--cannot, --fisher, --[no-]scenes, --relabel) groups from scratch, and that "
+            "grouping replaces the edited one (names carried over; the app's Undo brings "
+            "it back)."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
@@ -62,7 +64,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--regroup",
         action="store_true",
         help="group from scratch even when the folder holds groups you edited in the app "
-        "(by default those are kept: new photos are placed into them)",
+        "(by default those are kept: new photos are placed into them); the new grouping "
+        "replaces them, their names carried over, and the app's Undo brings them back",
     )
     p.add_argument("--must", nargs=2, action="append", default=[], metavar=("A", "B"),
                    help="images A and B belong together (repeatable)")  # fmt: skip
@@ -214,11 +217,59 @@ def run(args: argparse.Namespace) -> int:
                 save_grouping(col.store, grouping)
             except OSError as exc:  # the grouping itself is still printed
                 print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
+            else:
+                pairs = [[(str(paths[a]), str(paths[b])) for a, b in p] for p in (must, cannot)]
+                grouping = _replace_edits(col, grouping, *pairs, k)
     finally:
         col.close()
 
     _print_groups(grouping, n, args.json)
     return 0
+
+
+def _replace_edits(col, grouping, must, cannot, k):
+    """After a grouping the user asked for (``--regroup``, ``--k``, ...): the grouping the
+    person edited in the app, if there is one, is replaced by it, so that the app and the
+    next ``simile cluster`` show the new one. Its group names go to the new groups they
+    overlap most (:func:`engine.cluster.carry_names`) and the edited grouping joins the undo
+    history (:func:`engine.cluster.remember_replaced`): Ctrl+Z in the app brings it back.
+    Returns the grouping to print."""
+    from engine.cluster import (
+        REVIEW_NAME,
+        EditableGrouping,
+        carry_names,
+        load_edits,
+        remember_replaced,
+        save_edits,
+    )
+    from engine.index import keys
+
+    paths = [str(p) for p in col.paths()]
+    try:
+        saved = load_edits(col.store, paths)
+    except (ValueError, TypeError):  # (unreadable edits: replaced by the new grouping)
+        saved = None
+    if saved is not None and saved.source != "edits":
+        return grouping  # (never edited: the new grouping is the folder's, as saved)
+    if saved is None and not col.store.get_kv(keys.CATEGORY_EDITS_KEY):
+        return grouping
+    new = EditableGrouping.from_grouping(grouping)
+    old = saved.grouping if saved is not None else None
+    if old is not None:
+        new.names = carry_names(old.paths, old.labels, old.names, new.paths, new.labels,
+                                skip=(REVIEW_NAME,))  # fmt: skip
+    try:
+        remember_replaced(col.store, paths)
+        save_edits(col.store, new, must, cannot, k)
+    except OSError as exc:
+        print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
+        return grouping
+    print(
+        "simile: this grouping replaces the groups edited in the app (their names carried "
+        "over); Undo (Ctrl+Z) in the app's Categories brings those back",
+        file=sys.stderr,
+    )
+    return new
 
 
 def _kept_edits(col):

@@ -897,7 +897,7 @@ class CategoriesView(QWidget):
         """Show the grouping saved in the index (:func:`engine.cluster.load_edits`: the
         person's edits, else the last grouping of ``simile cluster``) with its constraints
         and number of groups; then compute the affinities later edits rank on."""
-        from engine.cluster import load_edits
+        from engine.cluster import load_edits, load_history
 
         coll = self.collection
         if coll is None:
@@ -920,6 +920,11 @@ class CategoriesView(QWidget):
             log.debug("saved grouping not restored: %s", saved.problem)
             return
         self.model.set_placed(saved.placed)  # (still marked "new" from an earlier visit)
+        if not self.model.undo_stack:  # (the same folder again keeps the history it has)
+            try:
+                self.model.set_history(load_history(coll.store, coll.paths()))
+            except Exception as exc:  # (a closed store: undo starts afresh)
+                log.debug("no undo history: %s", exc)
         self.model.set_grouping(saved.grouping)
         if saved.new_paths:  # photos added since: placed into the groups, not regrouped
             self._place_new(saved.grouping, len(saved.new_paths))
@@ -968,7 +973,9 @@ class CategoriesView(QWidget):
         self._update_buttons()
 
     def _save(self) -> None:
-        from engine.cluster import save_edits
+        """Keep the grouping, the person's edits and the undo history in the index
+        (:func:`engine.cluster.save_edits`, :func:`engine.cluster.save_history`)."""
+        from engine.cluster import save_edits, save_history
 
         m = self.model
         if self.collection is None or m.grouping is None:
@@ -976,6 +983,7 @@ class CategoriesView(QWidget):
         try:
             save_edits(self.collection.store, m.grouping, m.must, m.cannot, m.k_choice,
                        m.placed)  # fmt: skip
+            save_history(self.collection.store, m.history())
         except Exception as exc:  # read-only index: names live for this session only
             log.debug("could not save the grouping: %s", exc)
 
@@ -983,8 +991,9 @@ class CategoriesView(QWidget):
     def k_choice(self):
         return self.model.k_choice
 
-    def regroup(self, k=None) -> None:
-        """Group the collection in the background (``k``: None = the chooser's value)."""
+    def regroup(self, k=None, *, remembered: bool = False) -> None:
+        """Group the collection in the background (``k``: None = the chooser's value;
+        ``remembered``: the caller already kept the state to undo to)."""
         win = self.window
         if self.collection is None or win.is_indexing():
             win.show_error("Photos can be grouped once the folder is indexed.", kind="warning")
@@ -997,12 +1006,14 @@ class CategoriesView(QWidget):
             return
 
         def done(result) -> None:
-            from engine.cluster import carry_names
+            from engine.cluster import REVIEW_NAME, carry_names
 
             _paths, K, g = result
             if old is not None:
-                g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels)
-                m.remember("grouping again")
+                g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels,
+                                      skip=(REVIEW_NAME,))  # fmt: skip
+                if not remembered:
+                    m.remember("grouping again")
             m.forget_placed()  # (every photo grouped afresh: none is "new" any more)
             m.set_grouping(g, K=K)
             self._save()
@@ -1200,9 +1211,14 @@ class CategoriesView(QWidget):
         self.grouping_shown.emit()
 
     def forget_constraints(self) -> None:
+        """Forget the person's moves (their must / cannot pairs) and group again; one Ctrl+Z
+        brings back both the groups and the moves."""
+        kept = self.model.grouping is not None
+        if kept:
+            self.model.remember("“Forget my moves”")
         self.model.set_constraints([], [])
         self._save()
-        self.regroup()
+        self.regroup(remembered=kept)
 
     # -- photo actions -----------------------------------------------------------------------
     def _photo_menu(self, path: str, pos) -> None:

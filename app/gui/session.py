@@ -530,6 +530,21 @@ class GroupingModel:
     def can_undo(self) -> bool:
         return bool(self.undo_stack) and not self.busy
 
+    def history(self) -> list:
+        """The undo history as :class:`engine.cluster.HistoryEntry` items, oldest first
+        (what :func:`engine.cluster.save_history` keeps in the index)."""
+        from engine.cluster import HistoryEntry
+
+        return [HistoryEntry(what, g, list(must), list(cannot))
+                for what, g, _K, must, cannot in self.undo_stack]  # fmt: skip
+
+    def set_history(self, entries) -> None:
+        """The undo history read back from the index (:func:`engine.cluster.load_history`,
+        oldest first); undoing one of them keeps the affinities computed since."""
+        self.undo_stack = [
+            (e.what, e.grouping, None, list(e.must), list(e.cannot)) for e in entries
+        ][-self.UNDO_DEPTH :]
+
     def undo(self) -> str | None:
         """Bring back the grouping and constraints before the last edit; returns what was
         undone (None: nothing to undo)."""
@@ -547,7 +562,7 @@ class GroupingModel:
             must = [p for p in must if set(p) <= live]
             cannot = [p for p in cannot if set(p) <= live]
         self.set_constraints(must, cannot)
-        self.set_grouping(grouping, K=K)
+        self.set_grouping(grouping, K=... if K is None else K)
         return what
 
     def reset(self) -> None:

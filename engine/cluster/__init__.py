@@ -89,6 +89,12 @@ from engine.cluster.grouping import (
     save_edits,
     save_grouping,
 )
+from engine.cluster.history import (
+    HistoryEntry,
+    load_history,
+    remember_replaced,
+    save_history,
+)
 from engine.cluster.model import (
     CATEGORY_VOCAB,
     CategoryModel,
@@ -156,6 +162,7 @@ __all__ = [
     "EditableGrouping",
     "FisherEncoder",
     "Grouping",
+    "HistoryEntry",
     "Placement",
     "Refinement",
     "SavedEdits",
@@ -199,6 +206,7 @@ __all__ = [
     "knn_graph",
     "load_edits",
     "load_grouping",
+    "load_history",
     "masks_from_arrays",
     "masks_to_arrays",
     "merge_edit",
@@ -216,9 +224,11 @@ __all__ = [
     "rebase_grouping",
     "refine_with_masks",
     "refine_with_masks_iter",
+    "remember_replaced",
     "restrict",
     "save_edits",
     "save_grouping",
+    "save_history",
     "scene_probabilities_iter",
     "semantic_embedding",
     "semantic_kernel",

@@ -200,12 +200,16 @@ def carry_names(
     old_names: dict[int, str],
     new_paths: Sequence[str],
     new_labels: np.ndarray,
+    *,
+    skip: Iterable[str] = (),
 ) -> dict[int, str]:
     """Names for the groups of a new grouping, taken from the old one.
 
     Each new group gets the name of the old group it overlaps most (one-to-one, Hungarian
     assignment on the member overlap), so renamed groups keep their names across
-    re-groupings.
+    re-groupings. Old groups named one of ``skip`` take no part: a grouping made afresh
+    has no "To review" group (:data:`engine.cluster.REVIEW_NAME`), and the photos it held
+    must not keep another group from its name.
 
     Parameters
     ----------
@@ -220,6 +224,7 @@ def carry_names(
     dict int -> str
         Names of new groups (only groups that overlap a named old group).
     """
+    names_before = dict(old_names)
     if not old_names:
         return {}
     from scipy.optimize import linear_sum_assignment
@@ -234,6 +239,11 @@ def carry_names(
     b = new_labels[nj]
     ov = np.zeros((a.max() + 1, b.max() + 1), np.int64)
     np.add.at(ov, (a, b), 1)
+    skipped = set(skip)
+    old_names = {g: n for g, n in old_names.items() if n not in skipped}
+    for g, n in names_before.items():
+        if n in skipped and g < ov.shape[0]:
+            ov[g] = 0
     r, c = linear_sum_assignment(-ov)
     return {int(cc): old_names[int(rr)] for rr, cc in zip(r, c, strict=True)
             if ov[rr, cc] > 0 and int(rr) in old_names}  # fmt: skip

@@ -516,21 +516,41 @@ def edits_json(
     ``k_reason``, ``flow``, ``prototypes``, ``outliers``, ``must``, ``cannot``, ``k``, and
     ``placed`` when there are placed photos to mark)."""
     extra = {"placed": {str(p): float(c) for p, c in placed.items()}} if placed else {}
-    return json.dumps(
-        {
-            "paths": grouping.paths,
-            "labels": grouping.labels.tolist(),
-            "names": {str(g): n for g, n in grouping.names.items()},
-            "k_reason": grouping.k_reason,
-            "flow": grouping.flow.tolist(),
-            "prototypes": grouping.prototypes.astype(int).tolist(),
-            "outliers": grouping.outliers.astype(int).tolist(),
-            "must": [list(p) for p in must],
-            "cannot": [list(p) for p in cannot],
-            "k": k,
-            **extra,
-        }
-    )
+    return json.dumps({**grouping_dict(grouping, must, cannot), "k": k, **extra})
+
+
+def grouping_dict(
+    grouping: EditableGrouping, must: Sequence[Sequence[str]], cannot: Sequence[Sequence[str]]
+) -> dict[str, Any]:
+    """A grouping and the person's constraints as plain JSON values (the keys of
+    :func:`edits_json` but ``k`` and ``placed``); :func:`grouping_from_dict` reads it."""
+    return {
+        "paths": list(grouping.paths),
+        "labels": grouping.labels.tolist(),
+        "names": {str(g): n for g, n in grouping.names.items()},
+        "k_reason": grouping.k_reason,
+        "flow": grouping.flow.tolist(),
+        "prototypes": grouping.prototypes.astype(int).tolist(),
+        "outliers": grouping.outliers.astype(int).tolist(),
+        "must": [list(p) for p in must],
+        "cannot": [list(p) for p in cannot],
+    }
+
+
+def grouping_from_dict(d: dict[str, Any]) -> EditableGrouping:
+    """The grouping of :func:`grouping_dict` (``ValueError``, ``KeyError``, ``TypeError`` or
+    ``IndexError`` when it is damaged: arrays of other lengths, missing keys)."""
+    saved = EditableGrouping(
+        [str(p) for p in d["paths"]], np.asarray(d["labels"], np.int64),
+        np.asarray(d["flow"], np.float64), np.asarray(d["prototypes"], bool),
+        np.asarray(d["outliers"], bool), str(d.get("k_reason", "")),
+    )  # fmt: skip
+    n = len(saved.paths)
+    shapes = (saved.labels.shape, saved.flow.shape, saved.prototypes.shape, saved.outliers.shape)
+    if any(shape != (n,) for shape in shapes):
+        raise ValueError("its arrays do not have one entry per photo")
+    saved.names = {int(a): str(b) for a, b in dict(d.get("names", {})).items() if b}
+    return saved
 
 
 def save_edits(
@@ -595,7 +615,7 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
             saved = load_grouping(store, classifier=False)
         except KeyError:
             return None
-        g, new = _fitted(EditableGrouping.from_grouping(saved), paths)
+        g, new = fitted(EditableGrouping.from_grouping(saved), paths)
         if g is None:
             return None
         return SavedEdits(g, [], [], None, "grouping", new_paths=new)
@@ -606,16 +626,7 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     cannot = [tuple(map(str, p)) for p in d.get("cannot", [])]
     k = d.get("k", "auto")
     try:
-        saved = EditableGrouping(
-            [str(p) for p in d["paths"]], np.asarray(d["labels"], np.int64),
-            np.asarray(d["flow"], np.float64), np.asarray(d["prototypes"], bool),
-            np.asarray(d["outliers"], bool), str(d.get("k_reason", "")),
-        )  # fmt: skip
-        n = len(saved.paths)
-        if not saved.labels.shape == saved.flow.shape == saved.prototypes.shape == (n,):
-            raise ValueError("its arrays do not have one entry per photo")
-        saved.names = {int(a): b for a, b in d.get("names", {}).items() if b}
-        g, new = _fitted(saved, paths)
+        g, new = fitted(grouping_from_dict(d), paths)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return SavedEdits(None, must, cannot, k, "edits", f"saved grouping unusable: {exc}")
     if g is None:
@@ -630,9 +641,7 @@ def load_edits(store: Any, paths: Sequence[Any]) -> SavedEdits | None:
     return SavedEdits(g, must, cannot, k, "edits", new_paths=new, placed=placed)
 
 
-def _fitted(
-    saved: EditableGrouping, paths: list[str]
-) -> tuple[EditableGrouping | None, list[str]]:
+def fitted(saved: EditableGrouping, paths: list[str]) -> tuple[EditableGrouping | None, list[str]]:
     """``saved`` fitted to the folder's photos ``paths``: the rows of the photos still
     there, in the order of ``paths`` (the others leave their groups), and the photos it
     does not hold."""

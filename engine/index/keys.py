@@ -41,6 +41,9 @@ key                           kind     written / read by
                                        ``load_edits``: the grouping as the person edited
                                        it in the app: names, moves, splits, merges, the
                                        chosen number of groups; JSON)
+``gui.categories.history``    kv       :mod:`engine.cluster.history` (``save_history`` /
+                                       ``load_history``: the states before the person's
+                                       last edits, for undo after reopening; JSON)
 ``duplicates.reference``      kv       :mod:`app.gui.duplicates` (the folders whose
                                        photos are always kept; JSON list of paths)
 ``feature_kwargs``            setting  :mod:`engine.index.ingest` (feature settings of
@@ -60,6 +63,7 @@ from __future__ import annotations
 __all__ = [
     "CATALOG_ID_KEY",
     "CATEGORY_EDITS_KEY",
+    "CATEGORY_HISTORY_KEY",
     "DATA_STATE",
     "DENSE_NAMESPACE",
     "DENSE_VOCAB_STATE",
@@ -114,11 +118,13 @@ LEARN_DENSE_NAMESPACE = "learn"
 DUPLICATE_REFERENCE_KEY = "duplicates.reference"
 #: The person's edits of a grouping in the app (kv, JSON).
 CATEGORY_EDITS_KEY = "gui.categories"
+#: The states of the grouping before the person's last edits, for undo (kv, JSON).
+CATEGORY_HISTORY_KEY = "gui.categories.history"
 
 #: kv entries (JSON) that name photos by path: a photo moved or renamed in the folder
 #: (:meth:`engine.index.store.IndexStore.rename`) is renamed in them too, so it keeps its
 #: marks and its place in the person's grouping.
-PATH_KV_KEYS = (MARKS_KEY, CATEGORY_EDITS_KEY)
+PATH_KV_KEYS = (MARKS_KEY, CATEGORY_EDITS_KEY, CATEGORY_HISTORY_KEY)
 #: The catalogue's random id (kv): saved states name it, and are never used with another.
 CATALOG_ID_KEY = "catalog.id"
 #: Feature-extraction settings of the stored keypoint features (setting).

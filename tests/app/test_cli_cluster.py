@@ -343,9 +343,25 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, demo_folder, capsy
     code, out = _run(["cluster", str(photos)], capsys)  # the text names the groups too
     assert code == 0 and f"Red: {len(groups['g0']) - 1} images" in out
     assert f"Group {1 - group_of[first] + 1}: " in out
-    code, out = _run(["cluster", str(photos), "--json", "--regroup"], capsys)
-    res = json.loads(out.strip().splitlines()[-1])
-    assert code == 0 and "Red" not in {c["name"] for c in res["clusters"]}
+    # --regroup starts over: the person's move is not kept, their name goes to the new
+    # group that overlaps the named one most, and the new grouping replaces the edited one
+    # (the next plain run shows it; the app can undo it: the edited one is in the history)
+    code = main(["cluster", str(photos), "--json", "--regroup"])
+    cap = capsys.readouterr()
+    assert code == 0 and "Undo (Ctrl+Z) in the app's Categories brings those back" in cap.err
+    res = json.loads(cap.out.strip().splitlines()[-1])
+    group_of = {m: c["id"] for c in res["clusters"] for m in c["members"]}
+    names = {c["id"]: c["name"] for c in res["clusters"]}
+    assert names[group_of[first]] == "Red"
+    assert group_of[moved] == group_of[first]  # (its subject's group: the move is gone)
+    code, out = _run(["cluster", str(photos), "--json"], capsys)
+    assert json.loads(out.strip().splitlines()[-1])["clusters"] == res["clusters"]
+    from engine.cluster import load_history
+
+    with Collection.open(photos, readonly=True) as col:
+        (undo,) = load_history(col.store, [str(p) for p in col.paths()])
+    assert undo.what == "grouping again"
+    assert undo.grouping.group_of(moved) != undo.grouping.group_of(first)  # the edited one
 
 
 def _three_groups(folder, index_name, capsys, *extra) -> list[dict]:

@@ -287,6 +287,14 @@ def test_saved_grouping_and_fixed_k(qtbot, window, grouped):
     names = [view.grouping.name(k) for k in range(view.grouping.k)]
     assert "Blue things" in names
     assert view.must
+    must = list(view.must)
+    view.forget_constraints()
+    qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
+    assert not view.must and not view.cannot
+    # one Ctrl+Z brings the moves back with the groups (the regrouping left them out)
+    qtbot.keyClick(view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert view.must == must
+    assert window.status_label.text() == "Undid the last “Forget my moves”."
     view.forget_constraints()
     qtbot.waitUntil(lambda: not view._busy, timeout=60_000)
     assert not view.must and not view.cannot

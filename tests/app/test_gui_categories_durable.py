@@ -305,3 +305,73 @@ def test_photos_simile_is_unsure_of_wait_in_to_review(qtbot, window, tmp_path, m
     assert view.grouping.k == 3 and view.rows[2].info.text() == "2 photos  ·  2 new"
     assert all(c is not None for c in view.rows[2].model.placed)
     assert not any(c is not None for row in view.rows[:2] for c in row.model.placed)
+
+
+def test_undo_outlives_reopening_and_undoes_a_regroup_from_the_command_line(
+    qtbot, window, tmp_path
+):
+    """Found in a real window: after reopening a folder Undo was greyed (its history lived
+    as long as the window). The history is kept in the index: reopened, Ctrl+Z undoes the
+    move, then the rename. ``simile cluster --regroup`` replaces the edited groups (the
+    next ``simile cluster`` and the app show the new ones, names carried over) and Ctrl+Z
+    in the app brings the edited ones back."""
+    from app.cli import main
+
+    folder, index = tmp_path / "photos", tmp_path / "index"
+    make_grouped_folder(folder, per_group=4, seed=21)
+    other = tmp_path / "other"
+    make_grouped_folder(other, per_group=3, seed=22)
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    view = window.views["categories"]
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        window.show_view("categories")
+    first = {p: view.grouping.group_of(p) for p in view.grouping.paths}
+    row0 = view.rows[0]
+    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
+    row0.name.selectAll()
+    qtbot.keyClicks(row0.name, "Sea")
+    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    moved = view.rows[1].model.path(0)
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        _drop(view, view.rows[1], moved, view.rows[0])
+    edited = {p: view.grouping.group_of(p) for p in view.grouping.paths}
+    assert edited[moved] == 0 and edited != first
+
+    def reopen(path, idx=None) -> None:
+        with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+            window.open_folder(path, idx)
+        window.show_view("categories")
+        qtbot.waitUntil(lambda: view.grouping is not None and not view._busy, timeout=60_000)
+
+    reopen(other, tmp_path / "other_index")
+    assert not view.undo_btn.isEnabled(), "another folder has its own (empty) history"
+    reopen(folder, index)
+    assert {p: view.grouping.group_of(p) for p in view.grouping.paths} == edited
+    assert view.undo_btn.isEnabled(), "the edits can still be undone after reopening"
+    qtbot.keyClick(view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: "Undid the last move" in window.status_label.text(), timeout=5_000)
+    assert view.grouping.group_of(moved) == first[moved] and view.grouping.name(0) == "Sea"
+    qtbot.keyClick(view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: "Undid the last rename" in window.status_label.text(), timeout=5_000)
+    assert view.grouping.name(0) == "Group 1"
+    assert not view.undo_btn.isEnabled()
+
+    # edit again, leave the folder, regroup it on the command line into 3 groups
+    row0 = view.rows[0]
+    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
+    row0.name.selectAll()
+    qtbot.keyClicks(row0.name, "Sea")
+    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    reopen(other, tmp_path / "other_index")
+    argv = ["cluster", str(folder), "--index", str(index), "--json", "--no-update"]
+    assert main([*argv, "--regroup", "--k", "3"]) == 0
+    assert main(argv) == 0  # (kept: the new grouping, not the edited one)
+    reopen(folder, index)
+    assert view.grouping.k == 3 and "Sea" in [view.grouping.name(g) for g in range(3)]
+    qtbot.keyClick(view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(
+        lambda: "Undid the last grouping again" in window.status_label.text(), timeout=5_000
+    )
+    assert view.grouping.k == 2 and view.grouping.name(0) == "Sea"
+    assert {p: view.grouping.group_of(p) for p in view.grouping.paths} == first
