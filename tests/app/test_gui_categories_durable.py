@@ -31,6 +31,24 @@ def _drop(view, src_row, path, target_row) -> None:
     target_row.strip.dropEvent(drop)
 
 
+def _open_and_group(qtbot, window, folder, index):
+    """Open ``folder`` and show its Categories once they are grouped; the view."""
+    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
+        window.open_folder(folder, index)
+    view = window.views["categories"]
+    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
+        window.show_view("categories")
+    return view
+
+
+def _rename(qtbot, row, name: str) -> None:
+    """Rename a group as a person does: click its name, type, press Enter."""
+    qtbot.mouseClick(row.name, Qt.MouseButton.LeftButton)
+    row.name.selectAll()
+    qtbot.keyClicks(row.name, name)
+    qtbot.keyClick(row.name, Qt.Key.Key_Return)
+
+
 def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path, monkeypatch):
     folder, index = tmp_path / "photos", tmp_path / "index"
     groups = make_grouped_folder(folder, per_group=5, seed=4)
@@ -40,11 +58,7 @@ def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path
     for name, paths in groups.items():
         shutil.move(paths[-1], aside / paths[-1].name)
         later[str(paths[-1])] = name
-    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
-        window.open_folder(folder, index)
-    view = window.views["categories"]
-    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
-        window.show_view("categories")
+    view = _open_and_group(qtbot, window, folder, index)
     g = view.grouping
     assert g.k == 2 and view.undo_btn.isEnabled() is False
     assert view.undo_shortcut.key() == QKeySequence(QKeySequence.StandardKey.Undo)
@@ -52,10 +66,7 @@ def test_move_alone_undo_and_new_photos_placed_on_reopen(qtbot, window, tmp_path
 
     # rename the first group as a person does
     row0 = view.rows[0]
-    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
-    row0.name.selectAll()
-    qtbot.keyClicks(row0.name, "Sea")
-    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    _rename(qtbot, row0, "Sea")
     assert view.grouping.name(0) == "Sea" and view.undo_btn.isEnabled()
 
     # drag a photo of group 1 onto group 0: it moves, nothing else does
@@ -228,16 +239,9 @@ def test_a_move_can_be_undone_after_the_folder_changed_on_disk(qtbot, window, tm
     for paths in groups.values():
         shutil.move(paths[-1], aside / paths[-1].name)
         later.append(paths[-1])
-    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
-        window.open_folder(folder, index)
-    view = window.views["categories"]
-    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
-        window.show_view("categories")
+    view = _open_and_group(qtbot, window, folder, index)
     row0 = view.rows[0]
-    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
-    row0.name.selectAll()
-    qtbot.keyClicks(row0.name, "Sea")
-    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    _rename(qtbot, row0, "Sea")
     before = {p: view.grouping.group_of(p) for p in view.grouping.paths}
     moved = view.rows[1].model.path(0)
     with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
@@ -274,11 +278,7 @@ def test_photos_simile_is_unsure_of_wait_in_to_review(qtbot, window, tmp_path, m
 
     folder, index = tmp_path / "photos", tmp_path / "index"
     make_grouped_folder(folder, per_group=3, seed=12)
-    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
-        window.open_folder(folder, index)
-    view = window.views["categories"]
-    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
-        window.show_view("categories")
+    view = _open_and_group(qtbot, window, folder, index)
     assert view.grouping.k == 2
     monkeypatch.setattr(placement, "UNSURE_CONFIDENCE", 1.01)  # unsure of every photo
     extra = make_grouped_folder(tmp_path / "more", n_groups=1, per_group=2, seed=99)["g0"]
@@ -321,17 +321,10 @@ def test_undo_outlives_reopening_and_undoes_a_regroup_from_the_command_line(
     make_grouped_folder(folder, per_group=4, seed=21)
     other = tmp_path / "other"
     make_grouped_folder(other, per_group=3, seed=22)
-    with qtbot.waitSignal(window.indexing_finished, timeout=INDEX_TIMEOUT):
-        window.open_folder(folder, index)
-    view = window.views["categories"]
-    with qtbot.waitSignal(view.grouping_shown, timeout=60_000):
-        window.show_view("categories")
+    view = _open_and_group(qtbot, window, folder, index)
     first = {p: view.grouping.group_of(p) for p in view.grouping.paths}
     row0 = view.rows[0]
-    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
-    row0.name.selectAll()
-    qtbot.keyClicks(row0.name, "Sea")
-    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    _rename(qtbot, row0, "Sea")
     moved = view.rows[1].model.path(0)
     with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
         _drop(view, view.rows[1], moved, view.rows[0])
@@ -359,10 +352,7 @@ def test_undo_outlives_reopening_and_undoes_a_regroup_from_the_command_line(
 
     # edit again, leave the folder, regroup it on the command line into 3 groups
     row0 = view.rows[0]
-    qtbot.mouseClick(row0.name, Qt.MouseButton.LeftButton)
-    row0.name.selectAll()
-    qtbot.keyClicks(row0.name, "Sea")
-    qtbot.keyClick(row0.name, Qt.Key.Key_Return)
+    _rename(qtbot, row0, "Sea")
     reopen(other, tmp_path / "other_index")
     argv = ["cluster", str(folder), "--index", str(index), "--json", "--no-update"]
     assert main([*argv, "--regroup", "--k", "3"]) == 0
