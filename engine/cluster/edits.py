@@ -224,7 +224,9 @@ def carry_names(
     dict int -> str
         Names of new groups (only groups that overlap a named old group).
     """
-    names_before = dict(old_names)
+    skip = set(skip)
+    skipped = {g for g, n in old_names.items() if n in skip}
+    old_names = {g: n for g, n in old_names.items() if g not in skipped}
     if not old_names:
         return {}
     from scipy.optimize import linear_sum_assignment
@@ -239,11 +241,7 @@ def carry_names(
     b = new_labels[nj]
     ov = np.zeros((a.max() + 1, b.max() + 1), np.int64)
     np.add.at(ov, (a, b), 1)
-    skipped = set(skip)
-    old_names = {g: n for g, n in old_names.items() if n not in skipped}
-    for g, n in names_before.items():
-        if n in skipped and g < ov.shape[0]:
-            ov[g] = 0
+    ov[[g for g in skipped if g < ov.shape[0]]] = 0  # (they take no new group)
     r, c = linear_sum_assignment(-ov)
     return {int(cc): old_names[int(rr)] for rr, cc in zip(r, c, strict=True)
             if ov[rr, cc] > 0 and int(rr) in old_names}  # fmt: skip
