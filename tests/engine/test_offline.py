@@ -51,7 +51,14 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
     folder.mkdir()
     for n in ("brick", "coffee", "chelsea"):
         shutil.copy(demo_folder / f"{n}.jpg", folder / f"{n}.jpg")
-    from engine.cluster import EditableGrouping, load_edits, save_edits
+    from engine.cluster import (
+        EditableGrouping,
+        HistoryEntry,
+        load_edits,
+        load_history,
+        save_edits,
+        save_history,
+    )
     from engine.workflows.marks import Mark, add_marks, load_marks
 
     with Collection.open(folder) as col:
@@ -62,6 +69,9 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
         g = EditableGrouping(paths, np.arange(3) % 2, np.zeros(3), np.zeros(3, bool),
                              np.zeros(3, bool), names={0: "Mine"})  # fmt: skip
         save_edits(col.store, g, [(paths[0], paths[2])], [], 2)
+        before_move = EditableGrouping(paths, np.zeros(3, np.int64), np.zeros(3),
+                                       np.zeros(3, bool), np.zeros(3, bool))  # fmt: skip
+        save_history(col.store, [HistoryEntry("move", before_move, [], [(paths[0], paths[1])])])
         (folder / "sub").mkdir()
         shutil.move(folder / "brick.jpg", folder / "sub" / "my wall.jpg")
         shutil.copy(folder / "coffee.jpg", folder / "coffee copy.jpg")
@@ -81,3 +91,8 @@ def test_a_moved_photo_keeps_its_row_and_features(tmp_path, demo_folder):
         old_group = g.group_of(str(folder / "brick.jpg"))
         assert saved.grouping.group_of(moved) == old_group
         assert saved.new_paths == [str(folder / "coffee copy.jpg")]
+        # and in the undo history (the states before the person's edits)
+        (undo,) = load_history(col.store, now)
+        assert moved in undo.grouping.paths
+        assert str(folder / "brick.jpg") not in undo.grouping.paths
+        assert moved in {p for pair in undo.cannot for p in pair}
