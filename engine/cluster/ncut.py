@@ -17,6 +17,7 @@ import numpy as np
 from engine.cluster.constraints import constraint_pairs
 
 __all__ = [
+    "DENSE_COMPONENT_MAX",
     "DENSE_EIG_MAX",
     "choose_landmarks",
     "discretize_embedding",
@@ -79,36 +80,54 @@ def ncut_embedding(W: np.ndarray, n_vectors: int) -> tuple[np.ndarray, np.ndarra
     return vals[order], vecs[:, order]
 
 
+#: Connected components of a graph up to this many nodes get the dense symmetric solver in
+#: :func:`sparse_graph_spectrum`; larger ones Lanczos.
+DENSE_COMPONENT_MAX = 600
+
+
 def sparse_graph_spectrum(G: np.ndarray, n_values: int) -> np.ndarray:
     """Leading eigenvalues of ``D^-1/2 G D^-1/2`` for a sparse graph ``G`` (n, n) float64,
     e.g. a nearest-neighbour graph (:func:`engine.cluster.affinity.knn_graph`), decreasing,
     (n_values,) float64.
 
-    A block method, LOBPCG (Knyazev, SIAM J. Sci. Comput. 2001;
-    ``scipy.sparse.linalg.lobpcg``), on the graph's non-zero entries: O(n m) per iteration
-    for m neighbours instead of the dense solver's O(n^2 q), and, unlike single-vector
-    Lanczos (``eigsh``), it keeps every copy of a repeated eigenvalue -- a graph with c
-    connected components has eigenvalue 1 c times. Small graphs go to
-    :func:`ncut_embedding`.
+    The matrix is block-diagonal over the graph's connected components
+    (``scipy.sparse.csgraph.connected_components``), so its spectrum is the union of theirs:
+    each component's leading eigenvalues come from the dense symmetric solver (LAPACK
+    ``syevr``, only the ``n_values`` largest) up to :data:`DENSE_COMPONENT_MAX` nodes, else
+    from Lanczos (``eigsh``) on its non-zero entries. Single-vector Lanczos on the whole
+    graph would lose copies of a repeated eigenvalue -- a graph with c connected
+    components has eigenvalue 1 c times --; within one component eigenvalue 1 is simple.
+    The block method used before, LOBPCG (Knyazev, SIAM J. Sci. Comput. 2001), kept the
+    copies too but took 18 times as long on the nearest-neighbour graphs of the dev tasks
+    of over 200 photos (37.2 against 2.1 s; same eigenvalues within 2e-15), and 4 s a graph
+    at 2,880 photos. Small graphs go to :func:`ncut_embedding`.
     """
     n = G.shape[0]
     q = int(min(max(n_values, 1), n))
     if n <= 200 or q >= n - 1:
         return ncut_embedding(G, q)[0]
-    import warnings
-
+    from scipy.linalg import eigh
     from scipy.sparse import csr_matrix, diags
-    from scipy.sparse.linalg import lobpcg
+    from scipy.sparse.csgraph import connected_components
+    from scipy.sparse.linalg import eigsh
 
     S = csr_matrix(G)
     S = 0.5 * (S + S.T)
     d = np.asarray(S.sum(axis=1)).ravel()
     s = diags(1.0 / np.sqrt(np.where(d > 0, d, np.finfo(float).tiny)))
-    X = np.random.default_rng(0).standard_normal((n, q + 4))
-    with warnings.catch_warnings():  # "not reaching the requested tolerance": still fine
-        warnings.simplefilter("ignore", UserWarning)
-        vals, _ = lobpcg(s @ S @ s, X, largest=True, tol=1e-8, maxiter=500)
-    return np.sort(vals)[::-1][:q]
+    M = (s @ S @ s).tocsr()
+    n_comp, comp = connected_components(M, directed=False)
+    vals = []
+    for c in range(n_comp):
+        idx = np.flatnonzero(comp == c)
+        m, qc = idx.size, min(q, idx.size)
+        Mc = M[idx][:, idx]
+        if m <= DENSE_COMPONENT_MAX or qc >= m - 1:
+            vals.append(eigh(Mc.toarray(), eigvals_only=True, subset_by_index=[m - qc, m - 1]))
+        else:
+            v0 = np.random.default_rng(0).standard_normal(m)
+            vals.append(eigsh(Mc, k=qc, which="LA", v0=v0, tol=1e-10, return_eigenvectors=False))
+    return np.sort(np.concatenate(vals))[::-1][:q]
 
 
 def normalized_cut_value(W: np.ndarray, labels: np.ndarray) -> float:

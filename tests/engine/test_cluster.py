@@ -1277,3 +1277,23 @@ def test_sparse_graph_spectrum_keeps_repeated_eigenvalues():
     sparse = sparse_graph_spectrum(G, 9)
     np.testing.assert_allclose(sparse, dense, atol=1e-6)
     assert np.sum(sparse > 1 - 1e-6) == 6  # eigenvalue 1 once per connected component
+
+
+def test_sparse_graph_spectrum_of_a_large_component_and_small_ones():
+    """A component of more than DENSE_COMPONENT_MAX photos (Lanczos) beside three small
+    ones (the dense solver): the same leading eigenvalues as the dense solver of the whole
+    graph, eigenvalue 1 once per component."""
+    from engine.cluster import knn_graph
+    from engine.cluster.ncut import DENSE_COMPONENT_MAX, ncut_embedding, sparse_graph_spectrum
+
+    rng = np.random.default_rng(5)
+    sizes = [DENSE_COMPONENT_MAX + 100, 40, 40, 30]
+    truth = np.repeat(np.arange(4), sizes)
+    X = rng.random((truth.size, 30)) * 0.3 + 3.0 * np.eye(30)[truth]
+    X[truth == 0, 4:] += rng.random((sizes[0], 26))  # (the large one has structure inside)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    G = knn_graph(X @ X.T, 12)
+    dense = ncut_embedding(G, 20)[0]
+    sparse = sparse_graph_spectrum(G, 20)
+    np.testing.assert_allclose(sparse, dense, atol=1e-8)
+    assert np.sum(sparse > 1 - 1e-8) == 4
