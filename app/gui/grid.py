@@ -36,16 +36,33 @@ class PhotoGridView(QListView):
         self.doubleClicked.connect(self._emit_query)  # (a click only selects)
 
     def set_cell_size(self, size: QSize) -> None:
-        """Lay photos out in cells of ``size`` (not while folder headings are shown: a
-        heading is as wide as the grid)."""
+        """Lay photos out in cells of at least ``size`` (not while folder headings are
+        shown: a heading is as wide as the grid)."""
         self._cell = QSize(size)
         self.set_headings(getattr(self, "_headings", False))
 
     def set_headings(self, on: bool) -> None:
         self._headings = bool(on)
         self.setUniformItemSizes(not on)
-        self.setGridSize(QSize() if on else getattr(self, "_cell", QSize()))
+        self.setGridSize(QSize() if on else self._fitted_cell())
         self.doItemsLayout()
+
+    def _fitted_cell(self) -> QSize:
+        """The cell: ``set_cell_size``'s, widened so that whole columns fill the width
+        (room for the scroll bar kept), instead of leaving a strip at the right edge."""
+        cell = getattr(self, "_cell", QSize())
+        if not cell.isValid() or cell.width() <= 0:
+            return cell
+        width = self.width() - 2 * self.frameWidth() - self.verticalScrollBar().sizeHint().width()
+        cols = max(1, width // cell.width())
+        return QSize(max(cell.width(), width // cols), cell.height())
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if not getattr(self, "_headings", False):
+            fitted = self._fitted_cell()
+            if fitted != self.gridSize():
+                self.setGridSize(fitted)
 
     def _emit_query(self, index) -> None:
         if index.isValid() and item_data(index, PATH_ROLE):

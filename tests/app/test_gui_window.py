@@ -290,6 +290,15 @@ def test_export_and_thumbnail_size_and_settings(qtbot, window, photo_folder, tmp
     qtbot.keyClick(window, Qt.Key.Key_Minus, Qt.KeyboardModifier.ControlModifier)
     assert window.size_slider.value() < size
     assert window.grid.gridSize().width() < size + 30
+    # whole columns fill the grid's width: no strip wider than a column is left at the right
+    grid = window.grid
+    for width in (530, 700, 911):
+        grid.resize(width, 400)
+        cell, fitted = grid._cell, grid.gridSize()
+        room = width - 2 * grid.frameWidth() - grid.verticalScrollBar().sizeHint().width()
+        cols = max(1, room // cell.width())
+        assert fitted.height() == cell.height() and fitted.width() >= cell.width()
+        assert room // fitted.width() == cols and room - cols * fitted.width() < cols
 
     window.set_method("uniform", rerun=False)
     window.save_settings()
