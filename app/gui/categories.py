@@ -23,7 +23,8 @@ The grouping, the names and the user's constraints are kept in the index keyed b
 path, so they survive restarts (:func:`engine.cluster.save_edits` /
 :func:`engine.cluster.load_edits`, kv entry :data:`engine.index.keys.CATEGORY_EDITS_KEY`);
 a folder never grouped here shows the last grouping of ``simile cluster``
-(:func:`engine.cluster.load_grouping`).
+(:func:`engine.cluster.load_grouping`). Ctrl+Z undoes every edit, also after a restart: the
+states before the last edits are kept beside them (:mod:`engine.cluster.history`).
 
 The work is the engine's (:mod:`engine.cluster.edits`, :mod:`engine.cluster.grouping`): the
 grouping pipeline (the one ``simile cluster`` runs), splitting, merging, names that follow
