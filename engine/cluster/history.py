@@ -89,17 +89,36 @@ def history_json(entries: Sequence[HistoryEntry]) -> str:
 
 
 def save_history(store: Any, entries: Sequence[HistoryEntry]) -> None:
-    """Keep the undo history ``entries`` (oldest first) in the index (:func:`history_json`;
-    ``store``: a writable :class:`engine.index.store.IndexStore`)."""
+    """Keep the undo history in the index (:func:`history_json`), replacing the one kept.
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+        A writable store.
+    entries : sequence of HistoryEntry
+        The states before the person's edits, oldest first (the app's undo stack).
+    """
     store.set_kv(keys.CATEGORY_HISTORY_KEY, history_json(entries))
 
 
 def load_history(store: Any, paths: Sequence[Any]) -> list[HistoryEntry]:
-    """The undo history saved by :func:`save_history`, oldest first, each state fitted to
-    the collection's photos ``paths`` (rows in their order; photos removed since leave it,
-    photos added since are not in it). Empty when none is stored, or when it is damaged
-    (the history is lost, the grouping is not: :func:`engine.cluster.load_edits` reads
-    that)."""
+    """The undo history saved by :func:`save_history`, fitted to the folder as it is now.
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+    paths : sequence of path
+        The collection's photos, in row order.
+
+    Returns
+    -------
+    list of HistoryEntry
+        Oldest first. Each state's rows are the photos of ``paths`` it holds, in their
+        order (photos removed since leave it, photos added since are not in it; a state
+        none of whose photos is left is dropped), and its constraints those between photos
+        still there. Empty when none is stored or when it is damaged: the history is lost,
+        the grouping is not (:func:`engine.cluster.load_edits` reads that).
+    """
     raw = store.get_kv(keys.CATEGORY_HISTORY_KEY)
     if not raw:
         return []
@@ -121,9 +140,23 @@ def load_history(store: Any, paths: Sequence[Any]) -> list[HistoryEntry]:
 
 
 def remember_replaced(store: Any, paths: Sequence[Any], what: str = "grouping again") -> bool:
-    """Before a grouping replaces the one the person edited (``simile cluster --regroup``):
+    """Before a grouping replaces the one the person edited (``simile cluster --regroup``),
     add that one to the undo history (:func:`load_history` + :func:`save_history`), so that
-    Ctrl+Z in the app brings it back. Returns whether there was an edited grouping to keep.
+    Ctrl+Z in the app brings it back.
+
+    Parameters
+    ----------
+    store : engine.index.store.IndexStore
+        A writable store.
+    paths : sequence of path
+        The collection's photos, in row order.
+    what : str, optional
+        The edit, in words, as the app's status line names it ("Undid the last ...").
+
+    Returns
+    -------
+    bool
+        Whether there was an edited grouping to keep.
     """
     from engine.cluster.grouping import load_edits
 
