@@ -228,41 +228,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replace_edits(col, grouping, must, cannot, k):
-    """After a grouping the user asked for (``--regroup``, ``--k``, ...): the grouping the
-    person edited in the app, if there is one, is replaced by it, so that the app and the
-    next ``simile cluster`` show the new one. Its group names go to the new groups they
-    overlap most (:func:`engine.cluster.carry_names`) and the edited grouping joins the undo
-    history (:func:`engine.cluster.remember_replaced`): Ctrl+Z in the app brings it back.
-    Returns the grouping to print."""
-    from engine.cluster import (
-        REVIEW_NAME,
-        EditableGrouping,
-        carry_names,
-        load_edits,
-        remember_replaced,
-        save_edits,
-    )
-    from engine.index import keys
+    """After a grouping the user asked for (``--regroup``, ``--k``, ...): it replaces the
+    grouping the person edited in the app, if there is one, names carried over and the
+    edited one kept for the app's Undo (:func:`engine.cluster.replace_edits`). Returns the
+    grouping to print."""
+    from engine.cluster import EditableGrouping, replace_edits
 
     paths = [str(p) for p in col.paths()]
-    try:
-        saved = load_edits(col.store, paths)
-    except (ValueError, TypeError):  # (unreadable edits: replaced by the new grouping)
-        saved = None
-    if saved is not None and saved.source != "edits":
-        return grouping  # (never edited: the new grouping is the folder's, as saved)
-    if saved is None and not col.store.get_kv(keys.CATEGORY_EDITS_KEY):
-        return grouping
     new = EditableGrouping.from_grouping(grouping)
-    old = saved.grouping if saved is not None else None
-    if old is not None:
-        new.names = carry_names(old.paths, old.labels, old.names, new.paths, new.labels,
-                                skip=(REVIEW_NAME,))  # fmt: skip
     try:
-        remember_replaced(col.store, paths)
-        save_edits(col.store, new, must, cannot, k)
+        new = replace_edits(col.store, paths, new, must, cannot, k)
     except OSError as exc:
         print(f"simile: warning: could not store the grouping: {exc}", file=sys.stderr)
+        return grouping
+    if new is None:  # (never edited in the app: the new grouping is the folder's, as saved)
         return grouping
     print(
         "simile: this grouping replaces the groups edited in the app (their names carried "

@@ -1007,12 +1007,11 @@ class CategoriesView(QWidget):
             return
 
         def done(result) -> None:
-            from engine.cluster import REVIEW_NAME, carry_names
+            from engine.cluster import regrouped_names
 
             _paths, K, g = result
             if old is not None:
-                g.names = carry_names(old.paths, old.labels, old.names, g.paths, g.labels,
-                                      skip=(REVIEW_NAME,))  # fmt: skip
+                g.names = regrouped_names(old, g)
                 if not remembered:
                     m.remember("grouping again")
             m.forget_placed()  # (every photo grouped afresh: none is "new" any more)

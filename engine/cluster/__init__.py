@@ -92,7 +92,8 @@ from engine.cluster.grouping import (
 from engine.cluster.history import (
     HistoryEntry,
     load_history,
-    remember_replaced,
+    regrouped_names,
+    replace_edits,
     save_history,
 )
 from engine.cluster.model import (
@@ -224,7 +225,8 @@ __all__ = [
     "rebase_grouping",
     "refine_with_masks",
     "refine_with_masks_iter",
-    "remember_replaced",
+    "regrouped_names",
+    "replace_edits",
     "restrict",
     "save_edits",
     "save_grouping",

@@ -8,7 +8,7 @@ grouping itself (:func:`engine.cluster.save_edits`), and :func:`load_history` re
 back when the folder is opened again, fitted to the photos it holds by then: photos
 removed since leave the old states too, photos added since are not in them (undo keeps
 them where they were placed). ``simile cluster --regroup`` remembers the person's grouping
-it replaces in the same way (:func:`remember_replaced`), so the app can undo a regrouping
+it replaces in the same way (:func:`replace_edits`), so the app can undo a regrouping
 made on the command line.
 
 How much is kept: at most :data:`HISTORY_DEPTH` states, and no more than
@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.cluster.edits import EditableGrouping
+from engine.cluster.edits import EditableGrouping, carry_names
 from engine.cluster.grouping import fitted, grouping_dict, grouping_from_dict
+from engine.cluster.placement import REVIEW_NAME
 from engine.index import keys
 
 __all__ = [
@@ -35,7 +36,8 @@ __all__ = [
     "HistoryEntry",
     "history_json",
     "load_history",
-    "remember_replaced",
+    "regrouped_names",
+    "replace_edits",
     "save_history",
 ]
 
@@ -139,9 +141,35 @@ def load_history(store: Any, paths: Sequence[Any]) -> list[HistoryEntry]:
     return out
 
 
-def remember_replaced(store: Any, paths: Sequence[Any], what: str = "grouping again") -> bool:
-    """Before a grouping replaces the one the person edited (``simile cluster --regroup``),
-    add that one to the undo history (:func:`load_history` + :func:`save_history`), so that
+def regrouped_names(old: EditableGrouping, new: EditableGrouping) -> dict[int, str]:
+    """Names for a grouping made afresh ("Regroup everything", ``simile cluster --regroup``)
+    from the person's ``old`` one: each new group takes the name of the old group it
+    overlaps most (:func:`engine.cluster.carry_names`), except "To review"
+    (:data:`engine.cluster.REVIEW_NAME`), Simile's name for the photos it was unsure of: a
+    grouping made afresh has none.
+
+    Returns
+    -------
+    dict int -> str
+        Names of ``new``'s groups (only those that overlap a named old group).
+    """
+    return carry_names(old.paths, old.labels, old.names, new.paths, new.labels,
+                       skip=(REVIEW_NAME,))  # fmt: skip
+
+
+def replace_edits(
+    store: Any,
+    paths: Sequence[Any],
+    grouping: EditableGrouping,
+    must: Sequence[Sequence[str]],
+    cannot: Sequence[Sequence[str]],
+    k: int | str,
+    what: str = "grouping again",
+) -> EditableGrouping | None:
+    """Make a grouping made afresh (``simile cluster --regroup``) the folder's, in place of
+    the one the person edited in the app, so that the app and the next ``simile cluster``
+    show it: it takes the edited groups' names (:func:`regrouped_names`), and the edited
+    grouping joins the undo history (:func:`load_history` + :func:`save_history`), so that
     Ctrl+Z in the app brings it back.
 
     Parameters
@@ -149,23 +177,39 @@ def remember_replaced(store: Any, paths: Sequence[Any], what: str = "grouping ag
     store : engine.index.store.IndexStore
         A writable store.
     paths : sequence of path
-        The collection's photos, in row order.
+        The collection's photos, in row order (``grouping``'s rows).
+    grouping : EditableGrouping
+        The new grouping; its ``names`` are set.
+    must, cannot : sequence of (str, str)
+        The constraints it was made with (path pairs).
+    k : int or "auto"
+        The number of groups asked for.
     what : str, optional
         The edit, in words, as the app's status line names it ("Undid the last ...").
 
     Returns
     -------
-    bool
-        Whether there was an edited grouping to keep.
-    """
-    from engine.cluster.grouping import load_edits
+    EditableGrouping or None
+        ``grouping`` as saved; None when the folder holds no edited grouping (nothing is
+        written). Edits that cannot be read are replaced without names or history.
 
+    Raises
+    ------
+    OSError
+        The index cannot be written.
+    """
+    from engine.cluster.grouping import load_edits, save_edits
+
+    if not store.get_kv(keys.CATEGORY_EDITS_KEY):
+        return None  # (never edited in the app)
     try:
         saved = load_edits(store, paths)
     except (ValueError, TypeError):
-        return False
-    if saved is None or saved.source != "edits" or saved.grouping is None:
-        return False
-    entry = HistoryEntry(what, saved.grouping, list(saved.must), list(saved.cannot))
-    save_history(store, [*load_history(store, paths), entry])
-    return True
+        saved = None
+    old = saved.grouping if saved is not None else None
+    if old is not None:
+        grouping.names = regrouped_names(old, grouping)
+        entry = HistoryEntry(what, old, list(saved.must), list(saved.cannot))
+        save_history(store, [*load_history(store, paths), entry])
+    save_edits(store, grouping, must, cannot, k)
+    return grouping

@@ -14,7 +14,7 @@ from engine.cluster import (
     HistoryEntry,
     carry_names,
     load_history,
-    remember_replaced,
+    replace_edits,
     save_edits,
     save_history,
 )
@@ -122,15 +122,18 @@ def test_a_damaged_history_is_lost_not_the_grouping(text):
     assert load_history(Store(), ["a", "b"]) == []  # (none stored)
 
 
-def test_remember_replaced_keeps_the_edited_grouping_only():
+def test_replace_edits_keeps_the_edited_grouping_only():
     store = Store()
-    assert not remember_replaced(store, PATHS)  # nothing edited
+    new = grouping(PATHS, [0, 0, 1, 1, 1, 1])
+    assert replace_edits(store, PATHS, new, [], [], 2) is None  # nothing edited
+    assert keys.CATEGORY_HISTORY_KEY not in store.kv and keys.CATEGORY_EDITS_KEY not in store.kv
     g = grouping(PATHS, [0, 0, 0, 1, 1, 1], {1: "Hills"})
     save_edits(store, g, [(PATHS[0], PATHS[1])], [], "auto")
-    assert remember_replaced(store, PATHS)
+    assert replace_edits(store, PATHS, new, [], [], 2) is new
     (e,) = load_history(store, PATHS)
     assert e.what == "grouping again" and e.grouping.names == {1: "Hills"}
     assert e.must == [(PATHS[0], PATHS[1])]
+    assert new.names == {1: "Hills"}  # (the new group 1 holds 3 of the 3 "Hills")
 
 
 def test_carry_names_leaves_to_review_out():
