@@ -52,9 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "The folder is indexed first (as 'simile index') unless --no-update. Groups you "
             "edited in the app (names, moves, splits, merges) are kept: photos added since "
             "are placed into them and removed ones leave; --regroup (or --k, --must, "
-            "--cannot, --fisher, --[no-]scenes, --relabel) groups from scratch, and that "
-            "grouping replaces the edited one (names carried over; the app's Undo brings "
-            "it back)."
+            "--cannot, --fisher, --[no-]scenes, --relabel, --landmarks) groups from scratch, "
+            "and that grouping replaces the edited one (names carried over; the app's Undo "
+            "brings it back)."
         ),
     )
     p.add_argument("folder", metavar="FOLDER", help="photo folder")
@@ -103,6 +103,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--relabel", action=argparse.BooleanOptionalAction, default=False,
                    help="let the SVM on the prototypes reassign the photos (default: keep "
                         "the cut's groups)")  # fmt: skip
+    p.add_argument("--landmarks", type=int, default=None, metavar="M",
+                   help="approximate the grouping from M landmark photos (Nystrom), as "
+                        "folders of over 3,000 photos are by default with 500; for "
+                        "measuring that approximation on smaller folders")  # fmt: skip
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="processes for indexing and dense features (default: cores)")  # fmt: skip
     p.add_argument("--no-update", action="store_true", help="do not re-scan the folder")
@@ -173,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--partners must be >= 1, got {args.partners}")
     if args.jobs is not None and args.jobs < 1:
         raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.landmarks is not None and args.landmarks < 2:
+        raise CommandError(f"--landmarks must be >= 2, got {args.landmarks}")
+    if args.landmarks is not None and args.features != "dense":
+        raise CommandError("--landmarks needs --features dense")
     col = open_collection(args.folder, args.index, create=not args.no_update)
     try:
         if not args.no_update:
@@ -185,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(k, int) and k > n:
             raise CommandError(f"--k {k} is larger than the number of images ({n})")
         explicit = (args.regroup or args.k is not None or args.must or args.cannot
-                    or args.fisher or args.scenes is not None or args.relabel)  # fmt: skip
+                    or args.fisher or args.scenes is not None or args.relabel
+                    or args.landmarks is not None)  # fmt: skip
         kept = None if explicit else _kept_edits(col)
         if kept is not None:  # the person's groups: kept, new photos placed into them
             _print_groups(kept, n, args.json)
@@ -207,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
             prototype_percentile=args.prototypes, partners=args.partners,
             refine=not args.no_refine, relabel=args.relabel, fisher=args.fisher,
             scenes=args.scenes, jobs=args.jobs,
+            nystrom="auto" if args.landmarks is None else args.landmarks,
         )  # fmt: skip
         # a refitted vocabulary is committed with the grouping made with it, in one version
         with col.store.hold_states([keys.DENSE_VOCAB_STATE]):

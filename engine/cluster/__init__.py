@@ -108,9 +108,11 @@ from engine.cluster.ncut import choose_landmarks, ncut_embedding, normalized_cut
 from engine.cluster.partition import (
     AUTO_K_MAX,
     EIGENGAP_K_MAX,
+    LANDMARK_GRAPH_MIN,
     consensus_cut,
     discover_categories,
     discover_categories_iter,
+    landmark_graph_sizes,
 )
 from engine.cluster.pipeline import (
     NYSTROM_AUTO_MIN,
@@ -147,6 +149,7 @@ __all__ = [
     "CATEGORY_VOCAB",
     "EIGENGAP_K_MAX",
     "FISHER",
+    "LANDMARK_GRAPH_MIN",
     "NYSTROM_AUTO_MIN",
     "NYSTROM_LANDMARKS",
     "REVIEW_NAME",
@@ -205,6 +208,7 @@ __all__ = [
     "hash_of",
     "join_groups",
     "knn_graph",
+    "landmark_graph_sizes",
     "load_edits",
     "load_grouping",
     "load_history",

@@ -199,6 +199,7 @@ def group_collection_iter(
     scenes: bool | None = None,
     jobs: int | None = None,
     cancel: Any = None,
+    nystrom: int | str = "auto",
 ) -> Generator[ClusterProgress, None, Grouping]:
     """Group the images of an indexed collection (``simile cluster``).
 
@@ -235,6 +236,11 @@ def group_collection_iter(
     cancel : threading.Event, optional
         ``features="dense"``: stops the run (``InterruptedError``, see
         :func:`engine.cluster.categorize_iter`).
+    nystrom : "auto", bool or int
+        ``features="dense"``: the Nystrom approximation, as
+        :func:`engine.cluster.categorize_iter` (``"auto"``: above
+        :data:`~engine.cluster.NYSTROM_AUTO_MIN` photos; an int: forced, with that many
+        landmarks).
 
     Yields
     ------
@@ -249,6 +255,7 @@ def group_collection_iter(
             collection, k=k, must=must, cannot=cannot, power=power, k_max=k_max,
             refine=refine, relabel=relabel, partners=partners, fisher=fisher, scenes=scenes,
             prototype_percentile=prototype_percentile, jobs=jobs, cancel=cancel,
+            nystrom=nystrom,
         )  # fmt: skip
         ref = res.refinement
         return Grouping(

@@ -41,9 +41,11 @@ from engine.core.validate import check_choice
 __all__ = [
     "AUTO_K_MAX",
     "EIGENGAP_K_MAX",
+    "LANDMARK_GRAPH_MIN",
     "consensus_cut",
     "discover_categories",
     "discover_categories_iter",
+    "landmark_graph_sizes",
 ]
 
 #: Largest k the eigengap compares by default: on the hand-made affinities every setting of
@@ -56,6 +58,8 @@ EIGENGAP_K_MAX = 12
 #: UKBench objects, 18 Holidays scenes: k was 2-10 for 18-20 subjects, see
 #: :func:`~engine.cluster.stability.finer_stable_k`).
 AUTO_K_MAX = 30
+#: Fewest neighbours of a graph among Nystrom landmarks (:func:`landmark_graph_sizes`).
+LANDMARK_GRAPH_MIN = 5
 
 
 def discover_categories_iter(
@@ -113,7 +117,8 @@ def discover_categories_iter(
         landmarks = np.asarray(landmarks, dtype=np.int64)
         res = yield from _discover_nystrom(
             C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
-            prototype_percentile, outlier_z, random_state, Ck, eigengap_max,
+            prototype_percentile, outlier_z, random_state, Ck, eigengap_max, k_graph,
+            k_stability,
         )  # fmt: skip
         return res
     W = _exact_affinities(C, must_a, cannot_a, power, empirical)
@@ -261,12 +266,15 @@ def _choose_k(
 def _discover_nystrom(
     C, landmarks, k, must_a, cannot_a, power, discretize, k_min, k_max, n_init,
     prototype_percentile, outlier_z, random_state, Ck=None, eigengap_max=EIGENGAP_K_MAX,
+    k_graph=None, stability=True,
 ):  # fmt: skip
     """Nystrom mode of :func:`discover_categories_iter` (same arguments, ``C`` the (n, m)
     landmark columns, ``Ck`` those of ``k_kernel`` or None): constraints written into the
     columns, approximate spectrum (:func:`engine.cluster.ncut.nystrom_embedding`), and
     flow, prototypes and outliers from the affinities to the landmark members of each
-    group."""
+    group. With ``k_graph``, automatic k is read as in exact mode (:func:`_choose_k`) from
+    the landmarks' own (m, m) block, on graphs of proportionally fewer neighbours
+    (:func:`landmark_graph_sizes`); else from the eigengap of the Nystrom spectrum."""
     n, m = C.shape
     if landmarks.ndim != 1 or landmarks.shape[0] != m:
         raise ValueError(
@@ -289,7 +297,16 @@ def _discover_nystrom(
             Wk = _landmark_affinities(Ck, landmarks, must_a, cannot_a, power)
             values = nystrom_embedding(Wk, landmarks, q)[0]
     yield ClusterProgress("spectrum", 1, 1)
-    if k == "auto":
+    if k == "auto" and k_graph is not None:
+        block = (C if Ck is None else Ck)[landmarks]
+        pos = np.full(n, -1, np.int64)
+        pos[landmarks] = np.arange(m)
+        W_ll = _exact_affinities(block, pos[must_a], pos[cannot_a], power, False)
+        sizes = landmark_graph_sizes(k_graph, n, m)
+        kk, reason, _ = _choose_k(W_ll, values, q, "auto", sizes, k_min, min(k_max, m - 1),
+                                  stability, random_state, eigengap_max)  # fmt: skip
+        reason += f" (among the {m} landmarks of {n} images, Nystrom)"
+    elif k == "auto":
         kk, reason = eigengap_k(values, k_min, min(k_max, eigengap_max))
         reason += f" (Nystrom, {m} landmarks)"
     else:
@@ -325,6 +342,15 @@ def _discover_nystrom(
         prototypes=protos, outliers=outl, ncut=float("nan"), method="nystrom",
         discretize=discretize,
     )  # fmt: skip
+
+
+def landmark_graph_sizes(k_graph: int | Sequence[int], n: int, m: int) -> tuple[int, ...]:
+    """Neighbour counts among ``m`` uniformly sampled landmarks that stand for ``k_graph``
+    neighbours among all ``n`` images: a group of g images has about g m / n landmarks,
+    so each count is scaled by m / n (at least :data:`LANDMARK_GRAPH_MIN`, below m - 1)."""
+    sizes = [k_graph] if isinstance(k_graph, int | np.integer) else list(k_graph)
+    cap = max(1, m - 2)
+    return tuple(sorted({min(cap, max(LANDMARK_GRAPH_MIN, round(s * m / n))) for s in sizes}))
 
 
 def _exact_affinities(
@@ -471,7 +497,10 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         symmetric ``k_graph``-nearest-neighbour graph of the affinities
         (:func:`knn_graph`) instead of the full affinities -- with several sizes, the
         mean relative gap over their graphs (sizes ``>= n - 1`` are left out); the cut
-        itself still uses the full affinities.
+        itself still uses the full affinities. In Nystrom mode the same is done on the
+        landmarks' own (m, m) block of the columns, with the sizes scaled to the sample
+        (:func:`landmark_graph_sizes`); without ``k_graph`` Nystrom mode reads the
+        eigengap of its approximate spectrum.
     k_kernel : array_like, optional
         With ``k="auto"``: read the number of groups (the eigengap, with ``k_graph`` of
         its nearest-neighbour graph) from these affinities instead, of ``kernel``'s shape

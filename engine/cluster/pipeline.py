@@ -251,7 +251,10 @@ def categorize_iter(
               random_state=random_state)  # fmt: skip
     if landmarks is not None:
         kw["landmarks"] = landmarks
-        if k == "auto" and C_k is not C:
+        if model.semantic is not None:
+            # k as in exact mode, among the landmarks (engine.cluster.landmark_graph_sizes)
+            kw["k_graph"] = default_k_graph(n)
+        elif k == "auto" and C_k is not C:
             kw["k_kernel"] = C_k
     elif n > 2:
         kw["k_graph"] = default_k_graph(n)
@@ -262,8 +265,8 @@ def categorize_iter(
             kw["k_kernel"] = C_k
     if model.semantic is not None and "k_kernel" not in kw:
         # k read from affinities with the semantic channel: their gaps above 12 are reliable
-        # (engine.cluster.semantic); from the pyramid match alone (Nystrom mode, tiny
-        # folders) the eigengap keeps to 2..12 as it was measured
+        # (engine.cluster.semantic); from the pyramid match alone (no semantic channel,
+        # tiny folders) the eigengap keeps to 2..12 as it was measured
         kw["eigengap_max"] = kw["k_max"]
     t_f = time.perf_counter()
     if fisher and landmarks is None and n > 2:

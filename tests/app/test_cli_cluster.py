@@ -161,9 +161,23 @@ def test_cluster_spatial_affinities_group_scenes(folder, capsys):
         assert len({_family(m) for m in c["members"]}) == 1
 
 
+def test_cluster_landmarks_force_the_nystrom_approximation(folder, capsys):
+    photos = folder / "photos"
+    code, out = _run(["cluster", str(photos), "--index", str(folder / "idx"), "--no-update",
+                      "--json", "--no-refine", "--landmarks", "8"], capsys)  # fmt: skip
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert "among the 8 landmarks of 9 images, Nystrom" in res["k_reason"]
+    assert res["k"] == 3
+    for c in res["clusters"]:
+        assert len({_family(m) for m in c["members"]}) == 1
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
+        (["--landmarks", "1"], "--landmarks must be >= 2"),
+        (["--landmarks", "5", "--features", "index"], "--landmarks needs --features dense"),
         (["--k", "zero"], "--k"),
         (["--k", "0"], "--k"),
         (["--k", ""], "--k"),  # (an empty value, not the default: fault harness)

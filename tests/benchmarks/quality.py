@@ -545,6 +545,7 @@ class Context:
     fresh: bool
     brute: bool
     log: Any
+    landmarks: float | None = None  # --grouping-landmarks
 
     def index(self, name: str, folder: Path) -> tuple[Path, float | None]:
         """``simile index`` of ``folder`` into this code version's cache; (index dir,
@@ -627,7 +628,13 @@ def grouping_task(
     for key, k in (("given", str(n_classes)), ("auto", "auto")):
         part: dict[str, Any] = {}
         try:
-            out, secs = ctx.runner.app("cluster", str(folder), "--index", str(idx), "--k", k)
+            extra = []
+            if ctx.landmarks is not None:  # Nystrom mode forced, F n landmarks (60 or more)
+                m = min(len(truth) - 1, max(60, round(ctx.landmarks * len(truth))))
+                extra = ["--landmarks", str(m)]
+            out, secs = ctx.runner.app(
+                "cluster", str(folder), "--index", str(idx), "--k", k, *extra
+            )
             # members by the file they show: a checkout may report a link or its target
             name_of = {os.path.realpath(folder / n): n for n in truth}
             group_of = {}
@@ -1145,6 +1152,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grouping-seeds", type=_ints, default=None, metavar="N4,N8,N20",
                     help="random Caltech-101 subsets of 4, 8 and 20 classes to group "
                          "(default 5,5,3; --quick 3,0,0)")  # fmt: skip
+    ap.add_argument("--grouping-landmarks", type=float, default=None, metavar="F",
+                    help="group in Nystrom mode, as folders of over 3,000 photos are, with "
+                         "F n landmarks (at least 60, at most n - 1; simile cluster "
+                         "--landmarks): the approximation measured on the dev tasks")  # fmt: skip
     ap.add_argument("--small-seeds", type=int, default=None, metavar="N",
                     help="small folders of UKBench objects and of Holidays scenes to "
                          "group, N of each (default 5; --quick 2)")  # fmt: skip
@@ -1184,7 +1195,7 @@ def main(argv: list[str] | None = None) -> int:
     version = code_version(code)
     prune_caches(work, version)
     log(f"code {code} (version {version}); engine {imported['engine']}")
-    ctx = Context(runner, version, args.fresh, not args.no_brute, log)
+    ctx = Context(runner, version, args.fresh, not args.no_brute, log, args.grouping_landmarks)
     tasks = plan(args.quick, args)
     if args.only:
         keys = [k for k in args.only.split(",") if k]

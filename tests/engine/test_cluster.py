@@ -16,6 +16,7 @@ from engine.cluster import (
     diagonal_dominance,
     discover_categories,
     discover_categories_iter,
+    landmark_graph_sizes,
     masks_from_arrays,
     masks_to_arrays,
     merge_groups,
@@ -227,6 +228,29 @@ def test_nystrom_agrees_with_exact_grouping():
     d = W.sum(1)
     ref = np.sort(np.linalg.eigvalsh(W / np.sqrt(np.outer(d, d))))[::-1][:4]
     assert np.allclose(res.eigenvalues[:4], ref, atol=0.05)
+
+
+def test_landmark_graph_sizes_scale_with_the_sample():
+    assert landmark_graph_sizes((20, 25, 30, 35), 1000, 500) == (10, 12, 15, 18)
+    assert landmark_graph_sizes((20, 25, 30, 35), 10_000, 500) == (5,)  # at least 5
+    assert landmark_graph_sizes(30, 100, 100) == (30,)
+    assert landmark_graph_sizes((20, 35), 40, 8) == (5, 6)  # below m - 1
+
+
+def test_nystrom_reads_k_among_the_landmarks_with_graphs():
+    K, truth, _ = topic_kernel(50, 9, noise=0.5, seed=3)
+    lm = choose_landmarks(len(truth), 150, random_state=0)
+    res = discover_categories(K[:, lm], landmarks=lm, k="auto", k_max=30, eigengap_max=30,
+                              k_graph=(20, 25, 30, 35))  # fmt: skip
+    assert res.method == "nystrom" and res.k == 9
+    assert clustering_accuracy(truth, res.labels) >= 0.95
+    assert "among the 150 landmarks of 450 images" in res.k_reason
+    # constraints are written into the landmarks' block too (at their block positions)
+    a, b = np.flatnonzero(truth == 0)[0], np.flatnonzero(truth == 1)[0]
+    lm = choose_landmarks(len(truth), 150, must=[(a, b)], random_state=0)
+    res = discover_categories(K[:, lm], landmarks=lm, k="auto", k_max=30, eigengap_max=30,
+                              k_graph=(20, 25, 30, 35), must=[(a, b)])  # fmt: skip
+    assert res.k in (8, 9) and res.labels[a] == res.labels[b]
 
 
 def test_nystrom_constraints_need_landmarks():
