@@ -153,10 +153,13 @@ def categorize_iter(
        :func:`engine.cluster.fisher.fisher_view`); with ``k="auto"`` the mean relative
        eigengap (k up to ``k_max``; up to 12 where k is read from the pyramid match alone,
        or without the semantic channel) of the ``default_k_graph(n)``-nearest-neighbour
-       graphs of the same affinities (Nystrom mode: the approximate spectrum of the
-       pyramid match alone; fewer than 22 photos: the 10-nearest-neighbour graph of the
-       pyramid match alone), replaced by a finer k whose groups those graphs are too large
-       to see if cuts of random subsamples agree on it at least 85 % as well
+       graphs of the same affinities (Nystrom mode: of the landmarks' own block, on
+       graphs of proportionally fewer neighbours,
+       :func:`engine.cluster.landmark_graph_sizes`; the approximate spectrum of the
+       pyramid match alone without the semantic channel; fewer than 22 photos: the
+       10-nearest-neighbour graph of the pyramid match alone), replaced by a finer k
+       whose groups those graphs are too large to see if cuts of random subsamples agree
+       on it at least 85 % as well
        (:func:`engine.cluster.finer_stable_k`; up to ``k_max``, folders of 22-300 photos).
     4. Feature masks from explicit within-group correspondences, masked flow, prototypes
        and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).

@@ -163,8 +163,8 @@ def test_cluster_spatial_affinities_group_scenes(folder, capsys):
 
 def test_cluster_landmarks_force_the_nystrom_approximation(folder, capsys):
     photos = folder / "photos"
-    code, out = _run(["cluster", str(photos), "--index", str(folder / "idx"), "--no-update",
-                      "--json", "--no-refine", "--landmarks", "8"], capsys)  # fmt: skip
+    code, out = _run(["cluster", str(photos), "--index", str(folder / "idx"), "--json",
+                      "--no-refine", "--landmarks", "8"], capsys)  # fmt: skip
     assert code == 0
     res = json.loads(out.strip().splitlines()[-1])
     assert "among the 8 landmarks of 9 images, Nystrom" in res["k_reason"]
