@@ -1094,7 +1094,7 @@ class CategoriesView(QWidget):
         n_c = len(self.must) + len(self.cannot)
         extra = f"  ·  {n_c} constraint{'s' if n_c != 1 else ''} from your edits" if n_c else ""
         self.reason.setText(
-            f"<b>{g.k} group{'s' if g.k != 1 else ''}</b> of {len(g.paths)} photos — Simile "
+            f"<b>{g.k} group{'s' if g.k != 1 else ''}</b> of {len(g.paths):,} photos — Simile "
             "found these by comparing what is in the photos; rename, drag and split them as "
             "you like."
         )

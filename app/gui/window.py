@@ -1338,9 +1338,9 @@ class MainWindow(QMainWindow):
         new = getattr(summary, "indexed", 0)
         s.duplicates.photos_changed(new + getattr(summary, "removed", 0))
         job.extra["completed"] = not getattr(summary, "cancelled", False)
-        msg = f"{n} photos in {s.folder.name}"
+        msg = f"{n:,} photos in {s.folder.name}"
         if getattr(summary, "cancelled", False):
-            msg = f"Indexing cancelled · {n} photos known; F5 continues where it stopped"
+            msg = f"Indexing cancelled · {n:,} photos known; F5 continues where it stopped"
         elif new:
             msg += f" · {new} indexed in {format_duration(secs)}"
         if result.readonly == "locked":
@@ -1425,7 +1425,7 @@ class MainWindow(QMainWindow):
             n = len(s.photos)
             if what == "writable":
                 self.status_label.setText(
-                    f"The other Simile process has finished: {n} photos in {s.folder.name}"
+                    f"The other Simile process has finished: {n:,} photos in {s.folder.name}"
                 )
             if s.query.pending is not None and s.collection is not None:
                 self._run_query(s.query.take_pending(), s.query.box)
