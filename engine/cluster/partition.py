@@ -305,7 +305,7 @@ def _discover_nystrom(
         sizes = landmark_graph_sizes(k_graph, n, m)
         kk, reason, _ = _choose_k(W_ll, values, q, "auto", sizes, k_min, min(k_max, m - 1),
                                   stability, random_state, eigengap_max)  # fmt: skip
-        reason += f" (among the {m} landmarks of {n} images, Nystrom)"
+        reason += f" (among the {m:,} landmarks of {n:,} images, Nystrom)"
     elif k == "auto":
         kk, reason = eigengap_k(values, k_min, min(k_max, eigengap_max))
         reason += f" (Nystrom, {m} landmarks)"
