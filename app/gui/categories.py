@@ -695,6 +695,7 @@ class CategoriesView(QWidget):
         self.window = window
         self.session = window.session
         self.model = self.session.grouping
+        self._history_saved: int | None = None  # the model's history_stamp last written
         self.rows: list[GroupRow] = []
         self.delegate = GroupDelegate(window.thumbs, 104, self)
         self.rep_delegate = GroupDelegate(window.thumbs, 176, self)  # the large ones on top
@@ -926,6 +927,8 @@ class CategoriesView(QWidget):
                 self.model.set_history(load_history(coll.store, coll.paths()))
             except Exception as exc:  # (a closed store: undo starts afresh)
                 log.debug("no undo history: %s", exc)
+            else:
+                self._history_saved = self.model.history_stamp  # (as the index has it)
         self.model.set_grouping(saved.grouping)
         if saved.new_paths:  # photos added since: placed into the groups, not regrouped
             self._place_new(saved.grouping, len(saved.new_paths))
@@ -984,7 +987,9 @@ class CategoriesView(QWidget):
         try:
             save_edits(self.collection.store, m.grouping, m.must, m.cannot, m.k_choice,
                        m.placed)  # fmt: skip
-            save_history(self.collection.store, m.history())
+            if m.history_stamp != self._history_saved:  # (placing photos leaves it as it is)
+                save_history(self.collection.store, m.history())
+                self._history_saved = m.history_stamp
         except Exception as exc:  # read-only index: names live for this session only
             log.debug("could not save the grouping: %s", exc)
 

@@ -43,6 +43,7 @@ for the trash). Anything else is refused with a message (:attr:`Session.events`
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -74,6 +75,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+#: Stamps of the undo history (GroupingModel.history_stamp).
+_HISTORY_STAMPS = itertools.count()
 
 
 def shown_name(path) -> str:
@@ -502,6 +505,9 @@ class GroupingModel:
 
     #: Edits kept for undo (Ctrl+Z), most recent last.
     UNDO_DEPTH = 50
+    #: Changes with every change of :attr:`undo_stack` (never the same twice, in any model):
+    #: the view writes the history to the index only when it is not the stamp it saved.
+    history_stamp: int
 
     def _clear(self) -> None:
         self.grouping: Any = None
@@ -512,6 +518,7 @@ class GroupingModel:
         self.mask_path: str | None = None
         self.mask_data: Any = None
         self.undo_stack: list[tuple[str, Any, Any, list, list]] = []
+        self._history_changed()
         # photos Simile placed into the person's groups since they were last grouped
         # (path -> the classifier's confidence), for them to check
         self.placed: dict[str, float] = {}
@@ -525,6 +532,11 @@ class GroupingModel:
             return
         entry = (what, copy.deepcopy(self.grouping), self.K, list(self.must), list(self.cannot))
         self.undo_stack = [*self.undo_stack, entry][-self.UNDO_DEPTH :]
+        self._history_changed()
+
+    def _history_changed(self) -> None:
+        """A new :attr:`history_stamp`: the undo history is not the one last saved."""
+        self.history_stamp = next(_HISTORY_STAMPS)
 
     @property
     def can_undo(self) -> bool:
@@ -544,6 +556,7 @@ class GroupingModel:
         self.undo_stack = [
             (e.what, e.grouping, None, list(e.must), list(e.cannot)) for e in entries
         ][-self.UNDO_DEPTH :]
+        self._history_changed()
 
     def undo(self) -> str | None:
         """Bring back the grouping and constraints before the last edit; returns what was
@@ -551,6 +564,7 @@ class GroupingModel:
         if not self.can_undo:
             return None
         what, grouping, K, must, cannot = self.undo_stack.pop()
+        self._history_changed()
         current = self.grouping
         if current is not None and list(grouping.paths) != list(current.paths):
             # photos were added or removed since the edit: undo the edit only, the photos

@@ -422,3 +422,33 @@ def test_a_duplicate_search_on_a_replaced_collection_is_dropped_and_redone(tmp_p
     s.jobs.start(token, "Indexing")
     assert s.collection_ready(token, FakeCollection("a, third"), files)  # replaced
     assert not s.is_current(dup) and s.duplicates.refresh_after_index
+
+
+def test_grouping_history_stamp_changes_only_with_the_undo_history():
+    """The Categories view writes the undo history to the index only when its stamp changed
+    since the last write: every change of the history gives a new stamp, other changes
+    (placing photos, a new grouping shown) do not."""
+    import numpy as np
+
+    from app.gui.session import GroupingModel
+    from engine.cluster import EditableGrouping
+
+    m = GroupingModel()
+    g = EditableGrouping(["a", "b", "c"], np.array([0, 0, 1]), np.ones(3), np.ones(3, bool),
+                         np.zeros(3, bool), "k=2")  # fmt: skip
+    m.set_grouping(g)
+    seen = [m.history_stamp]
+    m.set_placed({"c": 0.9})
+    m.set_grouping(g)
+    assert m.history_stamp == seen[-1]
+    m.rename(0, "Sea")  # remembers the state before it
+    assert m.history_stamp not in seen and len(m.undo_stack) == 1
+    seen.append(m.history_stamp)
+    m.undo()
+    assert m.history_stamp not in seen and not m.undo_stack
+    seen.append(m.history_stamp)
+    m.set_history(GroupingModel().history())
+    assert m.history_stamp not in seen
+    seen.append(m.history_stamp)
+    other = GroupingModel()  # another model (another view) never reuses a stamp
+    assert other.history_stamp not in seen
