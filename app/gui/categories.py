@@ -4,9 +4,11 @@ One row per group: an editable name, the group's size, its prototypes first (gol
 and its outliers marked (red frame), then the other members by decreasing flow
 (Sec. 9.4). A person corrects the grouping by
 
-* dragging a photo onto another group (or *Move to group* in its context menu): the move
+* dragging a photo onto another group (or *Move to group* in its context menu; several
+  photos of a group picked with Ctrl- or Shift-click move together, as one edit): the
+  photo moves and nothing else does (:func:`engine.cluster.move_edit`), and the move
   becomes must-group / cannot-group constraints (:func:`engine.cluster.move_constraints`,
-  Sec. 9.2) and the folder is grouped again in the background;
+  Sec. 9.2) that keep it when the folder is grouped again;
 * *Split* (a two-way normalized cut of the group's own affinities, computed in a worker
   from the group's members only, so it works for folders grouped with the Nystrom
   approximation too) and *Merge with* (the union of the two groups); both are also
@@ -40,6 +42,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -457,7 +460,7 @@ class GroupStrip(QListView):
     :data:`MAX_GRID_ROWS` rows it scrolls); accepts photos dragged from other groups."""
 
     dropped = Signal(list, int)  # paths, target group
-    menu_requested = Signal(str, object)  # path, global pos
+    menu_requested = Signal(list, object)  # paths (the one clicked first), global pos
 
     def __init__(self, model: GroupModel, delegate: GroupDelegate, parent=None) -> None:
         super().__init__(parent)
@@ -469,7 +472,8 @@ class GroupStrip(QListView):
         self.setUniformItemSizes(True)
         self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        # Ctrl- and Shift-click pick several photos, dragged or moved together
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setMouseTracking(True)
         self.setDragDropMode(QAbstractItemView.DragDropMode.DragDrop)
@@ -496,10 +500,19 @@ class GroupStrip(QListView):
         super().resizeEvent(event)
         self._fit_height()
 
+    def selected_paths(self) -> list[str]:
+        """The selected photos, in the order shown."""
+        rows = sorted(i.row() for i in self.selectionModel().selectedIndexes())
+        return [self.model().path(r) for r in rows]
+
     def _menu(self, pos) -> None:
         idx = self.indexAt(pos)
-        if idx.isValid():
-            self.menu_requested.emit(item_data(idx, PATH_ROLE), self.viewport().mapToGlobal(pos))
+        if not idx.isValid():
+            return
+        path = item_data(idx, PATH_ROLE)
+        chosen = self.selected_paths()  # (a right-click on a selected photo acts on them all)
+        paths = [path] + [p for p in chosen if p != path] if path in chosen else [path]
+        self.menu_requested.emit(paths, self.viewport().mapToGlobal(pos))
 
     def _payload(self, md) -> dict | None:
         if md is None or not md.hasFormat(MIME):
@@ -1120,38 +1133,57 @@ class CategoriesView(QWidget):
         self.model.add_constraints(must, cannot)
 
     def move_photo(self, path: str, group: int) -> None:
-        """The user says ``path`` belongs to ``group``: it goes there and nothing else
-        changes (:func:`engine.cluster.move_edit`); the constraints that keep the move
-        when everything is grouped again are added."""
+        """The user says ``path`` belongs to ``group`` (:meth:`move_photos`)."""
+        self.move_photos([path], group)
+
+    def move_photos(self, paths: Sequence[str], group: int) -> None:
+        """The user says ``paths`` belong to ``group``: they go there and nothing else
+        changes (:func:`engine.cluster.move_edit`, one photo after the other, undone
+        together); the constraints that keep the move when everything is grouped again
+        are added."""
         from engine.cluster import move_constraints, move_edit
 
         g = self.grouping
-        if g is None or self._busy:
+        if g is None or self._busy or not 0 <= group <= g.k:
             return
-        i = g.paths.index(str(path))
-        if g.labels[i] == group:
-            return
-        # the photo goes where it was put and nothing else moves; the constraints keep the
-        # move when the person groups everything again (anchored on up to MOVE_ANCHORS of
-        # the target's members: with only its top few, a balanced cut could push one of
-        # its other members out in exchange)
-        n_anchors = min(MOVE_ANCHORS, int(np.sum(g.labels == group)))
-        must, cannot = move_constraints(g.to_clustering(), i, group, n_anchors=n_anchors)
         p = g.paths
+        rows = {p.index(str(x)) for x in paths if str(x) in p}
+        rows = sorted(i for i in rows if g.labels[i] != group)
+        if not rows:
+            return
+        # the photos go where they were put and nothing else moves; the constraints keep
+        # the move when the person groups everything again (anchored on up to MOVE_ANCHORS
+        # of the target's members: with only its top few, a balanced cut could push one
+        # of its other members out in exchange)
+        n_anchors = min(MOVE_ANCHORS, int(np.sum(g.labels == group)))
+        must, cannot = [], []
+        for i in rows:
+            mu, ca = move_constraints(g.to_clustering(), i, group, n_anchors=n_anchors)
+            must += [(p[a], p[b]) for a, b in mu]
+            cannot += [(p[a], p[b]) for a, b in ca]
+        moved = [p[i] for i in rows]
+        if group == g.k:  # (a group of their own: the later ones join the first)
+            must += [(moved[0], m) for m in moved[1:]]
         K = self.K if self.K is not None and len(self.K) == len(p) else None
         self.model.remember("move")
-        self._add_constraints([(p[a], p[b]) for a, b in must], [(p[a], p[b]) for a, b in cannot])
-        self.model.forget_placed([path])  # (the person decided where it goes)
-        new = move_edit(g, str(path), group, K)
+        self._add_constraints(must, cannot)
+        self.model.forget_placed(moved)  # (the person decided where they go)
+        new, target = g, group
+        for j, path in enumerate(moved):
+            new = move_edit(new, path, target, K)
+            if j == 0:
+                target = new.group_of(path)  # (its number once kept in place)
+        if len(moved) > 1:
+            new.k_reason = f"moved {len(moved):,} photos by hand"
         self._show_edit(new)
+        where = new.name(new.group_of(moved[0]))
+        what = shown_name(moved[0]) if len(moved) == 1 else f"{len(moved):,} photos"
         self.window.status_label.setText(
-            f"Moved {shown_name(path)} to {new.name(new.group_of(str(path)))}; no other photo "
-            "moved (Ctrl+Z undoes it)."
+            f"Moved {what} to {where}; no other photo moved (Ctrl+Z undoes it)."
         )
 
     def _on_dropped(self, paths: list, group: int) -> None:
-        for p in paths[:1]:
-            self.move_photo(p, group)
+        self.move_photos(paths, group)
 
     def split_group(self, group: int) -> None:
         """Cut ``group`` in two in the background (:func:`split_job`): from the full
@@ -1226,20 +1258,24 @@ class CategoriesView(QWidget):
         self.regroup(remembered=kept)
 
     # -- photo actions -----------------------------------------------------------------------
-    def _photo_menu(self, path: str, pos) -> None:
-        menu = self.photo_menu(path)
+    def _photo_menu(self, paths: list, pos) -> None:
+        menu = self.photo_menu(paths[0], paths)
         menu.exec(pos)
 
-    def photo_menu(self, path: str) -> QMenu:
-        """Context menu of a photo: move to another group, feature mask, open."""
+    def photo_menu(self, path: str, selected: Sequence[str] = ()) -> QMenu:
+        """Context menu of a photo: move it (and the other ``selected`` photos of its
+        group) to another group, feature mask, open."""
         g = self.grouping
         menu = QMenu(self)
-        move = menu.addMenu("Move to group")
+        paths = [path] + [p for p in selected if p != path]
+        move = menu.addMenu(
+            "Move to group" if len(paths) == 1 else f"Move {len(paths):,} photos to group"
+        )
         cur = g.group_of(path) if g is not None else -1
         for other in range(g.k if g is not None else 0):
             a = QAction(group_label(g, other), move)
             a.setEnabled(other != cur and not self._busy)
-            a.triggered.connect(lambda _=False, o=other: self.move_photo(path, o))
+            a.triggered.connect(lambda _=False, o=other: self.move_photos(paths, o))
             move.addAction(a)
         menu.addAction("Show feature mask").triggered.connect(lambda: self.show_mask(path))
         menu.addAction("Search similar").triggered.connect(

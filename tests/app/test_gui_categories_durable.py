@@ -365,3 +365,55 @@ def test_undo_outlives_reopening_and_undoes_a_regroup_from_the_command_line(
     )
     assert view.grouping.k == 2 and view.grouping.name(0) == "Sea"
     assert {p: view.grouping.group_of(p) for p in view.grouping.paths} == first
+
+
+def test_several_photos_selected_move_together_and_undo_in_one_step(qtbot, window, tmp_path):
+    """Ctrl-click picks several photos of a group; dragged (or moved from the context
+    menu) they all go to the other group, nothing else moves, and one Ctrl+Z brings them
+    all back."""
+    folder, index = tmp_path / "photos", tmp_path / "index"
+    make_grouped_folder(folder, per_group=5, seed=4)
+    view = _open_and_group(qtbot, window, folder, index)
+    g = view.grouping
+    assert g.k == 2
+    before = {p: g.group_of(p) for p in g.paths}
+    src, dst = view.rows[1], view.rows[0]
+    strip = src.strip
+    # click the first photo, Ctrl-click the third, as a person picks them
+    for row, mods in (
+        (0, Qt.KeyboardModifier.NoModifier),
+        (2, Qt.KeyboardModifier.ControlModifier),
+    ):
+        rect = strip.visualRect(src.model.index(row))
+        qtbot.mouseClick(strip.viewport(), Qt.MouseButton.LeftButton, mods, rect.center())
+    chosen = [src.model.path(0), src.model.path(2)]
+    assert strip.selected_paths() == chosen
+    # a right-click on one of them offers to move both
+    asked = []
+    strip.menu_requested.disconnect(view._photo_menu)  # (its menu would wait for a click)
+    strip.menu_requested.connect(lambda paths, _pos: asked.append(paths))
+    strip._menu(strip.visualRect(src.model.index(2)).center())
+    assert asked == [[chosen[1], chosen[0]]]
+    menu = view.photo_menu(asked[0][0], asked[0])
+    assert any(a.text() == "Move 2 photos to group" for a in menu.actions())
+
+    # drag them (what Qt puts in the drag: the selected cells) onto the other group
+    md = src.model.mimeData(strip.selectedIndexes())
+    drop = QDropEvent(
+        QPointF(20, 20), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )  # fmt: skip
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        dst.strip.dropEvent(drop)
+    after = {p: view.grouping.group_of(p) for p in g.paths}
+    assert sorted(p for p in before if before[p] != after[p]) == sorted(chosen)
+    assert all(after[p] == before[view.rows[0].model.path(0)] for p in chosen)
+    assert window.status_label.text().startswith("Moved 2 photos to ")
+    assert "no other photo moved" in window.status_label.text()
+    assert "moved 2 photos by hand" in view.grouping.k_reason
+    assert all(any(p in pair for pair in view.must) for p in chosen)
+
+    # one Undo brings both back
+    qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
+    assert {p: view.grouping.group_of(p) for p in g.paths} == before
+    assert not any(p in pair for pair in view.must for p in chosen)
