@@ -254,8 +254,8 @@ def _replace_edits(col, grouping, must, cannot, k):
     if new is None:  # (never edited in the app: the new grouping is the folder's, as saved)
         return grouping
     print(
-        "simile: this grouping replaces the groups edited in the app (their names carried "
-        "over); Undo (Ctrl+Z) in the app's Categories brings those back",
+        "simile: this grouping replaces the one the app keeps for this folder (its group "
+        "names carried over); Undo (Ctrl+Z) in the app's Categories brings it back",
         file=sys.stderr,
     )
     return new

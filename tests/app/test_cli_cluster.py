@@ -362,7 +362,7 @@ def test_cluster_keeps_the_groups_edited_in_the_app(tmp_path, demo_folder, capsy
     # (the next plain run shows it; the app can undo it: the edited one is in the history)
     code = main(["cluster", str(photos), "--json", "--regroup"])
     cap = capsys.readouterr()
-    assert code == 0 and "Undo (Ctrl+Z) in the app's Categories brings those back" in cap.err
+    assert code == 0 and "Undo (Ctrl+Z) in the app's Categories brings it back" in cap.err
     res = json.loads(cap.out.strip().splitlines()[-1])
     group_of = {m: c["id"] for c in res["clusters"] for m in c["members"]}
     names = {c["id"]: c["name"] for c in res["clusters"]}
