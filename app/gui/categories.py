@@ -1277,6 +1277,12 @@ class CategoriesView(QWidget):
             a.setEnabled(other != cur and not self._busy)
             a.triggered.connect(lambda _=False, o=other: self.move_photos(paths, o))
             move.addAction(a)
+        if g is not None:  # (a group of their own, last; it can be named like any other)
+            move.addSeparator()
+            a = QAction("New group", move)
+            a.setEnabled(not self._busy and len(paths) < len(g.members(cur)))
+            a.triggered.connect(lambda _=False, k=g.k: self.move_photos(paths, k))
+            move.addAction(a)
         menu.addAction("Show feature mask").triggered.connect(lambda: self.show_mask(path))
         menu.addAction("Search similar").triggered.connect(
             lambda: (self.window.show_view("library"), self.window.query_photo(path))

@@ -327,14 +327,16 @@ def move_constraints(
     """Constraints expressing "image belongs to ``group``" (a drag in the Categories view).
 
     Returns ``(must, cannot)``: ``image`` must group with the ``n_anchors`` highest-flow
-    members of ``group`` and cannot group with those of its current group. Add them to the
-    user's accumulated constraints and call :func:`discover_categories` again.
+    members of ``group`` and cannot group with those of its current group. ``group`` may
+    be ``clustering.k``, a new group of its own: then only the cannot-links. Add them to
+    the user's accumulated constraints and call :func:`discover_categories` again.
     """
     if not 0 <= image < clustering.n:
         raise ValueError(f"image must be in [0, {clustering.n}), got {image}")
-    if not 0 <= group < clustering.k:
-        raise ValueError(f"group must be in [0, {clustering.k}), got {group}")
-    target = [int(j) for j in clustering.members(group) if j != image][:n_anchors]
+    if not 0 <= group <= clustering.k:
+        raise ValueError(f"group must be in [0, {clustering.k}], got {group}")
+    members = clustering.members(group) if group < clustering.k else []
+    target = [int(j) for j in members if j != image][:n_anchors]
     must = [(image, j) for j in target]
     old = int(clustering.labels[image])
     cannot = []

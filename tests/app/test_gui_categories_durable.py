@@ -417,3 +417,24 @@ def test_several_photos_selected_move_together_and_undo_in_one_step(qtbot, windo
     qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
     assert {p: view.grouping.group_of(p) for p in g.paths} == before
     assert not any(p in pair for pair in view.must for p in chosen)
+
+    # "New group" in the context menu: the two get a group of their own, the rest stays
+    menu = view.photo_menu(chosen[0], chosen)
+    move = next(a.menu() for a in menu.actions() if a.text() == "Move 2 photos to group")
+    new_group = next(a for a in move.actions() if a.text() == "New group")
+    assert new_group.isEnabled()
+    with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
+        new_group.trigger()
+    g3 = view.grouping
+    assert g3.k == 3 and g3.group_of(chosen[0]) == g3.group_of(chosen[1]) == 2
+    assert sorted(g3.paths[i] for i in g3.members(2)) == sorted(chosen)
+    assert all(g3.group_of(p) == before[p] for p in before if p not in chosen)
+    assert len(view.rows) == 3
+    # all of a group's photos cannot leave it for a new group (nothing would change)
+    whole = [g3.paths[i] for i in g3.members(2)]
+    menu = view.photo_menu(whole[0], whole)
+    move = next(a.menu() for a in menu.actions() if a.text().startswith("Move 2 photos"))
+    assert not next(a for a in move.actions() if a.text() == "New group").isEnabled()
+    qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
+    assert view.grouping.k == 2
+    assert {p: view.grouping.group_of(p) for p in g.paths} == before

@@ -416,6 +416,9 @@ def test_user_edits_move_merge_split():
     assert len(set(merged[np.isin(res.labels, [0, 2])].tolist())) == 1
     split = split_group(K, merged, int(merged[np.flatnonzero(res.labels == 0)[0]]))
     assert clustering_accuracy(truth, split) >= 0.95
+    # a group of its own (group k): only kept apart from its old group's best members
+    must, cannot = move_constraints(res, img, 3, n_anchors=2)
+    assert must == [] and len(cannot) == 2 and all(res.labels[j] == 0 for _, j in cannot)
     with pytest.raises(ValueError, match="group"):
         move_constraints(res, 0, 7)
     with pytest.raises(ValueError, match="two groups"):
