@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QMimeData, QPointF, QRect, Qt, Signal
+from PySide6.QtCore import QMimeData, QPointF, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QColor,
@@ -1181,6 +1181,11 @@ class CategoriesView(QWidget):
         self.window.status_label.setText(
             f"Moved {what} to {where}; no other photo moved (Ctrl+Z undoes it)."
         )
+        if group == g.k and new.group_of(moved[0]) < len(self.rows):  # a new group, last:
+            row = self.rows[new.group_of(moved[0])]  # shown, its name ready to be typed
+            QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(row))
+            row.name.setFocus()
+            row.name.selectAll()
 
     def _on_dropped(self, paths: list, group: int) -> None:
         self.move_photos(paths, group)

@@ -430,6 +430,11 @@ def test_several_photos_selected_move_together_and_undo_in_one_step(qtbot, windo
     assert sorted(g3.paths[i] for i in g3.members(2)) == sorted(chosen)
     assert all(g3.group_of(p) == before[p] for p in before if p not in chosen)
     assert len(view.rows) == 3
+    assert window.focusWidget() is view.rows[2].name  # its name is ready to be typed
+    qtbot.keyClicks(view.rows[2].name, "Pair")
+    qtbot.keyClick(view.rows[2].name, Qt.Key.Key_Return)
+    assert view.grouping.name(2) == "Pair"
+    qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)  # (the rename)
     # all of a group's photos cannot leave it for a new group (nothing would change)
     whole = [g3.paths[i] for i in g3.members(2)]
     menu = view.photo_menu(whole[0], whole)
