@@ -129,7 +129,9 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     menu = view.photo_menu(moved)
     move = next(a.menu() for a in menu.actions() if a.text() == "Move to group")
     sizes = np.bincount(g.labels, minlength=g.k)
-    assert sorted(a.text() for a in move.actions()) == sorted(
+    groups = [a.text() for a in move.actions() if not a.isSeparator()]
+    assert groups[-1] == "New group"  # (last, after a separator)
+    assert sorted(groups[:-1]) == sorted(
         f"{g.name(k)} ({sizes[k]} photo{'s' if sizes[k] != 1 else ''})" for k in range(g.k)
     )
 
