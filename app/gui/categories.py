@@ -1147,8 +1147,9 @@ class CategoriesView(QWidget):
         if g is None or self._busy or not 0 <= group <= g.k:
             return
         p = g.paths
-        rows = {p.index(str(x)) for x in paths if str(x) in p}
-        rows = sorted(i for i in rows if g.labels[i] != group)
+        pos = {q: i for i, q in enumerate(p)}
+        rows = sorted({pos[str(x)] for x in paths if str(x) in pos})
+        rows = [i for i in rows if g.labels[i] != group]
         if not rows:
             return
         # the photos go where they were put and nothing else moves; the constraints keep
@@ -1169,10 +1170,10 @@ class CategoriesView(QWidget):
         self._add_constraints(must, cannot)
         self.model.forget_placed(moved)  # (the person decided where they go)
         new, target = g, group
-        for j, path in enumerate(moved):
+        for path in moved:
             new = move_edit(new, path, target, K)
-            if j == 0:
-                target = new.group_of(path)  # (its number once kept in place)
+            # (a group left empty disappears and the later ones move up: follow the first)
+            target = new.group_of(moved[0])
         if len(moved) > 1:
             new.k_reason = f"moved {len(moved):,} photos by hand"
         self._show_edit(new)

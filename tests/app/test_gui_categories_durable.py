@@ -443,3 +443,21 @@ def test_several_photos_selected_move_together_and_undo_in_one_step(qtbot, windo
     qtbot.mouseClick(view.undo_btn, Qt.MouseButton.LeftButton)
     assert view.grouping.k == 2
     assert {p: view.grouping.group_of(p) for p in g.paths} == before
+
+    # the second of three photos leaves a group empty (it disappears and the groups after
+    # it move up): the third still goes where the person put them
+    import numpy as np
+
+    from engine.cluster import EditableGrouping
+
+    n = len(g.paths)
+    labels = np.array([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])[:n]
+    four = EditableGrouping(list(g.paths), labels, np.linspace(1, 0, n), np.zeros(n, bool),
+                            np.zeros(n, bool), "four groups")  # fmt: skip
+    view.model.set_grouping(four)
+    a, b, c = g.paths[0], g.paths[3], g.paths[4]
+    view.move_photos([a, b, c], 3)
+    g4 = view.grouping
+    assert g4.k == 3  # (group 1 is gone)
+    assert g4.group_of(a) == g4.group_of(b) == g4.group_of(c) == g4.group_of(g.paths[9])
+    assert [g4.group_of(p) for p in g.paths[1:3]] == [0, 0] and g4.group_of(g.paths[5]) == 1
