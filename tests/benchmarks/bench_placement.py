@@ -33,6 +33,15 @@ grouping's semantic channel (:mod:`engine.cluster.semantic`): indexed in 7.0 s, 
 12.6 s (purity 0.928); the new photos indexed in 0.9 s and placed in 1.6 s; 91 of 100 in
 their class's group, 5 to "To review".
 
+``--data holidays`` makes trip folders instead, from INRIA Holidays dev: ``--classes``
+scenes of at least 3 photos are grouped (k given), one photo of each of ``--new`` of them
+held out and added later, with ``--novel`` photos of ``--novel-classes`` other scenes
+(``--n`` is unused); the results of 2026-11-29 are in the docstring of
+:mod:`engine.cluster.placement` ("The same object or place")::
+
+    python tests/benchmarks/bench_placement.py --data holidays --n 0 0 0 \
+        --classes 10 18 30 --new 5 9 15 --novel 4 6 8 --novel-classes 2 --seeds 0 ... 9
+
 Novel subjects (issue #22, point 2), grouped as the classes (``--truth``, the person's
 corrected grouping) and by the pipeline (without it)::
 
@@ -90,6 +99,7 @@ import numpy as np
 from engine.core.progress import run_to_end
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "caltech101"
+HOLIDAYS = DATA.parent / "holidays"
 SUFFIXES = (".jpg", ".jpeg", ".png")
 # left out: the background class is no subject, "Faces" is "Faces_easy" again
 NOT_A_CLASS = ("BACKGROUND_Google", "Faces")
@@ -129,6 +139,40 @@ def choose_photos(
     return items[:n], items[n : n + new], odd
 
 
+def choose_scenes(
+    n_scenes: int, new: int, novel: int, novel_classes: int, seed: int
+) -> tuple[list, list, list]:
+    """Like :func:`choose_photos` on INRIA Holidays (``--data holidays``): a trip folder.
+    ``n_scenes`` scenes of at least 3 photos are grouped, all their photos but one held
+    out from each of ``new`` of them; those come later, with ``novel`` photos of
+    ``novel_classes`` scenes not in the folder. A scene is ``number // 100``."""
+    rng = np.random.default_rng(seed)
+    scenes: dict[str, list[Path]] = {}
+    for f in _photos(HOLIDAYS):
+        scenes.setdefault(f.stem[:4], []).append(f)
+    pool = sorted(c for c, fs in scenes.items() if len(fs) >= 3)
+    if len(pool) < n_scenes:
+        raise SystemExit(f"only {len(pool)} Holidays scenes have 3 photos or more")
+    picked = sorted(rng.choice(pool, n_scenes, replace=False).tolist())
+    first, later = [], []
+    for j, c in enumerate(rng.permutation(picked).tolist()):
+        files = list(scenes[c])
+        rng.shuffle(files)
+        if j < new:
+            later.append((files.pop(), c))
+        first += [(f, c) for f in files]
+    rng.shuffle(first)
+    odd = []
+    if novel:
+        others = [c for c in sorted(scenes) if c not in picked]
+        chosen = rng.choice(others, max(1, novel_classes), replace=False).tolist()
+        for j in range(novel):
+            files = scenes[chosen[j % len(chosen)]]
+            odd.append((files[(j // len(chosen)) % len(files)], chosen[j % len(chosen)]))
+        odd = list(dict.fromkeys(odd))
+    return first, later, odd
+
+
 def run_task(
     n: int,
     new: int,
@@ -138,8 +182,10 @@ def run_task(
     seed: int = 0,
     truth: bool = False,
     work: Path | None = None,
+    data: str = "caltech101",
 ) -> dict:
-    """Group ``n`` photos, add the new and novel ones, place them; the counts and times."""
+    """Group ``n`` photos, add the new and novel ones, place them; the counts and times
+    (``data="holidays"``: ``n_classes`` scenes, ``n`` unused, :func:`choose_scenes`)."""
     from engine.cluster import (
         EditableGrouping,
         category_affinities_iter,
@@ -148,7 +194,10 @@ def run_task(
     )
     from engine.collection import Collection
 
-    first, later, odd = choose_photos(n, new, n_classes, novel, novel_classes, seed)
+    if data == "holidays":
+        first, later, odd = choose_scenes(n_classes, new, novel, novel_classes, seed)
+    else:
+        first, later, odd = choose_photos(n, new, n_classes, novel, novel_classes, seed)
     own = work is None
     work = Path(tempfile.mkdtemp(prefix="simile-place-")) if own else work
     folder = work / "photos"
@@ -241,9 +290,12 @@ def main() -> int:
     p.add_argument("--seed", "--seeds", dest="seeds", type=int, nargs="+", default=[0])
     p.add_argument("--truth", action="store_true", help="group by the classes themselves")
     p.add_argument("--work", type=Path)
+    p.add_argument("--data", choices=("caltech101", "holidays"), default="caltech101",
+                   help="holidays: --classes scenes of a trip folder (--n unused)")  # fmt: skip
     args = p.parse_args()
-    if not DATA.is_dir():
-        print(f"skipped: {DATA} is absent")
+    source = HOLIDAYS if args.data == "holidays" else DATA
+    if not source.is_dir():
+        print(f"skipped: {source} is absent")
         return 0
     m = len(args.n)
     tasks = list(zip(args.n, _each(args.classes, m, "classes"), _each(args.new, m, "new"),
@@ -252,7 +304,7 @@ def main() -> int:
     for n, k, new, novel in tasks:
         for seed in args.seeds:
             work = args.work / f"n{n}-k{k}-s{seed}" if args.work else None
-            r = run_task(n, new, k, novel, args.novel_classes, seed, args.truth, work)
+            r = run_task(n, new, k, novel, args.novel_classes, seed, args.truth, work, args.data)
             rows.append(r)
             print(f"n {n:4d} k {k:3d} seed {seed:2d}: index {r['t_index']:.1f} s, group "
                   f"{r['t_group']:.1f} s (purity {r['purity']:.3f}); new: index "

@@ -102,7 +102,13 @@ def test_unsure_photos_go_to_a_group_to_review(folder, monkeypatch):
         run_to_end(col.update(jobs=1))
         g = _grouping(col)
         some = restrict(g, g.paths[:-2])
-        monkeypatch.setattr(placement, "UNSURE_CONFIDENCE", 1.01)  # nobody is sure
+        monkeypatch.setattr(placement, "UNSURE_CONFIDENCE", 1.01)  # the SVM is never sure
+        # ... but the search finds both photos are views of a grouped scene: placed there
+        res = run_to_end(place_photos_iter(col, some))
+        assert res.unsure == [] and res.grouping.k == g.k
+        for p, grp, conf in res.placed:
+            assert grp == g.group_of(p) and 0.5 <= conf <= 1.0
+        monkeypatch.setattr(placement, "SCENES_AUTO_MAX", 0)  # (no search: nobody is sure)
         res = run_to_end(place_photos_iter(col, some))
     assert len(res.unsure) == 2 and res.grouping.k == g.k + 1
     assert res.grouping.name(g.k) == REVIEW_NAME
