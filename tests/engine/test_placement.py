@@ -237,3 +237,25 @@ def test_new_photos_are_placed_on_the_groupings_affinities(tmp_path, shared_data
             assert out.names.get(group[p]) == REVIEW_NAME, p
         else:
             assert label == home[c], p
+
+
+def test_new_photos_of_one_unknown_scene_go_to_review_together():
+    """New photos the search links to each other but to no grouped photo are one subject
+    no group holds: when one of them goes to review, or they were put in different
+    groups, they all go to review; agreeing ones, and photos the search tied to a
+    grouped photo, are left as they were."""
+    from engine.cluster.placement import _review_together
+
+    among = np.zeros((6, 6))
+    for a, b, p in [(0, 1, 0.9), (1, 2, 0.6), (3, 4, 0.8), (4, 5, 0.3)]:
+        among[a, b] = among[b, a] = p
+    unsure = np.array([False, False, True, False, False, False])
+    labels = np.array([1, 1, 3, 2, 2, 0])
+    sure = np.zeros(6, bool)
+    out = _review_together(unsure, labels, among, sure)
+    # 0-1-2 linked, 2 unsure: all three; 3-4 linked and agreeing: kept; 5 (0.3) alone
+    assert out.tolist() == [True, True, True, False, False, False]
+    labels[4] = 0  # 3 and 4 disagree: both to review
+    assert _review_together(unsure, labels, among, sure)[3:5].tolist() == [True, True]
+    sure[4] = True  # 4 is the same scene as a grouped photo: it stays, 3 alone is kept
+    assert _review_together(unsure, labels, among, sure)[3:5].tolist() == [False, False]
