@@ -23,7 +23,11 @@ from tests.app._gui import INDEX_TIMEOUT, make_grouped_folder
 
 def _drop(view, src_row, path, target_row) -> None:
     i = src_row.model.paths().index(path)
-    md = src_row.model.mimeData([src_row.model.index(i)])
+    _drop_data(src_row.model.mimeData([src_row.model.index(i)]), target_row)
+
+
+def _drop_data(md, target_row) -> None:
+    """Drop what a drag carries (``md``) on ``target_row``'s photos."""
     drop = QDropEvent(
         QPointF(20, 20), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
         Qt.KeyboardModifier.NoModifier,
@@ -398,13 +402,8 @@ def test_several_photos_selected_move_together_and_undo_in_one_step(qtbot, windo
     assert any(a.text() == "Move 2 photos to group" for a in menu.actions())
 
     # drag them (what Qt puts in the drag: the selected cells) onto the other group
-    md = src.model.mimeData(strip.selectedIndexes())
-    drop = QDropEvent(
-        QPointF(20, 20), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
-        Qt.KeyboardModifier.NoModifier,
-    )  # fmt: skip
     with qtbot.waitSignal(view.grouping_shown, timeout=10_000):
-        dst.strip.dropEvent(drop)
+        _drop_data(src.model.mimeData(strip.selectedIndexes()), dst)
     after = {p: view.grouping.group_of(p) for p in g.paths}
     assert sorted(p for p in before if before[p] != after[p]) == sorted(chosen)
     assert all(after[p] == before[view.rows[0].model.path(0)] for p in chosen)
