@@ -1158,8 +1158,9 @@ class CategoriesView(QWidget):
         # of its other members out in exchange)
         n_anchors = min(MOVE_ANCHORS, int(np.sum(g.labels == group)))
         must, cannot = [], []
+        before = g.to_clustering()
         for i in rows:
-            mu, ca = move_constraints(g.to_clustering(), i, group, n_anchors=n_anchors)
+            mu, ca = move_constraints(before, i, group, n_anchors=n_anchors)
             must += [(p[a], p[b]) for a, b in mu]
             cannot += [(p[a], p[b]) for a, b in ca]
         moved = [p[i] for i in rows]

@@ -74,7 +74,8 @@ nothing, the between-group floor at the 15th percentile (instead of 25) only mis
 The same object or place (2026-11-29). In folders of up to
 :data:`engine.cluster.scenes.SCENES_AUTO_MAX` photos, where the grouping itself uses the
 search's same-scene pairs (:mod:`engine.cluster.scenes`), every new photo also queries the
-folder (``hybrid``, one query each, 60-80 ms):
+folder (``hybrid``, one query each, 30-80 ms; remembered in the index like the grouping's,
+:func:`engine.cluster.scenes.scene_probabilities_iter`):
 
 - when the search finds it shows the same object or place as a grouped photo with
   probability at least :data:`engine.cluster.scenes.JOIN_LINK`, it goes to that photo's
@@ -135,7 +136,7 @@ from engine.cluster.classify import CategoryClassifier
 from engine.cluster.edits import EditableGrouping, carry_names, keep_order_labels
 from engine.cluster.model import category_model_iter
 from engine.cluster.results import ClusterProgress
-from engine.cluster.scenes import JOIN_LINK, SCENE_TOP, SCENES_AUTO_MAX
+from engine.cluster.scenes import JOIN_LINK, SCENES_AUTO_MAX, scene_probabilities_iter
 
 __all__ = [
     "PLACE_TRAIN_PER_GROUP",
@@ -272,39 +273,21 @@ def unlike_their_group(
     return out
 
 
-def _same_scene_iter(
-    collection: Any, new: Sequence[str], g: EditableGrouping, cancel: Any
-) -> Generator[ClusterProgress, None, tuple[np.ndarray, np.ndarray]]:
-    """``(groups, among)``: (q, k) float64, for every new photo and group of ``g``, the
-    highest probability the search gives that the photo shows the same object or place as
-    one of the group's photos (``hybrid``, :data:`engine.cluster.scenes.SCENE_TOP` hits; 0
-    where none, or the query failed), and (q, q) float64, the same between the new photos
-    (the larger of the two directions)."""
-    from engine.io.imageio import ImageLoadError
-
-    row = {p: i for i, p in enumerate(g.paths)}
-    fresh = {p: j for j, p in enumerate(new)}
-    out = np.zeros((len(new), g.k))
-    among = np.zeros((len(new), len(new)))
-    for j, path in enumerate(new):
-        if cancel is not None and cancel.is_set():
-            raise InterruptedError("cancelled")
-        try:
-            hits = collection.query(path, method="hybrid", top=SCENE_TOP)
-        except (ImageLoadError, LookupError, ValueError, OSError):
-            hits = []
-        for h in hits:
-            if h.probability is None:
-                continue
-            i, other = row.get(str(h.path)), fresh.get(str(h.path))
-            if i is not None:
-                k = int(g.labels[i])
-                out[j, k] = max(out[j, k], float(h.probability))
-            elif other is not None and other != j:
-                among[j, other] = max(among[j, other], float(h.probability))
-        if (j + 1) % 16 == 0 or j + 1 == len(new):
-            yield ClusterProgress("place", 0, 1, f"matching new photos {j + 1} of {len(new)}")
-    return out, np.maximum(among, among.T)
+def _same_scene(
+    P: np.ndarray, new_rows: Sequence[int], g: EditableGrouping, g_rows: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(groups, among)`` from the same-scene probabilities ``P`` (n, n) of the folder
+    (:func:`engine.cluster.scenes.scene_probabilities_iter`): (q, k) float64, for every new
+    photo (rows ``new_rows``) and group of ``g`` (its photos at rows ``g_rows``), the
+    highest probability that the photo shows the same object or place as one of the
+    group's photos, and (q, q) float64, the same between the new photos."""
+    cross = P[np.ix_(new_rows, g_rows)]
+    out = np.zeros((len(new_rows), g.k))
+    for k in range(g.k):
+        members = np.flatnonzero(g.labels == k)
+        if members.size:
+            out[:, k] = cross[:, members].max(axis=1)
+    return out, P[np.ix_(new_rows, new_rows)]
 
 
 def _review_together(unsure: np.ndarray, labels: np.ndarray, among: np.ndarray,
@@ -403,7 +386,12 @@ def place_photos_iter(
             confidence = np.asarray(pred.confidence, np.float64)
         unlike = unlike_their_group(K_tt, K_nt, y, labels_new)
         if len(paths) <= SCENES_AUTO_MAX:  # the same object or place as a grouped photo
-            same, among = yield from _same_scene_iter(collection, new, g, cancel)
+            # (one query per photo not queried before, remembered in the index: the
+            # grouping queried the others, and a later one will not query these again)
+            P = yield from scene_probabilities_iter(
+                collection, model.paths, hashes=model.hashes, cancel=cancel
+            )
+            same, among = _same_scene(P, [row[p] for p in new], g, [row[p] for p in g.paths])
             best = same.max(axis=1)
             sure = best >= JOIN_LINK
             grp = same.argmax(axis=1)
