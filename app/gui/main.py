@@ -19,7 +19,7 @@ from pathlib import Path
 
 from app._argparse import Parser
 
-__all__ = ["build_parser", "run_gui"]
+__all__ = ["build_parser", "quit_on_signals", "run_gui"]
 
 VIEWS = ("results", "grid-results", "matches", "duplicates", "clusters")
 
@@ -112,6 +112,7 @@ def _interactive(app, args) -> int:
     settings = QSettings()
     win = MainWindow(settings)
     win.show()
+    quit_on_signals(app, win.close)
     folder = args.folder
     welcome = False
     if folder is None:
@@ -140,6 +141,40 @@ def _interactive(app, args) -> int:
     elif args.view not in ("results", "grid-results"):
         QTimer.singleShot(0, lambda: win.show_view(_view_name(args.view)))
     return app.exec()
+
+
+def quit_on_signals(app, close) -> None:
+    """Close the window as its close button does when the process is asked to end.
+
+    SIGTERM (a log-out, ``kill PID``), SIGINT (Ctrl+C in the terminal that started the
+    window) and SIGHUP (that terminal closed) would otherwise end the process at once,
+    skipping what closing the window does: cancel the background work and wait for it,
+    write the settings and remove the window's temporary folder. While Qt's event loop runs,
+    Python's handlers only run when Python code does, so the signal's arrival is written to
+    a socket Qt watches (:func:`signal.set_wakeup_fd`), whose notifier wakes Python up.
+    """
+    import signal
+    import socket
+
+    from PySide6.QtCore import QSocketNotifier
+
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, app)
+
+    def drain() -> None:  # (the handler itself runs once Python is back in control)
+        try:
+            reader.recv(64)
+        except OSError:
+            pass
+
+    notifier.activated.connect(drain)
+    app._signal_sockets = (reader, writer, notifier)  # kept alive with the application
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), lambda *_: close())
 
 
 def _int_or(text: str):
