@@ -285,6 +285,18 @@ def affinity_job(coll, cancel=None):
     return (yield from _progress_items(category_affinities_iter(coll, cancel=cancel)))
 
 
+def save_grouping_state(store, state: dict) -> None:
+    """Write what :meth:`app.gui.session.GroupingModel.saved_state` copied into the index
+    (:func:`engine.cluster.save_edits`; :func:`engine.cluster.save_history` when it holds
+    the history). Runs on the session's writer thread."""
+    from engine.cluster import save_edits, save_history
+
+    save_edits(store, state["grouping"], state["must"], state["cannot"], state["k"],
+               state["placed"])  # fmt: skip
+    if "history" in state:
+        save_history(store, state["history"])
+
+
 def split_job(coll, paths, labels, group: int, K=None, cancel=None):
     """Worker generator: cut group ``group`` in two
     (:func:`engine.cluster.split_group_iter`: a 2-way normalized cut of its own affinities,
@@ -991,20 +1003,16 @@ class CategoriesView(QWidget):
 
     def _save(self) -> None:
         """Keep the grouping, the person's edits and the undo history in the index
-        (:func:`engine.cluster.save_edits`, :func:`engine.cluster.save_history`)."""
-        from engine.cluster import save_edits, save_history
-
+        (:func:`save_grouping_state`), written in the background: a copy is taken here and
+        the session's writer writes it (:class:`app.gui.session.IndexWrites`, in order;
+        the collection is closed only after it)."""
         m = self.model
         if self.collection is None or m.grouping is None:
             return
-        try:
-            save_edits(self.collection.store, m.grouping, m.must, m.cannot, m.k_choice,
-                       m.placed)  # fmt: skip
-            if m.history_stamp != self._history_saved:  # (placing photos leaves it as it is)
-                save_history(self.collection.store, m.history())
-                self._history_saved = m.history_stamp
-        except Exception as exc:  # read-only index: names live for this session only
-            log.debug("could not save the grouping: %s", exc)
+        history = m.history_stamp != self._history_saved  # (placing photos leaves it)
+        state = m.saved_state(history=history)
+        self._history_saved = m.history_stamp
+        self.session.writes.submit(save_grouping_state, self.collection.store, state)
 
     # -- grouping ----------------------------------------------------------------------------
     def k_choice(self):

@@ -99,6 +99,7 @@ def test_group_rename_drag_split_merge_export(qtbot, window, grouped, tmp_path):
     assert window.status_label.text() == f"Renamed “{was}” to “Blue things” (Ctrl+Z undoes it)."
     from engine.index import keys
 
+    assert window.session.writes.wait()  # (written in the background, in order)
     saved = json.loads(window.collection.store.get_kv(keys.CATEGORY_EDITS_KEY))
     assert saved["names"]["0"] == "Blue things"
     first_members = set(row0.model.paths())

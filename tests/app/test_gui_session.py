@@ -452,3 +452,74 @@ def test_grouping_history_stamp_changes_only_with_the_undo_history():
     seen.append(m.history_stamp)
     other = GroupingModel()  # another model (another view) never reuses a stamp
     assert other.history_stamp not in seen
+
+
+def test_index_writes_run_in_order_off_the_calling_thread_and_close_waits(tmp_path):
+    """Edits are written by one background thread, in the order submitted; closing the
+    collection (another folder, the window closing) waits for them first, so an edit
+    made just before is in the index the next time it is opened."""
+    import threading
+    import time
+
+    s = Session()
+    photos(tmp_path / "A", ["a.jpg"])
+    s.open_folder(tmp_path / "A")
+    tok = s.begin("index")
+    s.jobs.start(tok, "Indexing A")
+    written: list[tuple[str, int, bool]] = []
+
+    class Collection(FakeCollection):
+        def close(self) -> None:
+            written.append(("closed", 0, False))
+            super().close()
+
+    coll = Collection("A")
+    assert s.collection_ready(tok, coll, [])
+    caller = threading.get_ident()
+    gate = threading.Event()
+
+    def write(n: int) -> None:
+        if n == 0:
+            gate.wait(10)  # the first write is slow
+            time.sleep(0.05)
+        written.append(("write", n, threading.get_ident() != caller))
+
+    for n in range(4):
+        s.writes.submit(write, n)
+    assert s.writes.pending == 4 and written == []  # the caller did not wait
+    gate.set()
+    s.open_folder(tmp_path / "A")  # closes the collection: after the writes
+    assert written == [("write", n, True) for n in range(4)] + [("closed", 0, False)]
+    assert s.writes.pending == 0 and coll.closed == 1
+
+    def fail() -> None:
+        raise OSError("read-only index")
+
+    s.writes.submit(fail)
+    s.writes.submit(write, 9)  # a failed write does not stop the ones after it
+    assert s.writes.wait(10) and s.writes.failed == 1 and written[-1][:2] == ("write", 9)
+
+
+def test_grouping_saved_state_is_a_copy_later_edits_do_not_reach():
+    """The state handed to the background writer: a rename made while it is written (a
+    rename changes the grouping's names in place) does not change what is written."""
+    import numpy as np
+
+    from app.gui.session import GroupingModel
+    from engine.cluster import EditableGrouping
+
+    m = GroupingModel()
+    g = EditableGrouping(["a", "b", "c"], np.array([0, 0, 1]), np.ones(3), np.ones(3, bool),
+                         np.zeros(3, bool), "k=2")  # fmt: skip
+    m.set_grouping(g)
+    m.rename(0, "Sea")
+    m.set_constraints([("a", "b")], [])
+    state = m.saved_state(history=True)
+    m.rename(0, "Mountains")
+    m.rename(1, "Sky")
+    m.set_constraints([("a", "b"), ("b", "c")], [("a", "c")])
+    assert state["grouping"].names == {0: "Sea"}
+    assert state["must"] == [("a", "b")] and state["cannot"] == []
+    assert [e.grouping.names for e in state["history"]] == [{}]
+    assert "history" not in m.saved_state(history=False)
+    assert m.grouping.names == {0: "Mountains", 1: "Sky"}
