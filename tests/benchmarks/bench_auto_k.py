@@ -17,7 +17,9 @@ the spectra by LOBPCG on the whole graph, as before, 19.6 and 24.5 s for the sam
 groups (measured by swapping the old function in, in one process).
 
 It also times k given followed by the search for a lower normalized cut the pipeline runs in
-exact mode (``polish``, :func:`engine.cluster.ncut.lower_ncut`).
+exact mode (``polish``, :func:`engine.cluster.ncut.lower_ncut`). Measured (2026-11-29, 2
+cores, nothing else running): k given 1.5 and 0.4 s, polished 2.2 and 3.3 s (10 starts;
+the same Ncut for the separate clusters, 22.271 -> 22.226 for those that touch).
 """
 
 from __future__ import annotations
