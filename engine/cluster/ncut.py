@@ -4,8 +4,7 @@ The spectral machinery behind :func:`engine.cluster.discover_categories`: the le
 eigenvectors of ``D^-1/2 W D^-1/2`` (:func:`ncut_embedding`), their discretisation into k
 groups (k-means after Ng, Jordan & Weiss, or Yu & Shi's rotation), the number of groups from
 the relative eigengap (:func:`eigengap_k`), recursive two-way cuts, the Ncut value of a
-partition and a search for a lower one by weighted kernel k-means (:func:`lower_ncut`), and
-the Nystrom extension from sampled landmark columns for large collections
+partition, and the Nystrom extension from sampled landmark columns for large collections
 (Fowlkes, Belongie, Chung & Malik 2004; :func:`choose_landmarks`, :func:`nystrom_embedding`).
 """
 
@@ -23,7 +22,6 @@ __all__ = [
     "choose_landmarks",
     "discretize_embedding",
     "eigengap_k",
-    "lower_ncut",
     "ncut_embedding",
     "normalized_cut_value",
     "nystrom_embedding",
@@ -141,116 +139,6 @@ def normalized_cut_value(W: np.ndarray, labels: np.ndarray) -> float:
     within = np.sum(onehot * (W @ onehot), axis=0)  # (one product, not an n^2 k loop)
     safe = np.where(assoc_all > 0, assoc_all, 1.0)
     return float(np.sum((assoc_all - within) / safe))
-
-
-def _group_links(W: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
-    """(n, k) links of every photo to every group, ``W @ Z`` for the one-hot ``Z`` of
-    ``labels``, in O(n^2) (a sparse product) rather than O(n^2 k)."""
-    from scipy.sparse import csr_matrix
-
-    n = labels.shape[0]
-    Z = csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
-    return np.asarray(Z @ W).T  # (W symmetric)
-
-
-def _kernel_kmeans_ncut(
-    W: np.ndarray, d: np.ndarray, labels: np.ndarray, k: int, max_iter: int
-) -> tuple[np.ndarray, float]:
-    """Batch weighted kernel k-means on the normalized cut's kernel from ``labels``; the
-    partition of lowest Ncut value met on the way, and that value (:func:`lower_ncut`)."""
-    n = W.shape[0]
-    lab = labels.copy()
-    best, best_v = lab.copy(), np.inf
-    inv_d = 1.0 / d
-    for _ in range(max_iter + 1):
-        s = np.bincount(lab, weights=d, minlength=k)  # (k,) the groups' volumes
-        if np.any(s <= 0):  # (a group emptied: stop here)
-            break
-        L = _group_links(W, lab, k)
-        a = np.bincount(lab, weights=L[np.arange(n), lab], minlength=k)  # (k,) assoc(c, c)
-        v = float(np.sum((s - a) / s))  # the Ncut value of lab
-        if v < best_v - 1e-12:
-            best, best_v = lab.copy(), v
-        new = np.argmin(-2.0 * L * inv_d[:, None] / s[None, :] + a[None, :] / s[None, :] ** 2,
-                        axis=1)  # fmt: skip
-        if np.array_equal(new, lab):
-            break
-        lab = new
-    return best, best_v
-
-
-def lower_ncut(
-    W: np.ndarray,
-    labels: np.ndarray,
-    k: int,
-    *,
-    restarts: int = 10,
-    max_iter: int = 50,
-    seed: int = 0,
-) -> np.ndarray:
-    """A k-partition of lower normalized cut than ``labels``, by weighted kernel k-means.
-
-    The spectral embedding relaxes the Ncut (thesis Eq. 9.1) and its discretisation need
-    not be the partition of lowest Ncut: where a group is spread out along the leading
-    eigenvectors (photos of one category that look unalike) and two others differ only
-    along later ones, the k-means of the first k eigenvectors splits the spread group and
-    joins the two. Dhillon, Guan & Kulis ("Kernel k-means, spectral clustering and
-    normalized cuts", KDD 2004, Sec. 3) show that the Ncut of ``W`` is the objective of
-    weighted kernel k-means with weights ``d`` (the degrees) and kernel ``D^-1 W D^-1``: a
-    photo's distance to group ``c`` is, up to a term of its own,
-    ``-2 links(i, c) / (d_i vol(c)) + assoc(c, c) / vol(c)^2``, so k-means steps on it
-    lower the Ncut of the whole partition at once, with no eigenvectors. This runs them
-    from ``labels`` and from ``restarts`` seeded starts (k photos far apart, k-means++
-    style on ``W``, every photo to its closest seed) and keeps the partition of lowest
-    Ncut seen, ``labels`` itself when none is lower.
-
-    Parameters
-    ----------
-    W : (n, n) float64
-        Symmetric non-negative affinities with a zero diagonal (the cut's own).
-    labels : (n,) int
-        A partition into ``k`` groups, e.g. :func:`discretize_embedding`'s.
-    k : int
-        Number of groups.
-    restarts : int
-        Seeded starts besides ``labels``.
-    max_iter : int
-        k-means steps per start.
-    seed : int
-        Random seed of the starts.
-
-    Returns
-    -------
-    (n,) int64
-        Labels in ``[0, k)`` (every group non-empty when ``labels``' are).
-    """
-    W = np.asarray(W, np.float64)
-    lab = np.asarray(labels, np.int64).reshape(-1)
-    n = W.shape[0]
-    if k < 2 or n <= k or np.unique(lab).size < k:
-        return lab
-    d = W.sum(axis=1)
-    if np.any(d <= 0):  # (an isolated photo: the k-means distance is undefined)
-        return lab
-    best, best_v = _kernel_kmeans_ncut(W, d, lab, k, max_iter)
-    rng = np.random.default_rng(seed)
-    S = W * (1.0 / d)[None, :]  # (similarity to a seed, relative to the seed's degree)
-    top = S.max()
-    for _ in range(max(int(restarts), 0)):
-        seeds = [int(rng.integers(n))]
-        for _j in range(1, k):
-            far = np.clip(top - S[:, seeds].max(axis=1), 0.0, None) ** 2
-            far[seeds] = 0.0
-            total = far.sum()
-            seeds.append(int(rng.choice(n, p=far / total)) if total > 0 else int(rng.integers(n)))
-        start = np.argmax(S[:, seeds], axis=1)
-        start[seeds] = np.arange(k)
-        if np.unique(start).size < k:
-            continue
-        cand, v = _kernel_kmeans_ncut(W, d, start, k, max_iter)
-        if v < best_v - 1e-12:
-            best, best_v = cand, v
-    return best.astype(np.int64)
 
 
 def _row_normalize(V: np.ndarray) -> np.ndarray:

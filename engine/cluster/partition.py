@@ -24,7 +24,6 @@ from engine.cluster.constraints import (
 from engine.cluster.ncut import (
     discretize_embedding,
     eigengap_k,
-    lower_ncut,
     ncut_embedding,
     normalized_cut_value,
     nystrom_embedding,
@@ -88,7 +87,6 @@ def discover_categories_iter(
     join: np.ndarray | None = None,
     join_threshold: float = JOIN_THRESHOLD,
     eigengap_max: int = EIGENGAP_K_MAX,
-    polish: int = 0,
 ) -> Generator[ClusterProgress, None, Clustering]:
     """Generator form of :func:`discover_categories`; yields :class:`ClusterProgress` and
     returns the :class:`Clustering` (``StopIteration.value``)."""
@@ -165,8 +163,6 @@ def discover_categories_iter(
         reason += f"; the consensus of {view_runs} cuts of each of {len(views) + 1} views"
     else:
         labels = discretize_embedding(vectors, kk, discretize, n_init, random_state)
-        if polish > 0 and kk > 1:
-            labels = lower_ncut(W, labels, kk, restarts=polish, seed=random_state)
     labels = relabel_by_size(enforce_must(labels, must_a))
     if finer and join is not None:
         labels, joined, moved = join_groups(labels, join, join_threshold, cannot_a)
@@ -544,10 +540,6 @@ def discover_categories(kernel: np.ndarray, **kwargs: Any) -> Clustering:
         Largest k the eigengap compares (default :data:`EIGENGAP_K_MAX`; the grouping
         pipeline passes ``k_max`` when its affinities include the semantic channel, whose
         gaps above 12 are reliable, :mod:`engine.cluster.semantic`).
-    polish : int
-        Exact mode, no ``views``: after the discretisation, look for a partition of lower
-        normalized cut by weighted kernel k-means from it and from ``polish`` seeded
-        starts (:func:`engine.cluster.ncut.lower_ncut`); 0 (default): off.
     landmarks : (m,) int, optional
         Nystrom mode (Fowlkes et al. 2004): ``kernel`` holds the (n, m) columns of the
         landmark images (see :func:`choose_landmarks`). Cost O(n m^2) instead of O(n^2).

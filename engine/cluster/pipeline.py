@@ -31,7 +31,7 @@ from engine.cluster.scenes import (
     scene_probabilities_iter,
     with_scenes,
 )
-from engine.cluster.semantic import SEMANTIC, folder_semantic_kernel, semantic_kernel
+from engine.cluster.semantic import SEMANTIC
 from engine.core.progress import run_to_end
 
 __all__ = [
@@ -58,12 +58,6 @@ NYSTROM_LANDMARKS = 500
 #: Groups of fewer than half the smallest graph's neighbours are left to the stability
 #: check (:func:`engine.cluster.finer_stable_k`).
 K_GRAPH_SIZES = (20, 25, 30, 35)
-#: Exact mode with the semantic channel: the cut compares the photos' embeddings against
-#: the folder (:func:`engine.cluster.semantic.folder_semantic_kernel`) and then looks for
-#: a partition of lower normalized cut from this many seeded starts
-#: (:func:`engine.cluster.ncut.lower_ncut`); the number of groups is still read from the
-#: affinities as they were. 0: off.
-FOLDER_CUT_RESTARTS = 10
 
 
 @dataclass
@@ -167,12 +161,6 @@ def categorize_iter(
        whose groups those graphs are too large to see if cuts of random subsamples agree
        on it at least 85 % as well
        (:func:`engine.cluster.finer_stable_k`; up to ``k_max``, folders of 22-300 photos).
-       In exact mode the cut itself compares the semantic embeddings against the folder
-       (:func:`engine.cluster.semantic.folder_semantic_kernel` in place of
-       :func:`engine.cluster.semantic.semantic_kernel`; k is still read from the
-       affinities above) and then takes the partition of lowest normalized cut that
-       weighted kernel k-means reaches from its discretisation or from
-       :data:`FOLDER_CUT_RESTARTS` seeded starts (:func:`engine.cluster.ncut.lower_ncut`).
     4. Feature masks from explicit within-group correspondences, masked flow, prototypes
        and outliers (Sec. 9.3-9.4; :func:`refine_with_masks_iter`).
     5. An SVM on the precomputed kernel trained on the prototypes (Sec. 9.4: the
@@ -294,26 +282,17 @@ def categorize_iter(
         check_cancel()
     seconds["fisher"] = time.perf_counter() - t_f
     t_s = time.perf_counter()
-    C_cut, C_auto, scene_note = C, None, ""
-    if FOLDER_CUT_RESTARTS and model.semantic is not None and landmarks is None and n > 2:
-        C_auto = C  # (k is read from these, as before)
-        C_cut = C + SEMANTIC["weight"] * (
-            folder_semantic_kernel(model.semantic) - semantic_kernel(model.semantic)
-        )
-        kw["polish"] = FOLDER_CUT_RESTARTS
+    C_cut, scene_note = C, ""
     if scenes is None:
         scenes = n <= SCENES_AUTO_MAX
     if scenes and landmarks is None and n > 2:
         P = yield from scene_probabilities_iter(
             collection, model.paths, hashes=model.hashes, cancel=cancel
         )
-        C_cut = with_scenes(C_cut, P)
-        C_auto = None if C_auto is None else with_scenes(C_auto, P)
+        C_cut = with_scenes(C, P)
         kw["join"] = P  # (groups a finer k split from one object or place join back)
         pairs = int(np.count_nonzero(np.triu(P >= JOIN_LINK, 1)))
         scene_note = f"; with {pairs} pair(s) the search finds of the same object or place"
-    if C_auto is not None and k == "auto" and "k_kernel" not in kw:
-        kw["k_kernel"] = C_auto
     seconds["scenes"] = time.perf_counter() - t_s
     t2 = time.perf_counter()
     if n == 1:
@@ -331,12 +310,6 @@ def categorize_iter(
             f"; {SEMANTIC['weight']:.0%} of each affinity is how alike a network trained on "
             f"ImageNet ({SEMANTIC['model']}) finds the two photos"
         )
-        if kw.get("polish"):
-            reason += (
-                ", against the rest of the folder in the cut, which keeps the partition of "
-                f"lowest normalized cut kernel k-means finds from its own and {kw['polish']} "
-                "other starts"
-            )
     refinement = None
     t3 = time.perf_counter()
     if refine and res.k >= 1 and n > 1:

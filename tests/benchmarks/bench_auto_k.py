@@ -15,11 +15,6 @@ component each) and 0.4 (clusters that touch): automatic k 1.4 and 1.0 s (25 and
 groups), k given 1.5 and 0.6 s. Beside a test run, automatic k took 2.3 and 2.7 s, and with
 the spectra by LOBPCG on the whole graph, as before, 19.6 and 24.5 s for the same k and
 groups (measured by swapping the old function in, in one process).
-
-It also times k given followed by the search for a lower normalized cut the pipeline runs in
-exact mode (``polish``, :func:`engine.cluster.ncut.lower_ncut`). Measured (2026-11-29, 2
-cores, nothing else running): k given 1.5 and 0.4 s, polished 2.2 and 3.3 s (10 starts;
-the same Ncut for the separate clusters, 22.271 -> 22.226 for those that touch).
 """
 
 from __future__ import annotations
@@ -32,7 +27,6 @@ import numpy as np
 
 def main(argv: list[str] | None = None) -> int:
     from engine.cluster import default_k_graph, discover_categories
-    from engine.cluster.pipeline import FOLDER_CUT_RESTARTS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2880)
@@ -48,13 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         W = np.clip(X @ X.T, 0, 1)
         kw = dict(k_graph=default_k_graph(args.n), k_max=30, eigengap_max=30)
         row = []
-        for k, polish in ((args.groups, 0), (args.groups, FOLDER_CUT_RESTARTS), ("auto", 0)):
+        for k in (args.groups, "auto"):
             t, c = time.perf_counter(), time.process_time()
-            res = discover_categories(W, k=k, polish=polish, **kw)
-            what = f"k={k}" + (f" polished ({polish} starts)" if polish else "")
-            row.append(f"{what}: {time.perf_counter() - t:.1f} s "
-                       f"({time.process_time() - c:.1f} s CPU) -> {res.k} groups, "
-                       f"Ncut {res.ncut:.3f}")  # fmt: skip
+            res = discover_categories(W, k=k, **kw)
+            row.append(f"k={k}: {time.perf_counter() - t:.1f} s "
+                       f"({time.process_time() - c:.1f} s CPU) -> {res.k} groups")  # fmt: skip
         print(f"n={args.n} spread {spread}: " + "; ".join(row), flush=True)
     return 0
 

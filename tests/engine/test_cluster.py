@@ -787,44 +787,6 @@ def test_categorize_groups_folder_and_caches_dense_channel_incrementally(small_c
     assert mask.shape == (len(f),) and mask.max() == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("graphs", [None, (3,)])
-def test_the_cut_compares_against_the_folder_and_k_is_read_as_before(
-    small_collection, monkeypatch, graphs
-):
-    """Exact mode with the semantic channel: the cut takes the folder kernel
-    (engine.cluster.semantic.folder_semantic_kernel) and the search for a lower normalized
-    cut; the number of groups is read from the affinities it was read from before: the
-    pyramid match alone in a folder too small for the nearest-neighbour graphs (8 photos),
-    else the affinities the cut took before (graphs of 3 neighbours)."""
-    import engine.cluster.pipeline as pipeline
-    from engine.cluster import categorize_iter
-
-    if graphs is not None:
-        monkeypatch.setattr(pipeline, "K_GRAPH_SIZES", graphs)
-
-    seen = []
-    real = pipeline.discover_categories_iter
-
-    def spy(kernel, **kw):
-        seen.append((np.array(kernel), kw))
-        return real(kernel, **kw)
-
-    monkeypatch.setattr(pipeline, "discover_categories_iter", spy)
-    col = small_collection
-    _, res = _drain(categorize_iter(col, k="auto", jobs=1))
-    monkeypatch.setattr(pipeline, "FOLDER_CUT_RESTARTS", 0)
-    _, before = _drain(categorize_iter(col, k="auto", jobs=1))
-    (cut, kw), (old_cut, old_kw) = seen
-    assert kw["polish"] == 10 and "polish" not in old_kw
-    assert ("k_kernel" in old_kw) == (graphs is None)
-    np.testing.assert_array_equal(kw["k_kernel"], old_kw.get("k_kernel", old_cut))
-    assert not np.allclose(cut, old_cut)
-    assert res.k == before.k == 2 and "kernel k-means" in res.k_reason
-    assert "kernel k-means" not in before.k_reason
-    truth = np.array([p.parent.name for p in res.paths])
-    assert clustering_accuracy(truth, res.labels) == 1.0
-
-
 def test_scene_pairs_by_default_only_in_folders_up_to_a_size(small_collection, monkeypatch):
     """``scenes=None`` queries up to SCENES_AUTO_MAX photos; True: always (exact mode)."""
     import engine.cluster.pipeline as pipeline

@@ -11,7 +11,6 @@ import pytest
 from engine.cluster.semantic import (
     SEMANTIC_DIM,
     SemanticModelError,
-    folder_semantic_kernel,
     mix_semantic,
     semantic_embedding,
     semantic_kernel,
@@ -126,61 +125,3 @@ def test_the_network_groups_random_caltech_classes(shared_data):
     E = np.stack([_embed(p) for p in paths])
     labels = discover_categories(semantic_kernel(E), k=len(classes)).labels
     assert clustering_accuracy(np.array(truth), labels) >= 0.9
-
-
-def test_folder_kernel_ignores_what_the_whole_folder_shares():
-    """Two kinds of photo whose embeddings share a large common part: the plain cosine finds
-    every pair alike; against the folder, a photo is like its own kind and unlike the
-    other. Adding the same vector to every embedding does not change the folder kernel."""
-    rng = np.random.default_rng(0)
-    common = rng.random(64) * 8
-    kinds = rng.normal(size=(2, 64))
-    E = np.stack([common + kinds[i % 2] + 0.3 * rng.normal(size=64) for i in range(20)])
-    truth = np.arange(20) % 2
-    same = truth[:, None] == truth[None, :]
-    off = ~np.eye(20, dtype=bool)
-    plain, folder = semantic_kernel(E), folder_semantic_kernel(E, dims=8)
-    assert plain[off].min() > 0.8  # (everything alike)
-    assert folder[same & off].min() > 0.8 and folder[~same].max() < 0.2
-    np.testing.assert_allclose(folder_semantic_kernel(E + 5.0, dims=8), folder, atol=1e-9)
-    assert folder.shape == (20, 20) and np.allclose(folder, folder.T)
-    assert np.all(np.diag(folder) == 1.0) and folder.min() >= 0.0 and folder.max() <= 1.0
-
-
-def test_folder_kernel_leaves_photos_without_an_embedding_out():
-    rng = np.random.default_rng(1)
-    E = rng.random((6, 16))
-    E[2] = 0.0  # (no embedding: a photo the network could not read)
-    S = folder_semantic_kernel(E)
-    assert S[2, 2] == 1.0 and np.all(np.delete(S[2], 2) == 0)
-    assert np.all(np.delete(S[:, 2], 2) == 0)
-    np.testing.assert_allclose(np.delete(np.delete(S, 2, 0), 2, 1),
-                               folder_semantic_kernel(np.delete(E, 2, 0)))  # fmt: skip
-    assert np.all(folder_semantic_kernel(np.zeros((3, 16))) == np.eye(3))
-    with pytest.raises(ValueError, match="embeddings"):
-        folder_semantic_kernel(np.zeros(16))
-
-
-@pytest.mark.data
-def test_the_folder_cut_tells_two_kinds_of_chair_apart(shared_data):
-    """The worst random 4-class draw of issue #22 ("caltech-4c-s12", all its dev photos):
-    the cut of the plain semantic kernel splits the brains and joins both kinds of chair;
-    against the folder, with the cut's kernel k-means (engine.cluster.ncut.lower_ncut),
-    the groups are the four classes."""
-    from engine.cluster import clustering_accuracy, discover_categories
-
-    root = shared_data / "caltech101"
-    classes = ("brain", "buddha", "chair", "windsor_chair")
-    paths, truth = [], []
-    for c, name in enumerate(classes):
-        files = sorted((root / name).glob("*.jpg"))
-        if len(files) < 20:
-            pytest.skip(f"{name} has too few photos here")
-        paths += files
-        truth += [c] * len(files)
-    E = np.stack([_embed(p) for p in paths])
-    t = np.array(truth)
-    plain = discover_categories(semantic_kernel(E), k=4).labels
-    folder = discover_categories(folder_semantic_kernel(E), k=4, polish=10).labels
-    assert clustering_accuracy(t, plain) < 0.75
-    assert clustering_accuracy(t, folder) >= 0.85
