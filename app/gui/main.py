@@ -170,11 +170,15 @@ def quit_on_signals(app, close) -> None:
         except OSError:
             pass
 
+    def ended(*_args) -> None:
+        close()
+        app.quit()  # (also ends a dialog's own event loop, which would keep the process)
+
     notifier.activated.connect(drain)
     app._signal_sockets = (reader, writer, notifier)  # kept alive with the application
     for name in ("SIGTERM", "SIGINT", "SIGHUP"):
         if hasattr(signal, name):
-            signal.signal(getattr(signal, name), lambda *_: close())
+            signal.signal(getattr(signal, name), ended)
 
 
 def _int_or(text: str):
