@@ -28,6 +28,7 @@ __all__ = [
     "readonly_message",
     "repair_offer",
     "repaired_message",
+    "scratch_dir",
 ]
 
 #: Retrieval methods offered in the GUI: id -> label, in plain words. ``learned`` is
@@ -352,3 +353,52 @@ def repaired_message(folder: Path | str | None, lines: Sequence[str]) -> str:
         return f"Checked the index of {name}: nothing was damaged."
     done = "; ".join(" ".join(str(ln).split()) for ln in lines)
     return f"Repaired the index of {name}: {done}. Your photos were not touched."
+
+
+#: Prefix of a window's scratch folder in the temporary directory (:func:`scratch_dir`).
+SCRATCH_PREFIX = "simile-query-"
+
+
+def _process_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (it exists, but is another user's)
+        return True
+    return True
+
+
+def scratch_dir():
+    """A new scratch folder for this window (images pasted as a query), removed when the
+    window closes: ``simile-query-<pid>-*`` in the temporary directory.
+
+    Folders an earlier window left behind (its process killed or crashed before it could
+    remove its own) are removed first: only directories of this user, not links, named
+    with the id of a process that no longer runs. Returns a
+    :class:`tempfile.TemporaryDirectory`.
+    """
+    import os
+    import re
+    import shutil
+    import stat
+    import tempfile
+
+    base = Path(tempfile.gettempdir())
+    own = re.compile(re.escape(SCRATCH_PREFIX) + r"(\d+)-")
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for d in base.glob(SCRATCH_PREFIX + "*"):
+        m = own.match(d.name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            st = d.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid):
+            continue
+        if not _process_alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")

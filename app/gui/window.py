@@ -8,7 +8,6 @@ import importlib
 import importlib.util
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +77,7 @@ from app.gui.state import (
     readonly_message,
     repair_offer,
     repaired_message,
+    scratch_dir,
 )
 from app.gui.thumbnails import ThumbnailProvider, array_to_qimage, default_cache_dir
 from app.gui.views import PLUGIN_MODULES, register_view, registered_views
@@ -176,7 +176,7 @@ class MainWindow(QMainWindow):
         self.persist = persist
         #: everything the window shows (Qt-free); the widgets render its events
         self.session = Session()
-        self._tmpdir = tempfile.TemporaryDirectory(prefix="simile-query-")
+        self._tmpdir = scratch_dir()  # (and those of windows that were killed go)
         self._viewers: list[ImageViewer] = []
 
         _preload_engine()

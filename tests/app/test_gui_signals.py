@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +95,41 @@ def test_signal_handlers_are_installed_for_end_requests(qapp):
         for s, h in old.items():
             signal.signal(s, h)
         signal.set_wakeup_fd(old_fd)
+
+
+def test_scratch_folders_of_windows_that_were_killed_are_removed(tmp_path, monkeypatch):
+    """A window's scratch folder carries its process id; a new window removes those whose
+    process no longer runs (killed by SIGKILL, crashed), and nothing else."""
+    import tempfile
+
+    from app.gui.state import scratch_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = int(gone.stdout)
+    stale = tmp_path / f"simile-query-{dead}-abc"
+    stale.mkdir()
+    (stale / "pasted-1.png").write_bytes(b"x")
+    live = tmp_path / f"simile-query-{os.getppid()}-def"  # (the process that ran pytest)
+    live.mkdir()
+    old_style = tmp_path / "simile-query-xyz"  # (no process id: left alone)
+    old_style.mkdir()
+    not_a_folder = tmp_path / f"simile-query-{dead}-file"
+    not_a_folder.write_text("a file")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / f"simile-query-{dead}-link"
+    link.symlink_to(elsewhere, target_is_directory=True)
+
+    scratch = scratch_dir()
+    try:
+        assert not stale.exists()
+        assert live.is_dir() and old_style.is_dir() and not_a_folder.is_file()
+        assert link.is_symlink() and elsewhere.is_dir()
+        mine = Path(scratch.name)
+        assert mine.parent == tmp_path and mine.name.startswith(f"simile-query-{os.getpid()}-")
+        assert scratch_dir().cleanup() is None and mine.is_dir()  # (a live window's: kept)
+    finally:
+        scratch.cleanup()
+    assert not mine.exists()
