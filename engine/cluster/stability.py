@@ -210,6 +210,13 @@ def finer_stable_k(
     unchanged (their finer partitions stay below the floor). Taking the smallest candidate
     within 0.002-0.02 of the most stable one, against over-splitting, lost more (10
     Holidays scenes 0.757): their stability curves have early peaks as high as the right k.
+    The other way (2026-11-29), the finest candidate within 0.03 of the most stable one,
+    for folders that mix kinds of photo (``quality.py`` "Mixed", whose automatic k finds
+    10-17 groups for 23): on the pipeline's affinities of the dev folders automatic k rose
+    (mean 0.906 -> 0.916, mixed 0.742 -> 0.792), but within 0.005-0.05 it went up and down
+    without order, on held-out folders (seeds 5-9 of the five small families) it fell
+    0.899 -> 0.891 (10 Holidays scenes 0.902 -> 0.865), and 12 and 20 synthetic subjects
+    were cut into 16 and 23-26 groups. Not kept.
 
     Parameters
     ----------
