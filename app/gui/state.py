@@ -360,6 +360,8 @@ SCRATCH_PREFIX = "simile-query-"
 
 
 def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (POSIX: signal 0 checks without sending anything; on
+    Windows ``os.kill(pid, 0)`` would send Ctrl+C, so :func:`scratch_dir` never asks)."""
     import os
 
     try:
@@ -386,9 +388,11 @@ def scratch_dir():
     import stat
     import tempfile
 
+    if os.name != "posix":  # (no safe liveness check: leave earlier folders alone)
+        return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     base = Path(tempfile.gettempdir())
     own = re.compile(re.escape(SCRATCH_PREFIX) + r"(\d+)-")
-    uid = os.getuid() if hasattr(os, "getuid") else None
+    uid = os.getuid()
     for d in base.glob(SCRATCH_PREFIX + "*"):
         m = own.match(d.name)
         if m is None or int(m.group(1)) == os.getpid():
@@ -397,7 +401,7 @@ def scratch_dir():
             st = d.lstat()
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid):
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
             continue
         if not _process_alive(int(m.group(1))):
             shutil.rmtree(d, ignore_errors=True)

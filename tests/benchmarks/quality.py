@@ -1071,14 +1071,9 @@ def run_task(ctx: Context, task: tuple) -> dict:
         if name == "eth80":
             folder, truth, names = shuffled_flat(work, name, eth80_classes(), 0)
             return grouping_task(ctx, name, "ETH-80", folder, truth, len(names))
-        if name.startswith("mixed-"):
-            groups, family = mixed_groups(seed)
-            folder, truth, names = shuffled_flat(work, name, groups, seed)
-            res = grouping_task(ctx, name, family, folder, truth, len(names))
-            res["classes"] = names
-            return res
-        if name.startswith(("ukbench-", "holidays-")):
-            groups, family = small_groups(name, seed)
+        if name.startswith(("ukbench-", "holidays-", "mixed-")):
+            mixed = name.startswith("mixed-")
+            groups, family = mixed_groups(seed) if mixed else small_groups(name, seed)
             folder, truth, names = shuffled_flat(work, name, groups, seed)
             res = grouping_task(ctx, name, family, folder, truth, len(names))
             res["classes"] = names
